@@ -1,0 +1,55 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "siwa-notify",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "siwa-notify", targets: ["siwa-notify"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // C libraries: one system-library target each (module map + shim header).
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd",
+                       providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq",
+                       providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto",
+                       providers: [.apt(["libssl-dev"])]),
+
+        // Pure core: parsing, verification rules, event rules. No C, no I/O.
+        .target(name: "SiwaCore"),
+
+        // Thin Swift wrappers, one per C library.
+        .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
+        .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD"]),
+        .target(name: "SiwaPostgres", dependencies: ["CPostgres"]),
+        .target(name: "SiwaFetch", dependencies: ["CCurl"]),
+
+        // Composition: receiver, worker, key store, outbox, embedded database.
+        .target(name: "SiwaApp", dependencies: [
+            "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+
+        // The one executable.
+        .executableTarget(name: "siwa-notify", dependencies: [
+            "SiwaApp",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+
+        .testTarget(name: "SiwaCoreTests", dependencies: ["SiwaCore"]),
+        .testTarget(name: "SiwaCryptoTests", dependencies: ["SiwaCrypto", "SiwaFetch", "SiwaCore"]),
+        .testTarget(name: "SiwaIntegrationTests", dependencies: [
+            "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+    ],
+    swiftLanguageModes: [.v6]
+)
