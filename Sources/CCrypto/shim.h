@@ -1,2 +1,65 @@
 #pragma once
+// Umbrella header for the CCrypto system-library module (OpenSSL 3 libcrypto).
+// Swift cannot call C variadic functions or function-like macros, so the few we
+// need are wrapped below as typed `static inline` functions.
 #include <openssl/evp.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/hmac.h>
+#include <openssl/param_build.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/rsa.h>
+
+/// `BIO_get_mem_data` is a macro over `BIO_ctrl`.
+static inline long siwa_BIO_get_mem_data(BIO *bio, char **data) {
+    return BIO_get_mem_data(bio, data);
+}
+
+/// `EVP_PKEY_PUBLIC_KEY` is a compound macro Swift does not import.
+static inline int siwa_EVP_PKEY_PUBLIC_KEY(void) {
+    return EVP_PKEY_PUBLIC_KEY;
+}
+
+/// Passphrase callback that always refuses. Used instead of NULL so that an
+/// encrypted PEM never makes OpenSSL prompt on the controlling terminal.
+static inline int siwa_pem_no_password(char *buf, int size, int rwflag, void *userdata) {
+    (void)buf; (void)size; (void)rwflag; (void)userdata;
+    return -1;
+}
+
+static inline pem_password_cb *siwa_pem_no_password_cb(void) {
+    return siwa_pem_no_password;
+}
+
+// OpenSSL keeps some `const char *` name arguments by reference (for example
+// OSSL_PARAM_BLD_push_BN stores `key` until OSSL_PARAM_BLD_to_param, and
+// EVP_PKEY_CTX_new_from_name keeps `keytype`). A Swift String passed as
+// `const char *` is only valid for the duration of the call, so these helpers
+// pass static C string literals instead.
+
+static inline EVP_PKEY_CTX *siwa_EVP_PKEY_CTX_new_rsa(void) {
+    return EVP_PKEY_CTX_new_from_name(NULL, "RSA", NULL);
+}
+
+static inline int siwa_EVP_PKEY_is_rsa(const EVP_PKEY *pkey) {
+    return EVP_PKEY_is_a(pkey, "RSA");
+}
+
+static inline int siwa_OSSL_PARAM_BLD_push_rsa_n(OSSL_PARAM_BLD *bld, const BIGNUM *n) {
+    return OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, n);
+}
+
+static inline int siwa_OSSL_PARAM_BLD_push_rsa_e(OSSL_PARAM_BLD *bld, const BIGNUM *e) {
+    return OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, e);
+}
+
+static inline int siwa_EVP_PKEY_get_rsa_n(const EVP_PKEY *pkey, BIGNUM **n) {
+    return EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_RSA_N, n);
+}
+
+static inline int siwa_EVP_PKEY_get_rsa_e(const EVP_PKEY *pkey, BIGNUM **e) {
+    return EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_RSA_E, e);
+}

@@ -1,2 +1,27 @@
 #pragma once
+// Shim over libpq for Swift: diagnostic field codes are character macros, and
+// PQconnectdbParams takes NULL-terminated arrays that are simpler to build here.
+#include <poll.h>
 #include <libpq-fe.h>
+
+static const int SIWA_PG_DIAG_SQLSTATE = PG_DIAG_SQLSTATE;
+static const int SIWA_PG_DIAG_MESSAGE_PRIMARY = PG_DIAG_MESSAGE_PRIMARY;
+
+/// Connects with `conninfo` (URI or key=value), applying `connect_timeout` seconds unless the
+/// conninfo sets its own.
+static inline PGconn *siwa_pq_connect(const char *conninfo, const char *connect_timeout,
+                                      const char *application_name) {
+    const char *keywords[] = { "connect_timeout", "application_name", "dbname", NULL };
+    const char *values[] = { connect_timeout, application_name, conninfo, NULL };
+    return PQconnectdbParams(keywords, values, 1);
+}
+
+/// Waits until the connection's socket is readable; returns poll()'s result (0 = timeout).
+static inline int siwa_pq_wait_readable(PGconn *conn, int timeout_ms) {
+    struct pollfd p;
+    p.fd = PQsocket(conn);
+    if (p.fd < 0) return -1;
+    p.events = POLLIN;
+    p.revents = 0;
+    return poll(&p, 1, timeout_ms);
+}

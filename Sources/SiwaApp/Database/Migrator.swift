@@ -1,0 +1,13 @@
+import SiwaPostgres
+
+/// Applies the embedded copy of `schema.sql` (idempotent; serialized by an advisory lock).
+public enum Migrator {
+    /// The schema this binary carries.
+    public static var schemaSQL: String { EmbeddedSchema.sql }
+
+    public static func migrate(conninfo: String) throws(PostgresError) {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
+        try connection.execute("SET client_min_messages = warning")
+        try connection.execute(EmbeddedSchema.sql)
+    }
+}

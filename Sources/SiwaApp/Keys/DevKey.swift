@@ -1,0 +1,27 @@
+import Foundation
+import SiwaCrypto
+
+/// The local development signing key (`<data dir>/dev-signing-key.pem`, mode 0600). `serve --dev`
+/// trusts it (and only then); `simulate` signs with it. Never used without `--dev`.
+public enum DevKey {
+    /// The `kid` of development tokens.
+    public static let kid = "siwa-notify-dev"
+
+    public static func path(dataDirectory: String) -> String {
+        URL(fileURLWithPath: dataDirectory).appendingPathComponent("dev-signing-key.pem").path
+    }
+
+    /// Loads the key, creating it on first use.
+    public static func loadOrCreate(dataDirectory: String) throws -> RSAPrivateKey {
+        let file = path(dataDirectory: dataDirectory)
+        if let pem = try? String(contentsOfFile: file, encoding: .utf8) {
+            return try RSAPrivateKey(pem: pem)
+        }
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        let key = try RSAPrivateKey.generate(bits: 2048)
+        let created = FileManager.default.createFile(atPath: file, contents: Data(key.pemRepresentation.utf8),
+                                                     attributes: [.posixPermissions: 0o600])
+        if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
+        return key
+    }
+}

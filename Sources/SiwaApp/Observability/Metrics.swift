@@ -1,0 +1,100 @@
+import Foundation
+import Synchronization
+
+/// Process metrics, rendered in the Prometheus text exposition format on the admin listener.
+public final class Metrics: Sendable {
+    struct Histogram {
+        static let bounds: [Double] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+        var buckets = [UInt64](repeating: 0, count: Histogram.bounds.count)
+        var count: UInt64 = 0
+        var sum: Double = 0
+
+        mutating func observe(_ seconds: Double) {
+            for (i, bound) in Histogram.bounds.enumerated() where seconds <= bound {
+                buckets[i] += 1
+            }
+            count += 1
+            sum += seconds
+        }
+    }
+
+    struct State {
+        var requests: [String: UInt64] = [:]        // "status|reason"
+        var events: [String: UInt64] = [:]          // "outcome|type"
+        var keyRefreshes: [String: UInt64] = [:]    // "result"
+        var verification = Histogram()
+        var commit = Histogram()
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func request(status: Int, reason: String) {
+        state.withLock { $0.requests["\(status)|\(reason)", default: 0] += 1 }
+    }
+
+    /// `outcome` is applied, retried or dead.
+    public func event(outcome: String, type: String) {
+        state.withLock { $0.events["\(outcome)|\(type)", default: 0] += 1 }
+    }
+
+    public func keyRefresh(succeeded: Bool) {
+        state.withLock { $0.keyRefreshes[succeeded ? "success" : "failure", default: 0] += 1 }
+    }
+
+    public func observeVerification(seconds: Double) {
+        state.withLock { $0.verification.observe(seconds) }
+    }
+
+    public func observeCommit(seconds: Double) {
+        state.withLock { $0.commit.observe(seconds) }
+    }
+
+    /// Renders everything; `gauges` are values read at scrape time (backlog, pool use...).
+    public func render(gauges: [(name: String, help: String, value: Double)]) -> String {
+        let s = state.withLock { $0 }
+        var out = ""
+        out += "# HELP siwa_requests_total Notification requests answered, by HTTP status and reason code.\n"
+        out += "# TYPE siwa_requests_total counter\n"
+        for key in s.requests.keys.sorted() {
+            let parts = key.split(separator: "|", omittingEmptySubsequences: false)
+            out += "siwa_requests_total{status=\"\(parts[0])\",reason=\"\(parts[1])\"} \(s.requests[key]!)\n"
+        }
+        out += "# HELP siwa_events_total Outbox events processed by the worker, by outcome and type.\n"
+        out += "# TYPE siwa_events_total counter\n"
+        for key in s.events.keys.sorted() {
+            let parts = key.split(separator: "|", omittingEmptySubsequences: false)
+            out += "siwa_events_total{outcome=\"\(parts[0])\",type=\"\(Self.escape(String(parts[1])))\"} \(s.events[key]!)\n"
+        }
+        out += "# HELP siwa_key_refreshes_total Fetches of the signing key set, by result.\n"
+        out += "# TYPE siwa_key_refreshes_total counter\n"
+        for key in s.keyRefreshes.keys.sorted() {
+            out += "siwa_key_refreshes_total{result=\"\(key)\"} \(s.keyRefreshes[key]!)\n"
+        }
+        out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
+        out += Self.render(name: "siwa_commit_seconds", help: "Time to commit a notification to the outbox.", s.commit)
+        for gauge in gauges {
+            out += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.format(gauge.value))\n"
+        }
+        return out
+    }
+
+    private static func render(name: String, help: String, _ h: Histogram) -> String {
+        var out = "# HELP \(name) \(help)\n# TYPE \(name) histogram\n"
+        for (i, bound) in Histogram.bounds.enumerated() {
+            out += "\(name)_bucket{le=\"\(format(bound))\"} \(h.buckets[i])\n"
+        }
+        out += "\(name)_bucket{le=\"+Inf\"} \(h.count)\n\(name)_sum \(format(h.sum))\n\(name)_count \(h.count)\n"
+        return out
+    }
+
+    private static func format(_ v: Double) -> String {
+        v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v)
+    }
+
+    private static func escape(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n")
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import SiwaHTTP
+import SiwaPostgres
+import Synchronization
+
+/// The admin listener (never on the public port): `/healthz`, `/readyz`, `/metrics`.
+public final class AdminHandler: HTTPHandler {
+    private let pool: PostgresPool
+    private let keys: KeyStore?
+    private let metrics: Metrics
+    private let draining = Atomic<Bool>(false)
+
+    public init(pool: PostgresPool, keys: KeyStore?, metrics: Metrics) {
+        self.pool = pool
+        self.keys = keys
+        self.metrics = metrics
+    }
+
+    /// Readiness turns 503 from now on (graceful shutdown).
+    public func startDraining() {
+        draining.store(true, ordering: .relaxed)
+    }
+
+    public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
+        guard head.method == "GET" || head.method == "HEAD" else {
+            return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "GET")])
+        }
+        return nil
+    }
+
+    public func bodyTooLarge(_ head: HTTPRequestHead) -> HTTPResponse {
+        .text(413, "body too large\n")
+    }
+
+    public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        switch request.head.path {
+        case "/healthz":
+            responder.respond(.text(200, "ok\n"))
+        case "/readyz":
+            let (ready, why) = readiness()
+            responder.respond(.text(ready ? 200 : 503, why + "\n"))
+        case "/metrics":
+            responder.respond(.text(200, metrics.render(gauges: gauges()), contentType: "text/plain; version=0.0.4; charset=utf-8"))
+        default:
+            responder.respond(.text(404, "not found\n"))
+        }
+    }
+
+    private func readiness() -> (Bool, String) {
+        if draining.load(ordering: .relaxed) { return (false, "shutting down") }
+        if let keys, !keys.isLoaded { return (false, "no key set loaded") }
+        do {
+            _ = try pool.withConnection(timeout: 2) { try $0.execute("SELECT 1") }
+        } catch {
+            return (false, "database unreachable")
+        }
+        return (true, "ready")
+    }
+
+    private func gauges() -> [(name: String, help: String, value: Double)] {
+        var result: [(name: String, help: String, value: Double)] = [
+            ("siwa_db_pool_open", "Open database connections of the request pool.", Double(pool.openConnections)),
+            ("siwa_db_pool_busy", "Database connections in use.", Double(pool.busyConnections)),
+            ("siwa_keys_loaded", "Signing keys held.", Double(keys?.keyCount ?? 0)),
+        ]
+        let backlog = try? pool.withConnection(timeout: 2) { connection in
+            try connection.execute("SELECT pending + failed, dead, oldest_pending_age_seconds FROM siwa.backlog")
+        }
+        if let row = backlog?.rows.first {
+            result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(row[0] ?? "0") ?? 0))
+            result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(row[1] ?? "0") ?? 0))
+            result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", Double(row[2] ?? "0") ?? 0))
+        }
+        return result
+    }
+}

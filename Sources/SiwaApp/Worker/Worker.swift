@@ -1,0 +1,130 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaPostgres
+import Synchronization
+
+/// Applies outbox events. Claims due rows with `FOR UPDATE SKIP LOCKED` in a transaction (so
+/// many workers share one queue and a crashed worker leaves nothing stuck: its locks vanish with
+/// its connection), applies each under a savepoint, retries failures with backoff and jitter,
+/// dead-letters after `RetryPolicy.maxAttempts`. Wakes on `LISTEN siwa_events`, and polls every
+/// `pollInterval` seconds besides (retries fall due without a notification).
+public final class Worker: Sendable {
+    public struct Options: Sendable {
+        /// Events claimed per transaction. Default 100.
+        public var batchSize: Int = 100
+        /// Seconds between polls when no notification arrives. Default 1.
+        public var pollInterval: Double = 1
+        public var retry: RetryPolicy = RetryPolicy()
+        public init() {}
+    }
+
+    private let conninfo: String
+    private let options: Options
+    private let logger: Logger
+    private let metrics: Metrics
+    private let stopping = Atomic<Bool>(false)
+    private let finished = Mutex<Bool>(false)
+    private let done = DispatchSemaphore(value: 0)
+
+    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
+        self.conninfo = conninfo
+        self.options = options
+        self.logger = logger
+        self.metrics = metrics
+    }
+
+    /// Starts the loop on a thread of its own.
+    public func start() {
+        let thread = Thread { [self] in
+            self.loop()
+            self.done.signal()
+        }
+        thread.name = "siwa-worker"
+        thread.start()
+    }
+
+    /// Asks the loop to stop after the current batch and waits for it (up to `timeout` seconds).
+    public func stop(timeout: Double = 30) {
+        stopping.store(true, ordering: .relaxed)
+        let alreadyDone = finished.withLock { $0 }
+        if !alreadyDone { _ = done.wait(timeout: .now() + timeout) }
+    }
+
+    private func loop() {
+        var work: PostgresConnection?
+        var listener: PostgresConnection?
+        var backoff = 0.2
+        defer { finished.withLock { $0 = true } }
+        while !stopping.load(ordering: .relaxed) {
+            do {
+                if work == nil || !(work!.isHealthy) {
+                    work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker") { c throws(PostgresError) in
+                        try EventApplier.prepare(c)
+                    }
+                }
+                if listener == nil || !(listener!.isHealthy) {
+                    listener = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify listener") { c throws(PostgresError) in
+                        try c.execute("LISTEN siwa_events")
+                    }
+                    logger.debug("worker listening for new events")
+                }
+                let processed = try processBatch(on: work!)
+                backoff = 0.2
+                if processed < options.batchSize && !stopping.load(ordering: .relaxed) {
+                    _ = try listener!.waitForNotifications(timeout: options.pollInterval)
+                }
+            } catch {
+                logger.warning("worker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
+                work = nil
+                listener = nil
+                sleepInterruptibly(backoff)
+                backoff = min(backoff * 2, 5)
+            }
+        }
+        logger.info("worker stopped")
+    }
+
+    private func sleepInterruptibly(_ seconds: Double) {
+        var left = seconds
+        while left > 0 && !stopping.load(ordering: .relaxed) {
+            Thread.sleep(forTimeInterval: min(left, 0.05))
+            left -= 0.05
+        }
+    }
+
+    /// Claims and applies one batch in one transaction; returns how many events it handled.
+    @discardableResult
+    public func processBatch(on connection: PostgresConnection) throws(PostgresError) -> Int {
+        try connection.transaction { c throws(PostgresError) in
+            let claimed = try EventApplier.claim(limit: options.batchSize, on: c)
+            for item in claimed {
+                try c.execute("SAVEPOINT siwa_event")
+                do throws(PostgresError) {
+                    let decision = try EventApplier.apply(item, on: c)
+                    try c.execute("RELEASE SAVEPOINT siwa_event")
+                    metrics.event(outcome: "applied", type: item.event.type.rawValue)
+                    logger.info("event applied", metadata: [
+                        "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
+                        "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
+                    ])
+                } catch {
+                    if error.code != .queryFailed || error.isConnectionProblem { throw error }
+                    try c.execute("ROLLBACK TO SAVEPOINT siwa_event")
+                    let attempts = item.attempts + 1
+                    let dead = options.retry.isExhausted(attempts: attempts)
+                    let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
+                    let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
+                    try EventApplier.markFailed(item, status: dead ? "dead" : "failed", error: message,
+                                                retryIn: delay, on: c)
+                    metrics.event(outcome: dead ? "dead" : "retried", type: item.event.type.rawValue)
+                    logger.warning(dead ? "event dead-lettered" : "event failed, will retry", metadata: [
+                        "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)", "attempts": "\(attempts)",
+                        "sqlstate": "\(error.sqlState ?? "")", "retry_in": "\(dead ? 0 : delay)",
+                    ])
+                }
+            }
+            return claimed.count
+        }
+    }
+}

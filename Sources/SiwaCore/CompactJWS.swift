@@ -1,0 +1,39 @@
+/// A structurally parsed compact JWS. Nothing in it is trusted yet.
+public struct CompactJWS: Sendable {
+    public var header: [String: JSONValue]
+    public var claims: [String: JSONValue]
+    /// ASCII bytes of `"<seg0>.<seg1>"` exactly as received.
+    public var signingInput: [UInt8]
+    /// May be empty (the signature check then fails).
+    public var signature: [UInt8]
+
+    public init(header: [String: JSONValue], claims: [String: JSONValue], signingInput: [UInt8], signature: [UInt8]) {
+        self.header = header
+        self.claims = claims
+        self.signingInput = signingInput
+        self.signature = signature
+    }
+
+    /// Splits and decodes `token`. Throws `.malformedJWS` (not three segments, empty header or
+    /// claims segment, non-strict base64url), `.malformedHeader` or `.malformedClaims` (not a JSON object).
+    public static func parse(_ token: String) throws(RejectReason) -> CompactJWS {
+        let utf8 = Array(token.utf8)
+        var dots: [Int] = []
+        for (i, b) in utf8.enumerated() where b == UInt8(ascii: ".") {
+            dots.append(i)
+            if dots.count > 2 { throw .malformedJWS }
+        }
+        guard dots.count == 2 else { throw .malformedJWS }
+        let headerSegment = utf8[0..<dots[0]]
+        let claimsSegment = utf8[(dots[0] + 1)..<dots[1]]
+        let signatureSegment = utf8[(dots[1] + 1)...]
+        guard !headerSegment.isEmpty, !claimsSegment.isEmpty,
+              let headerBytes = Base64URL.decode(String(decoding: headerSegment, as: UTF8.self)),
+              let claimsBytes = Base64URL.decode(String(decoding: claimsSegment, as: UTF8.self)),
+              let signature = Base64URL.decode(String(decoding: signatureSegment, as: UTF8.self))
+        else { throw .malformedJWS }
+        guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { throw .malformedHeader }
+        guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { throw .malformedClaims }
+        return CompactJWS(header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature)
+    }
+}

@@ -1,0 +1,61 @@
+/// The event semantics as a pure function of (event, current account state).
+///
+/// - A deleted account is final: nothing changes, no revocation (`.finalDeleted`).
+/// - Unknown types change nothing (`.ignored`), even for an unknown sub.
+/// - email-disabled/-enabled apply iff not older than the newest applied email event; never revoke.
+/// - consent-revoked always revokes sessions created at or before the event time; the status
+///   changes iff not older than the newest applied status event.
+/// - account-delete always applies (even late) and revokes all sessions.
+/// For an unknown sub (`current == nil`) and a known type, the row must be created: `accountChanged` is true.
+public enum EventRules {
+    /// Decides what `event` does to an account currently in state `current` (nil: never seen).
+    public static func apply(_ event: AppleEvent, to current: AccountState?) -> AccountDecision {
+        let old = current ?? .new
+        let t = event.eventTimeMillis
+
+        if old.status == .deleted {
+            return AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted)
+        }
+
+        func decision(_ state: AccountState, _ revoke: SessionRevocation, _ reason: String?, _ outcome: ApplyOutcome) -> AccountDecision {
+            AccountDecision(newState: state, accountChanged: current == nil || state != old,
+                            revokeSessions: revoke, revokeReason: reason, outcome: outcome)
+        }
+
+        var state = old
+        switch event.type {
+        case .unknown:
+            return AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .ignored)
+
+        case .emailDisabled, .emailEnabled:
+            if let last = old.emailEventTime, t < last {
+                return decision(old, .none, nil, .stale)
+            }
+            state.emailForwarding = event.type == .emailEnabled
+            state.email = event.email ?? old.email
+            state.isPrivateEmail = event.isPrivateEmail ?? old.isPrivateEmail
+            state.emailEventTime = t
+            state.lastEventTime = max(old.lastEventTime ?? t, t)
+            return decision(state, .none, nil, .applied)
+
+        case .consentRevoked:
+            let reason = "consent-revoked"
+            if let last = old.statusEventTime, t < last {
+                return decision(old, .createdAtOrBefore(t), reason, .stale)
+            }
+            state.status = .consentRevoked
+            state.statusEventTime = t
+            state.lastEventTime = max(old.lastEventTime ?? t, t)
+            return decision(state, .createdAtOrBefore(t), reason, .applied)
+
+        case .accountDelete:
+            state.status = .deleted
+            state.email = nil
+            state.isPrivateEmail = nil
+            state.emailForwarding = nil
+            state.statusEventTime = max(old.statusEventTime ?? t, t)
+            state.lastEventTime = max(old.lastEventTime ?? t, t)
+            return decision(state, .all, "account-delete", .applied)
+        }
+    }
+}

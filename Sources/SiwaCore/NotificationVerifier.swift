@@ -1,0 +1,276 @@
+/// Verifies Apple's server-to-server notification tokens against a `VerificationPolicy`.
+///
+/// Checks, first failure wins: structure, `alg` == RS256, `kid`, signature (via the caller's
+/// closure, called exactly once and only after the earlier checks passed), `iss`, `aud`, `exp`,
+/// `iat`, `jti`, `events`. Header members other than `alg` and `kid` are ignored.
+public struct NotificationVerifier: Sendable {
+    public var policy: VerificationPolicy
+
+    /// Maximum length (Unicode scalars) of `jti`.
+    public static let maxJTILength = 255
+    /// Maximum length (Unicode scalars) of the event's `sub`.
+    public static let maxSubLength = 255
+    /// Maximum length (Unicode scalars) of the event's `type`.
+    public static let maxTypeLength = 64
+    /// Maximum length (Unicode scalars) of the event's `email`.
+    public static let maxEmailLength = 320
+
+    public init(policy: VerificationPolicy) {
+        self.policy = policy
+    }
+
+    /// Body `{"payload":"..."}` -> token. Errors: `.malformedJSON`, `.missingPayload`.
+    public func extractToken(fromBody body: [UInt8]) throws(RejectReason) -> String {
+        guard !body.isEmpty, let object = (try? JSONParser.parse(body))?.objectValue else {
+            throw .malformedJSON
+        }
+        guard let token = object["payload"]?.stringValue, !token.isEmpty else { throw .missingPayload }
+        return token
+    }
+
+    /// Full verification of a compact JWS. `now` is Unix time in seconds.
+    public func verify(
+        token: String, now: Int64,
+        checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
+    ) throws(RejectReason) -> VerifiedNotification {
+        try run(token: token, now: now, checkSignature: checkSignature, record: nil)
+    }
+
+    /// `extractToken(fromBody:)` followed by `verify(token:now:checkSignature:)`.
+    public func verify(
+        body: [UInt8], now: Int64,
+        checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
+    ) throws(RejectReason) -> VerifiedNotification {
+        let token = try extractToken(fromBody: body)
+        return try verify(token: token, now: now, checkSignature: checkSignature)
+    }
+
+    /// Same checks as `verify`, reporting every step in order; stops at the first failure.
+    public func inspect(
+        token: String, now: Int64,
+        checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
+    ) -> [InspectionStep] {
+        var steps: [InspectionStep] = []
+        _ = try? run(token: token, now: now, checkSignature: checkSignature) { steps.append($0) }
+        return steps
+    }
+
+    // MARK: - Implementation
+
+    private struct Recorder {
+        let record: ((InspectionStep) -> Void)?
+
+        func pass(_ name: String, _ detail: @autoclosure () -> String) {
+            record?(InspectionStep(name: name, passed: true, reason: nil, detail: detail()))
+        }
+
+        func fail(_ name: String, _ reason: RejectReason, _ detail: @autoclosure () -> String) -> RejectReason {
+            record?(InspectionStep(name: name, passed: false, reason: reason, detail: detail()))
+            return reason
+        }
+    }
+
+    private func run(
+        token: String, now: Int64,
+        checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck,
+        record: ((InspectionStep) -> Void)?
+    ) throws(RejectReason) -> VerifiedNotification {
+        let r = Recorder(record: record)
+
+        // (1) structure
+        let jws: CompactJWS
+        do {
+            jws = try CompactJWS.parse(token)
+        } catch {
+            throw r.fail("structure", error, error.summary)
+        }
+        r.pass("structure", "3 segments; header and claims are JSON objects; signature \(jws.signature.count) bytes")
+
+        // (2) header: alg
+        guard let alg = jws.header["alg"]?.stringValue, alg == "RS256" else {
+            throw r.fail("header", .unsupportedAlgorithm, "alg is \(Self.describe(jws.header["alg"])), expected \"RS256\"")
+        }
+        r.pass("header", "alg is \"RS256\"")
+
+        // (3) kid, (4) signature
+        guard let kid = jws.header["kid"]?.stringValue, !kid.isEmpty else {
+            throw r.fail("key", .missingKid, "kid is \(Self.describe(jws.header["kid"])), expected a non-empty string")
+        }
+        switch checkSignature(kid, jws.signingInput, jws.signature) {
+        case .valid:
+            r.pass("key", "kid \(JSONValue.quoted(kid)) is a known key")
+            r.pass("signature", "RS256 signature is valid")
+        case .invalid:
+            r.pass("key", "kid \(JSONValue.quoted(kid)) is a known key")
+            throw r.fail("signature", .badSignature, "RS256 signature does not verify with key \(JSONValue.quoted(kid))")
+        case .unknownKey:
+            throw r.fail("key", .unknownKid, "no known key has kid \(JSONValue.quoted(kid))")
+        case .keysUnavailable:
+            throw r.fail("key", .keysUnavailable, "the key set is unavailable")
+        }
+
+        let claims = jws.claims
+
+        // (5) issuer
+        guard let issuer = claims["iss"]?.stringValue, issuer == policy.issuer else {
+            throw r.fail("issuer", .wrongIssuer, "iss is \(Self.describe(claims["iss"])), expected \(JSONValue.quoted(policy.issuer))")
+        }
+        r.pass("issuer", "iss is \(JSONValue.quoted(issuer))")
+
+        // (6) audience
+        guard let audience = claims["aud"]?.stringValue, policy.audiences.contains(audience) else {
+            let expected = policy.audiences.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
+            throw r.fail("audience", .wrongAudience, "aud is \(Self.describe(claims["aud"])), expected one of [\(expected)]")
+        }
+        r.pass("audience", "aud is \(JSONValue.quoted(audience))")
+
+        let skew = policy.clockSkewSeconds
+
+        // (7) expiry
+        var expiresAt: Int64?
+        if let exp = claims["exp"] {
+            guard let value = exp.int64Value else {
+                throw r.fail("expiry", .malformedClaims, "exp is \(Self.describe(exp)), expected an integral number")
+            }
+            if now > Self.saturatingAdd(value, skew) {
+                throw r.fail("expiry", .expired, "exp \(value) (\(Self.formatUTC(value))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew")
+            }
+            expiresAt = value
+            r.pass("expiry", "exp \(value) (\(Self.formatUTC(value)))")
+        } else {
+            r.pass("expiry", "no exp claim")
+        }
+
+        // (8) issued-at
+        var issuedAt: Int64?
+        if let iat = claims["iat"] {
+            guard let value = iat.int64Value else {
+                throw r.fail("issued-at", .malformedClaims, "iat is \(Self.describe(iat)), expected an integral number")
+            }
+            if value > Self.saturatingAdd(now, skew) {
+                throw r.fail("issued-at", .issuedInFuture, "iat \(value) (\(Self.formatUTC(value))) is after now \(now) (\(Self.formatUTC(now))) plus \(skew)s skew")
+            }
+            issuedAt = value
+            r.pass("issued-at", "iat \(value) (\(Self.formatUTC(value)))")
+        } else {
+            r.pass("issued-at", "no iat claim")
+        }
+
+        // (9) jti
+        guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.unicodeScalars.count <= Self.maxJTILength else {
+            throw r.fail("jti", .missingJTI, "jti is \(Self.describe(claims["jti"], limit: 40)), expected a non-empty string of at most \(Self.maxJTILength) characters")
+        }
+        r.pass("jti", "jti is \(JSONValue.quoted(jti))")
+
+        // (10) events
+        let event: AppleEvent
+        do {
+            event = try Self.parseEvent(claims["events"])
+        } catch {
+            throw r.fail("events", error, error.summary)
+        }
+        r.pass("events", Self.describe(event))
+
+        return VerifiedNotification(
+            jti: jti, issuer: issuer, audience: audience,
+            issuedAt: issuedAt, expiresAt: expiresAt, event: event,
+            claimsJSON: JSONValue.object(claims).serialized())
+    }
+
+    /// Parses the `events` claim: an object, or a string holding a JSON object.
+    static func parseEvent(_ value: JSONValue?) throws(RejectReason) -> AppleEvent {
+        let object: [String: JSONValue]
+        switch value {
+        case .object(let o)?:
+            object = o
+        case .string(let text)?:
+            guard let o = (try? JSONParser.parse(text))?.objectValue else { throw .malformedEvents }
+            object = o
+        default:
+            throw .malformedEvents
+        }
+        guard let sub = object["sub"]?.stringValue, !sub.isEmpty else { throw .missingSub }
+        guard sub.unicodeScalars.count <= maxSubLength else { throw .malformedEvents }
+        guard let type = object["type"]?.stringValue, !type.isEmpty else { throw .missingType }
+        guard type.unicodeScalars.count <= maxTypeLength else { throw .malformedEvents }
+        guard let eventTime = object["event_time"]?.int64Value else { throw .malformedEvents }
+        var email: String?
+        if let value = object["email"] {
+            guard let s = value.stringValue, s.unicodeScalars.count <= maxEmailLength else { throw .malformedEvents }
+            email = s
+        }
+        var isPrivateEmail: Bool?
+        if let value = object["is_private_email"] {
+            switch value {
+            case .bool(let b): isPrivateEmail = b
+            case .string("true"): isPrivateEmail = true
+            case .string("false"): isPrivateEmail = false
+            default: throw .malformedEvents
+            }
+        }
+        return AppleEvent(type: EventType(rawValue: type), sub: sub, eventTimeMillis: eventTime,
+                          email: email, isPrivateEmail: isPrivateEmail)
+    }
+
+    // MARK: - Helpers
+
+    static func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        if overflow { return b > 0 ? .max : .min }
+        return sum
+    }
+
+    /// A short human description of a claim value (strings shown quoted, truncated to `limit` characters).
+    static func describe(_ value: JSONValue?, limit: Int = 100) -> String {
+        guard let value else { return "missing" }
+        switch value {
+        case .null: return "null"
+        case .bool(let b): return "the boolean \(b)"
+        case .number: return "the number \(value.serialized())"
+        case .string(let s):
+            if s.isEmpty { return "an empty string" }
+            if s.unicodeScalars.count > limit {
+                var t = String.UnicodeScalarView()
+                t.append(contentsOf: s.unicodeScalars.prefix(limit))
+                return JSONValue.quoted(String(t)) + "… (\(s.unicodeScalars.count) characters)"
+            }
+            return JSONValue.quoted(s)
+        case .array(let a): return "an array of \(a.count) elements"
+        case .object: return "an object"
+        }
+    }
+
+    static func describe(_ event: AppleEvent) -> String {
+        var parts = ["type \(JSONValue.quoted(event.type.rawValue))\(event.type.isKnown ? "" : " (unknown, will be ignored)")",
+                     "sub \(JSONValue.quoted(event.sub))",
+                     "event_time \(event.eventTimeMillis) (\(formatUTC(event.eventTimeMillis / 1000)))"]
+        if let email = event.email { parts.append("email \(JSONValue.quoted(email))") }
+        if let p = event.isPrivateEmail { parts.append("is_private_email \(p)") }
+        return parts.joined(separator: ", ")
+    }
+
+    /// Formats Unix seconds as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC), without Foundation.
+    public static func formatUTC(_ seconds: Int64) -> String {
+        // Keep within a range where the arithmetic cannot overflow (years -9999...9999 roughly).
+        guard seconds > -315_000_000_000, seconds < 253_402_300_800 else { return "out of range" }
+        var days = seconds / 86_400
+        var rem = seconds % 86_400
+        if rem < 0 { rem += 86_400; days -= 1 }
+        // Howard Hinnant's civil_from_days.
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        var year = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let day = doy - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        if month <= 2 { year += 1 }
+        func pad(_ v: Int64, _ width: Int) -> String {
+            let s = String(v.magnitude)
+            return (v < 0 ? "-" : "") + String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(rem / 3600, 2)):\(pad(rem % 3600 / 60, 2)):\(pad(rem % 60, 2))Z"
+    }
+}

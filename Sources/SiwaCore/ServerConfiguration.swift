@@ -1,0 +1,165 @@
+/// The server's configuration, from `SIWA_*` environment variables and command-line overrides.
+public struct ServerConfiguration: Sendable, Equatable {
+    /// `SIWA_DATABASE_URL`; default nil (use the embedded PostgreSQL).
+    public var databaseURL: String?
+    /// `SIWA_DATA_DIR`; default `./.siwa`.
+    public var dataDirectory: String
+    /// `SIWA_AUDIENCES`, comma-separated (trimmed, empties dropped); required unless dev. Default empty.
+    public var audiences: [String]
+    /// `SIWA_JWKS_URL`; default `https://appleid.apple.com/auth/keys`.
+    public var jwksURL: String
+    /// `SIWA_LISTEN`; default `0.0.0.0:8080`.
+    public var listen: ListenAddress
+    /// `SIWA_PATH`; default `/apple/notifications` (must start with `/`).
+    public var path: String
+    /// `SIWA_ADMIN_LISTEN`; default `127.0.0.1:9090`.
+    public var adminListen: ListenAddress
+    /// `SIWA_MAX_BODY` in bytes; default 65536 (1024...10485760).
+    public var maxBody: Int
+    /// `SIWA_LOG_LEVEL`; default `info` (trace|debug|info|notice|warning|error|critical).
+    public var logLevel: String
+    /// `SIWA_LOG_FORMAT`; default `json` (json|text).
+    public var logFormat: String
+    /// `SIWA_CONNECTION_TIMEOUT` in seconds; default 10 (1...300).
+    public var connectionTimeout: Int
+    /// `SIWA_MAX_CONNECTIONS`; default 1024 (1...65536).
+    public var maxConnections: Int
+    /// `SIWA_HTTP_THREADS`; default 4 (1...256).
+    public var httpThreads: Int
+    /// `SIWA_MAX_ATTEMPTS`; default 12 (1...100).
+    public var maxAttempts: Int
+    /// `--dev`; default false.
+    public var dev: Bool
+
+    /// Audience always accepted in dev mode.
+    public static let devAudience = "com.example.siwa-notify.dev"
+
+    /// Accepted values of `logLevel`.
+    public static let logLevels = ["trace", "debug", "info", "notice", "warning", "error", "critical"]
+    /// Accepted values of `logFormat`.
+    public static let logFormats = ["json", "text"]
+
+    /// All defaults.
+    public init() {
+        databaseURL = nil
+        dataDirectory = "./.siwa"
+        audiences = []
+        jwksURL = "https://appleid.apple.com/auth/keys"
+        listen = ListenAddress(host: "0.0.0.0", port: 8080)
+        path = "/apple/notifications"
+        adminListen = ListenAddress(host: "127.0.0.1", port: 9090)
+        maxBody = 65_536
+        logLevel = "info"
+        logFormat = "json"
+        connectionTimeout = 10
+        maxConnections = 1024
+        httpThreads = 4
+        maxAttempts = 12
+        dev = false
+    }
+
+    /// Loads the configuration. `environment` is the process environment; `overrides` are
+    /// command-line values keyed by the same variable names (they win). Unknown `SIWA_` variables
+    /// are ignored; values are trimmed and an empty value counts as unset.
+    ///
+    /// In dev mode, audiences may be empty, `devAudience` is always appended, and non-loopback
+    /// listen hosts are replaced by 127.0.0.1 (the caller warns).
+    /// Errors name the variable (a listen/admin-listen clash is reported as `SIWA_ADMIN_LISTEN`).
+    public static func load(environment: [String: String], overrides: [String: String] = [:], dev: Bool = false) throws(ConfigurationError) -> ServerConfiguration {
+        func value(_ name: String) -> String? {
+            guard let raw = overrides[name] ?? environment[name] else { return nil }
+            let trimmed = trim(raw)
+            return trimmed.isEmpty ? nil : trimmed
+        }
+        func integer(_ name: String, _ range: ClosedRange<Int>, default def: Int) throws(ConfigurationError) -> Int {
+            guard let text = value(name) else { return def }
+            guard let n = Int(text), range.contains(n) else {
+                throw ConfigurationError(variable: name, problem: "must be an integer between \(range.lowerBound) and \(range.upperBound)")
+            }
+            return n
+        }
+        func address(_ name: String, default def: ListenAddress) throws(ConfigurationError) -> ListenAddress {
+            guard let text = value(name) else { return def }
+            guard let parsed = ListenAddress.parse(text) else {
+                throw ConfigurationError(variable: name, problem: "must be host:port with an IPv4 address, a bracketed IPv6 address or localhost, and a port 0-65535")
+            }
+            return parsed
+        }
+
+        var config = ServerConfiguration()
+        config.dev = dev
+        config.databaseURL = value("SIWA_DATABASE_URL")
+        if let dir = value("SIWA_DATA_DIR") { config.dataDirectory = dir }
+
+        config.audiences = (value("SIWA_AUDIENCES") ?? "")
+            .split(separator: ",", omittingEmptySubsequences: true)
+            .map { trim(String($0)) }
+            .filter { !$0.isEmpty }
+        if dev {
+            if !config.audiences.contains(devAudience) { config.audiences.append(devAudience) }
+        } else if config.audiences.isEmpty {
+            throw ConfigurationError(variable: "SIWA_AUDIENCES", problem: "is required: the comma-separated client ids (audiences) of your app")
+        }
+
+        if let url = value("SIWA_JWKS_URL") {
+            if let problem = JWKSLocation.problem(with: url) {
+                throw ConfigurationError(variable: "SIWA_JWKS_URL", problem: problem)
+            }
+            config.jwksURL = url
+        }
+
+        config.listen = try address("SIWA_LISTEN", default: config.listen)
+        if let path = value("SIWA_PATH") {
+            guard path.hasPrefix("/"), path.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }) else {
+                throw ConfigurationError(variable: "SIWA_PATH", problem: "must start with \"/\" and contain no spaces, control characters, \"?\" or \"#\"")
+            }
+            config.path = path
+        }
+        config.adminListen = try address("SIWA_ADMIN_LISTEN", default: config.adminListen)
+
+        config.maxBody = try integer("SIWA_MAX_BODY", 1024...10_485_760, default: config.maxBody)
+
+        if let level = value("SIWA_LOG_LEVEL") {
+            let lower = level.lowercased()
+            guard logLevels.contains(lower) else {
+                throw ConfigurationError(variable: "SIWA_LOG_LEVEL", problem: "must be one of " + logLevels.joined(separator: ", "))
+            }
+            config.logLevel = lower
+        }
+        if let format = value("SIWA_LOG_FORMAT") {
+            let lower = format.lowercased()
+            guard logFormats.contains(lower) else {
+                throw ConfigurationError(variable: "SIWA_LOG_FORMAT", problem: "must be one of " + logFormats.joined(separator: ", "))
+            }
+            config.logFormat = lower
+        }
+
+        config.connectionTimeout = try integer("SIWA_CONNECTION_TIMEOUT", 1...300, default: config.connectionTimeout)
+        config.maxConnections = try integer("SIWA_MAX_CONNECTIONS", 1...65_536, default: config.maxConnections)
+        config.httpThreads = try integer("SIWA_HTTP_THREADS", 1...256, default: config.httpThreads)
+        config.maxAttempts = try integer("SIWA_MAX_ATTEMPTS", 1...100, default: config.maxAttempts)
+
+        if dev {
+            if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }
+            if !config.adminListen.isLoopback { config.adminListen.host = "127.0.0.1" }
+        }
+
+        if conflicts(config.listen, config.adminListen) {
+            throw ConfigurationError(variable: "SIWA_ADMIN_LISTEN", problem: "must differ from SIWA_LISTEN (\(config.listen))")
+        }
+        return config
+    }
+
+    /// Two listeners clash when they use the same non-zero port on the same host, or when either is a wildcard address.
+    static func conflicts(_ a: ListenAddress, _ b: ListenAddress) -> Bool {
+        guard a.port == b.port, a.port != 0 else { return false }
+        return a.host == b.host || a.isUnspecified || b.isUnspecified
+    }
+
+    static func trim(_ s: String) -> String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
+        guard let first = s.firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = s.lastIndex(where: { !isSpace($0) })!
+        return String(s[first...last])
+    }
+}

@@ -1,0 +1,56 @@
+import CMicroHTTPD
+import Synchronization
+
+/// Per-request state, owned by libmicrohttpd through `con_cls` (retained on the first
+/// access call, released in the completion callback).
+///
+/// `@unchecked Sendable`: the request fields (`head`, `body`, counters) are only touched from
+/// the access callback, which libmicrohttpd runs for one connection on one thread at a time;
+/// the hand-over of the response between threads goes through `exchange` (a `Mutex`).
+final class ConnectionState: @unchecked Sendable {
+    struct Exchange {
+        var response: HTTPResponse?
+        var suspended = false
+        var queued = false
+    }
+
+    let connection: OpaquePointer
+    var head: HTTPRequestHead
+    var body: [UInt8] = []
+    var discarded = 0
+    var tooLarge = false
+    var dispatched = false
+    let exchange = Mutex(Exchange())
+
+    init(connection: OpaquePointer, head: HTTPRequestHead) {
+        self.connection = connection
+        self.head = head
+    }
+
+    /// Stores the response; resumes the connection when it is waiting for it.
+    func deliver(_ response: HTTPResponse) {
+        exchange.withLock { ex in
+            guard ex.response == nil else { return }
+            ex.response = response
+            if ex.suspended {
+                ex.suspended = false
+                MHD_resume_connection(connection)
+            }
+        }
+    }
+
+    /// Called from the access callback once the request is complete: takes the response if it
+    /// is ready, else marks the connection suspended (and suspends it) in one step.
+    func takeResponseOrSuspend() -> HTTPResponse? {
+        exchange.withLock { ex in
+            if let response = ex.response {
+                if ex.queued { return nil }
+                ex.queued = true
+                return response
+            }
+            ex.suspended = true
+            MHD_suspend_connection(connection)
+            return nil
+        }
+    }
+}

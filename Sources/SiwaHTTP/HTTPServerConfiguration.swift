@@ -1,0 +1,29 @@
+/// How one libmicrohttpd listener runs. Every field has a documented default.
+public struct HTTPServerConfiguration: Sendable, Equatable {
+    /// Numeric IPv4 or IPv6 address to bind. Default `127.0.0.1`.
+    public var host: String
+    /// TCP port; `0` picks a free one (read it back from `HTTPServer.port`). Default `8080`.
+    public var port: UInt16
+    /// Threads in the polling pool (epoll). Default `4`.
+    public var threads: Int
+    /// Seconds of inactivity after which a connection is closed (slowloris guard). Default `10`.
+    public var connectionTimeout: Int
+    /// Concurrent connections accepted; more are refused. Default `1024`.
+    public var connectionLimit: Int
+    /// Per-connection memory for headers and upload chunks. Default 32 KiB.
+    public var connectionMemoryLimit: Int
+    /// Largest request body kept; larger bodies are answered by `HTTPHandler.bodyTooLarge`. Default 64 KiB.
+    public var maxBody: Int
+
+    public init(host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,
+                connectionTimeout: Int = 10, connectionLimit: Int = 1024,
+                connectionMemoryLimit: Int = 32 * 1024, maxBody: Int = 64 * 1024) {
+        self.host = host
+        self.port = port
+        self.threads = threads
+        self.connectionTimeout = connectionTimeout
+        self.connectionLimit = connectionLimit
+        self.connectionMemoryLimit = connectionMemoryLimit
+        self.maxBody = maxBody
+    }
+}

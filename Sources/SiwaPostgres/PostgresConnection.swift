@@ -1,0 +1,177 @@
+import CPostgres
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One libpq connection (`PGconn*`). Not `Sendable`: use it from one thread at a time
+/// (`PostgresPool` hands connections out).
+public final class PostgresConnection {
+    private var conn: OpaquePointer?
+    public let conninfo: String
+    private let setup: ((PostgresConnection) throws(PostgresError) -> Void)?
+    private var preparedNames: Set<String> = []
+
+    /// Opens a connection. `setup` runs after every (re)connect: prepare statements and LISTEN there.
+    public init(conninfo: String, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
+                setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil) throws(PostgresError) {
+        self.conninfo = conninfo
+        self.setup = setup
+        self.conn = siwa_pq_connect(conninfo, String(connectTimeout), applicationName)
+        guard let conn, PQstatus(conn) == CONNECTION_OK else {
+            let message = conn.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
+            if let conn { PQfinish(conn) }
+            self.conn = nil
+            throw PostgresError(code: .connectionFailed, serverMessage: firstLine(message))
+        }
+        try runSetup()
+    }
+
+    deinit {
+        if let conn { PQfinish(conn) }
+    }
+
+    /// True while the connection is usable.
+    public var isHealthy: Bool {
+        guard let conn else { return false }
+        return PQstatus(conn) == CONNECTION_OK
+    }
+
+    /// Reconnects (`PQreset`) and runs `setup` again (re-prepare, re-LISTEN).
+    public func reconnect() throws(PostgresError) {
+        guard let conn else { throw PostgresError(code: .connectionFailed) }
+        PQreset(conn)
+        guard PQstatus(conn) == CONNECTION_OK else {
+            throw PostgresError(code: .connectionFailed, serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
+        }
+        preparedNames = []
+        try runSetup()
+    }
+
+    private func runSetup() throws(PostgresError) {
+        if let setup { try setup(self) }
+    }
+
+    /// Runs one command with text parameters `$1...`.
+    @discardableResult
+    public func execute(_ sql: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresResult {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        let result: OpaquePointer? = withCStrings(parameters) { pointers in
+            if parameters.isEmpty { return PQexec(conn, sql) }
+            return PQexecParams(conn, sql, Int32(parameters.count), nil, pointers, nil, nil, 0)
+        }
+        return try consume(result)
+    }
+
+    /// Prepares `sql` under `name` on this connection (once; repeated calls are no-ops).
+    public func prepare(_ name: String, _ sql: String) throws(PostgresError) {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        if preparedNames.contains(name) { return }
+        _ = try consume(PQprepare(conn, name, sql, 0, nil))
+        preparedNames.insert(name)
+    }
+
+    /// Runs a statement prepared with `prepare`.
+    @discardableResult
+    public func executePrepared(_ name: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresResult {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        let result: OpaquePointer? = withCStrings(parameters) { pointers in
+            PQexecPrepared(conn, name, Int32(parameters.count), pointers, nil, nil, 0)
+        }
+        return try consume(result)
+    }
+
+    /// Runs `body` inside BEGIN/COMMIT; rolls back when it throws.
+    public func transaction<T>(_ body: (PostgresConnection) throws(PostgresError) -> T) throws(PostgresError) -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body(self)
+            try execute("COMMIT")
+            return value
+        } catch {
+            if isHealthy { _ = try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Waits up to `timeout` seconds for NOTIFY messages on channels this connection LISTENs to;
+    /// returns their channel names (empty on timeout). Throws when the connection broke.
+    public func waitForNotifications(timeout: Double) throws(PostgresError) -> [String] {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        var channels = drainNotifications(conn)
+        if !channels.isEmpty { return channels }
+        let ready = siwa_pq_wait_readable(conn, Int32(max(0, timeout * 1000)))
+        if ready < 0 { throw PostgresError(code: .connectionLost) }
+        if ready > 0 {
+            if PQconsumeInput(conn) == 0 || PQstatus(conn) != CONNECTION_OK {
+                throw PostgresError(code: .connectionLost, serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
+            }
+            channels = drainNotifications(conn)
+        }
+        return channels
+    }
+
+    private func drainNotifications(_ conn: OpaquePointer) -> [String] {
+        var channels: [String] = []
+        while let notify = PQnotifies(conn) {
+            channels.append(String(cString: notify.pointee.relname))
+            PQfreemem(notify)
+        }
+        return channels
+    }
+
+    private func consume(_ result: OpaquePointer?) throws(PostgresError) -> PostgresResult {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        guard let result else {
+            throw PostgresError(code: PQstatus(conn) == CONNECTION_OK ? .queryFailed : .connectionLost,
+                                serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
+        }
+        defer { PQclear(result) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            break
+        default:
+            let state = PQresultErrorField(result, SIWA_PG_DIAG_SQLSTATE).map { String(cString: $0) }
+            let primary = PQresultErrorField(result, SIWA_PG_DIAG_MESSAGE_PRIMARY).map { String(cString: $0) }
+                ?? firstLine(String(cString: PQerrorMessage(conn)))
+            let lost = PQstatus(conn) != CONNECTION_OK
+            throw PostgresError(code: lost ? .connectionLost : .queryFailed, sqlState: state, serverMessage: primary)
+        }
+        let columnCount = Int(PQnfields(result))
+        let rowCount = Int(PQntuples(result))
+        var columns: [String] = []
+        columns.reserveCapacity(columnCount)
+        for c in 0..<columnCount {
+            columns.append(String(cString: PQfname(result, Int32(c))))
+        }
+        var rows: [[String?]] = []
+        rows.reserveCapacity(rowCount)
+        for r in 0..<rowCount {
+            var row: [String?] = []
+            row.reserveCapacity(columnCount)
+            for c in 0..<columnCount {
+                if PQgetisnull(result, Int32(r), Int32(c)) == 1 {
+                    row.append(nil)
+                } else {
+                    row.append(String(cString: PQgetvalue(result, Int32(r), Int32(c))))
+                }
+            }
+            rows.append(row)
+        }
+        let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
+        return PostgresResult(columns: columns, rows: rows, affectedRows: affected)
+    }
+}
+
+@available(*, unavailable)
+extension PostgresConnection: Sendable {}
+
+private func firstLine(_ text: String) -> String {
+    String(text.split(separator: "\n", maxSplits: 1).first ?? "")
+}
+
+/// Calls `body` with a C array of NUL-terminated copies of `strings` (NULL for nil).
+private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    let storage: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0)! } }
+    defer { for p in storage { free(p) } }
+    return body(storage.map { $0.map { UnsafePointer($0) } })
+}

@@ -1,0 +1,111 @@
+import Foundation
+
+/// A fixed-size pool of blocking libpq connections, shared across threads. Connections open
+/// lazily; a connection that broke is dropped and the next checkout opens a fresh one (running
+/// `setup` again, so prepared statements come back after a database restart).
+public final class PostgresPool: @unchecked Sendable {
+    // @unchecked: `idle` and `open` are only touched with `condition` locked; a checked-out
+    // connection belongs to the one thread that holds it.
+    public let conninfo: String
+    public let size: Int
+    private let connectTimeout: Int
+    private let applicationName: String
+    private let setup: @Sendable (PostgresConnection) throws(PostgresError) -> Void
+    private let condition = NSCondition()
+    private var idle: [PostgresConnection] = []
+    private var open = 0
+    private var closed = false
+
+    public init(conninfo: String, size: Int, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
+                setup: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Void = { _ throws(PostgresError) in }) {
+        self.conninfo = conninfo
+        self.size = max(1, size)
+        self.connectTimeout = connectTimeout
+        self.applicationName = applicationName
+        self.setup = setup
+    }
+
+    /// Connections currently open (idle or in use).
+    public var openConnections: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return open
+    }
+
+    /// Connections currently checked out.
+    public var busyConnections: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return open - idle.count
+    }
+
+    /// Runs `body` with a connection of its own; waits up to `timeout` seconds for one.
+    public func withConnection<T>(timeout: Double = 30, _ body: (PostgresConnection) throws -> T) throws -> T {
+        let connection = try checkout(timeout: timeout)
+        do {
+            let value = try body(connection)
+            checkin(connection, broken: !connection.isHealthy)
+            return value
+        } catch let error as PostgresError {
+            checkin(connection, broken: error.isConnectionProblem || !connection.isHealthy)
+            throw error
+        } catch {
+            checkin(connection, broken: !connection.isHealthy)
+            throw error
+        }
+    }
+
+    /// Closes idle connections; busy ones close when returned.
+    public func close() {
+        condition.lock()
+        closed = true
+        open -= idle.count
+        idle.removeAll()
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func checkout(timeout: Double) throws -> PostgresConnection {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        while true {
+            if closed {
+                condition.unlock()
+                throw PostgresError(code: .connectionFailed, serverMessage: "pool closed")
+            }
+            if let connection = idle.popLast() {
+                condition.unlock()
+                return connection
+            }
+            if open < size {
+                open += 1
+                condition.unlock()
+                do {
+                    return try PostgresConnection(conninfo: conninfo, connectTimeout: connectTimeout,
+                                                  applicationName: applicationName, setup: setup)
+                } catch {
+                    condition.lock()
+                    open -= 1
+                    condition.signal()
+                    condition.unlock()
+                    throw error
+                }
+            }
+            if !condition.wait(until: deadline) {
+                condition.unlock()
+                throw PostgresError(code: .connectionFailed, serverMessage: "no free connection in the pool")
+            }
+        }
+    }
+
+    private func checkin(_ connection: PostgresConnection, broken: Bool) {
+        condition.lock()
+        if broken || closed {
+            open -= 1
+        } else {
+            idle.append(connection)
+        }
+        condition.signal()
+        condition.unlock()
+    }
+}

@@ -1,0 +1,87 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Logging
+import SiwaApp
+import SiwaCore
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Receiver and worker in one process (the default way to run it).",
+        discussion: "Without SIWA_DATABASE_URL it runs an embedded private PostgreSQL under SIWA_DATA_DIR.")
+
+    @OptionGroup var options: ConfigurationOptions
+    @Flag(help: "Development mode: trust the local dev key (see `simulate`), listen on loopback only.")
+    var dev = false
+
+    func run() throws {
+        try Runner.run(options: options, dev: dev, roles: .all)
+    }
+}
+
+struct Receive: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Only the public listener: verify and commit notifications (scale apart from workers).")
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        try Runner.run(options: options, dev: false, roles: .receive)
+    }
+}
+
+struct Work: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Only the worker: apply committed events to accounts and sessions (many may run).")
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        try Runner.run(options: options, dev: false, roles: .work, audiencesRequired: false)
+    }
+}
+
+struct Migrate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Apply schema.sql to SIWA_DATABASE_URL (idempotent, safe on every deploy).")
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(dev: true)
+        guard let url = config.databaseURL else {
+            throw CLIError("SIWA_DATABASE_URL: required by migrate (serve applies the schema to its embedded database itself)")
+        }
+        do {
+            try Migrator.migrate(conninfo: url)
+        } catch {
+            throw CLIError("migrate failed: \(error) \(error.serverMessage)")
+        }
+        print("schema applied")
+    }
+}
+
+enum Runner {
+    static func run(options: ConfigurationOptions, dev: Bool, roles: Application.Roles, audiencesRequired: Bool = true) throws {
+        // The worker does not check audiences: load as dev for validation, then restore.
+        var config = try options.load(dev: dev || !audiencesRequired)
+        if !dev { config.dev = false }
+        let logger = Bootstrap.logging(config)
+        let app = Application(configuration: config, roles: roles, logger: logger)
+        let stop = DispatchSemaphore(value: 0)
+        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { stop.signal() }
+            source.resume()
+            return source
+        }
+        do {
+            try app.start()
+        } catch {
+            app.shutdown()
+            throw CLIError("cannot start: \(error)")
+        }
+        stop.wait()
+        logger.notice("shutting down")
+        app.shutdown()
+        sources.forEach { $0.cancel() }
+    }
+}

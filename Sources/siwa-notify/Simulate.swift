@@ -1,0 +1,47 @@
+import ArgumentParser
+import Foundation
+import SiwaApp
+import SiwaCore
+
+struct Simulate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign an Apple-shaped notification with the local dev key and POST it (for `serve --dev`).",
+        discussion: "Like `stripe trigger`: exercises the whole path without Apple. Only a server started with --dev trusts the key.")
+
+    @Option(help: "email-disabled | email-enabled | consent-revoked | account-delete (or any string, to see it ignored).")
+    var type: String
+    @Option(help: "The Apple user id (sub).")
+    var sub: String
+    @Option(help: "Email address for the email events.")
+    var email: String?
+    @Flag(name: .customLong("private"), help: "Mark the email as a private relay address.")
+    var isPrivate = false
+    @Option(help: "Endpoint URL. Default: the local listener from SIWA_LISTEN and SIWA_PATH.")
+    var url: String?
+    @Option(help: "event_time in milliseconds since the epoch. Default: now.")
+    var eventTime: Int64?
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(dev: true)
+        let key = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory)
+        let signer = NotificationSigner(key: key, kid: DevKey.kid)
+        let audience = config.audiences.first ?? ServerConfiguration.devAudience
+        let claims = NotificationSigner.claims(audience: audience, type: type, sub: sub, eventTimeMillis: eventTime,
+                                               email: email, isPrivateEmail: email == nil && !isPrivate ? nil : isPrivate)
+        let token = try signer.sign(claims: claims)
+        let host = config.listen.host == "0.0.0.0" ? "127.0.0.1" : (config.listen.host.contains(":") ? "[\(config.listen.host)]" : config.listen.host)
+        let target = url ?? "http://\(host):\(config.listen.port)\(config.path)"
+        let response: (status: Int, body: String)
+        do {
+            let r = try NotificationSigner.post(body: NotificationSigner.body(token: token), to: target)
+            response = (r.status, String(decoding: r.body, as: UTF8.self))
+        } catch {
+            throw CLIError("cannot reach \(target): \(error) (is `siwa-notify serve --dev` running?)")
+        }
+        print("\(response.status) \(response.body)")
+        if response.status != 200 {
+            throw ExitCode(1)
+        }
+    }
+}

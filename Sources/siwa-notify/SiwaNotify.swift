@@ -1,0 +1,12 @@
+import ArgumentParser
+
+@main
+struct SiwaNotify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "siwa-notify",
+        abstract: "Receives Sign in with Apple server-to-server notifications: verified, durable, applied exactly once.",
+        discussion: "Configuration comes from SIWA_* environment variables; a flag of the same name overrides one.",
+        subcommands: [Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self],
+        defaultSubcommand: Serve.self
+    )
+}

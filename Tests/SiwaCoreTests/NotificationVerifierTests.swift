@@ -1,0 +1,407 @@
+import Testing
+@testable import SiwaCore
+
+@Suite struct NotificationVerifierTests {
+    let verifier = Fixture.verifier
+
+    func verify(_ token: String, now: Int64 = Fixture.now, result: SignatureCheck = .valid) throws(RejectReason) -> VerifiedNotification {
+        try verifier.verify(token: token, now: now) { _, _, _ in result }
+    }
+
+    func reason(_ token: String, now: Int64 = Fixture.now, result: SignatureCheck = .valid) -> RejectReason? {
+        do {
+            _ = try verify(token, now: now, result: result)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    func reason(claims: [String: JSONValue]) -> RejectReason? { reason(Fixture.token(claims: claims)) }
+
+    func reason(events: [String: JSONValue]) -> RejectReason? { reason(claims: Fixture.claims(events: events)) }
+
+    // MARK: Happy path
+
+    @Test func verifiesRealAppleShape() throws {
+        let n = try verify(Fixture.token())
+        #expect(n.jti == "8sIboCeUBQuZ0M7x91YKZQ")
+        #expect(n.issuer == "https://appleid.apple.com")
+        #expect(n.audience == Fixture.audience)
+        #expect(n.issuedAt == Fixture.iat)
+        #expect(n.expiresAt == Fixture.exp)
+        #expect(n.event == AppleEvent(type: .consentRevoked, sub: Fixture.sub, eventTimeMillis: Fixture.eventTime))
+        #expect(n.claimsJSON == JSONValue.object(Fixture.claims).serialized())
+        #expect(try JSONParser.parse(n.claimsJSON) == .object(Fixture.claims))
+    }
+
+    @Test func verifiesExactAppleClaimsText() throws {
+        let claimsText = #"{"iss":"https://appleid.apple.com","aud":"de.lunaone.sign-in-with-apple-example","exp":1752658597,"iat":1752572197,"jti":"8sIboCeUBQuZ0M7x91YKZQ","events":"{\"type\":\"consent-revoked\",\"sub\":\"000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105\",\"event_time\":1752572190719}"}"#
+        let n = try verify(Fixture.token(headerJSON: Fixture.headerJSON, claimsJSON: claimsText))
+        #expect(n.event.type == .consentRevoked)
+        #expect(n.event.eventTimeMillis == 1_752_572_190_719)
+        #expect(n.claimsJSON.hasPrefix(#"{"aud":"de.lunaone.sign-in-with-apple-example","events":"#))
+    }
+
+    @Test func eventsMayBeAnObject() throws {
+        var claims = Fixture.claims
+        claims["events"] = .object(Fixture.eventMembers)
+        let n = try verify(Fixture.token(claims: claims))
+        #expect(n.event.sub == Fixture.sub)
+        #expect(n.event.type == .consentRevoked)
+    }
+
+    @Test func expAndIatAreOptional() throws {
+        var claims = Fixture.claims
+        claims["exp"] = nil
+        claims["iat"] = nil
+        let n = try verify(Fixture.token(claims: claims), now: Fixture.exp + 1_000_000)
+        #expect(n.expiresAt == nil)
+        #expect(n.issuedAt == nil)
+    }
+
+    @Test func otherHeaderMembersAreIgnored() throws {
+        var header = Fixture.header
+        header["typ"] = .string("JWT")
+        header["jku"] = .string("https://evil.example/keys")
+        header["x5u"] = .string("https://evil.example/cert")
+        header["jwk"] = .object(["kty": .string("RSA")])
+        header["crit"] = .array([.string("exp")])
+        let spy = SignatureSpy(.valid)
+        _ = try verifier.verify(token: Fixture.token(header: header), now: Fixture.now, checkSignature: spy.check)
+        #expect(spy.calls.count == 1)
+        #expect(spy.calls[0].kid == "E6q83RB15n")
+    }
+
+    @Test func acceptsAnyConfiguredAudience() throws {
+        let v = NotificationVerifier(policy: VerificationPolicy(audiences: ["com.other", Fixture.audience]))
+        #expect(try v.verify(token: Fixture.token(), now: Fixture.now) { _, _, _ in .valid }.audience == Fixture.audience)
+    }
+
+    @Test func customIssuer() throws {
+        let v = NotificationVerifier(policy: VerificationPolicy(audiences: [Fixture.audience], issuer: "https://issuer.test"))
+        #expect(throws: RejectReason.wrongIssuer) { try v.verify(token: Fixture.token(), now: Fixture.now) { _, _, _ in .valid } }
+        var claims = Fixture.claims
+        claims["iss"] = .string("https://issuer.test")
+        #expect(try v.verify(token: Fixture.token(claims: claims), now: Fixture.now) { _, _, _ in .valid }.issuer == "https://issuer.test")
+    }
+
+    // MARK: Signature closure contract
+
+    @Test func signatureClosureGetsKidInputAndSignature() throws {
+        let token = Fixture.token()
+        let spy = SignatureSpy(.valid)
+        _ = try verifier.verify(token: token, now: Fixture.now, checkSignature: spy.check)
+        #expect(spy.calls.count == 1)
+        #expect(spy.calls[0].kid == "E6q83RB15n")
+        let lastDot = token.lastIndex(of: ".")!
+        #expect(spy.calls[0].signingInput == Array(token[..<lastDot].utf8))
+        #expect(spy.calls[0].signature == Fixture.signature)
+    }
+
+    @Test func signatureClosureNotCalledBeforeStructureAlgKidPass() {
+        var noKid = Fixture.header
+        noKid["kid"] = nil
+        var noneAlg = Fixture.header
+        noneAlg["alg"] = .string("none")
+        for token in ["garbage", Fixture.token(header: noKid), Fixture.token(header: noneAlg), Fixture.token(headerJSON: "[]", claimsJSON: "{}")] {
+            let spy = SignatureSpy(.valid)
+            #expect(throws: RejectReason.self) { try verifier.verify(token: token, now: Fixture.now, checkSignature: spy.check) }
+            #expect(spy.calls.isEmpty)
+        }
+    }
+
+    @Test func signatureIsCheckedBeforeClaims() {
+        // Claims are all wrong, but a bad signature must win.
+        let claims: [String: JSONValue] = ["iss": .string("x"), "aud": .array([]), "exp": .number(0)]
+        let spy = SignatureSpy(.invalid)
+        #expect(throws: RejectReason.badSignature) {
+            try verifier.verify(token: Fixture.token(claims: claims), now: Fixture.now, checkSignature: spy.check)
+        }
+        #expect(spy.calls.count == 1)
+    }
+
+    @Test func signatureResults() {
+        #expect(reason(Fixture.token(), result: .invalid) == .badSignature)
+        #expect(reason(Fixture.token(), result: .unknownKey) == .unknownKid)
+        #expect(reason(Fixture.token(), result: .keysUnavailable) == .keysUnavailable)
+        #expect(reason(Fixture.token(), result: .valid) == nil)
+    }
+
+    @Test func emptySignatureFailsAsBadSignatureWhenVerifierSaysInvalid() {
+        let spy = SignatureSpy(.invalid)
+        #expect(throws: RejectReason.badSignature) {
+            try verifier.verify(token: Fixture.token(signature: []), now: Fixture.now, checkSignature: spy.check)
+        }
+        #expect(spy.calls.first?.signature == [])
+    }
+
+    // MARK: Structure and header
+
+    @Test func structureErrors() {
+        #expect(reason("") == .malformedJWS)
+        #expect(reason("a.b") == .malformedJWS)
+        #expect(reason(Fixture.token(headerJSON: "nope", claimsJSON: "{}")) == .malformedHeader)
+        #expect(reason(Fixture.token(headerJSON: Fixture.headerJSON, claimsJSON: "[1]")) == .malformedClaims)
+    }
+
+    @Test func algorithmMustBeExactlyRS256() {
+        let bad: [JSONValue?] = [nil, .string("none"), .string("None"), .string("HS256"), .string("RS512"), .string("PS256"),
+                                 .string("ES256"), .string("rs256"), .string("RS256 "), .string(""), .null, .number(256),
+                                 .array([.string("RS256")]), .object(["alg": .string("RS256")]), .bool(true)]
+        for alg in bad {
+            var header = Fixture.header
+            header["alg"] = alg
+            #expect(reason(Fixture.token(header: header)) == .unsupportedAlgorithm, "alg \(String(describing: alg))")
+        }
+    }
+
+    @Test func algIsCheckedBeforeKid() {
+        #expect(reason(Fixture.token(header: ["alg": .string("none")])) == .unsupportedAlgorithm)
+    }
+
+    @Test func kidMustBeNonEmptyString() {
+        for kid: JSONValue? in [nil, .string(""), .number(1), .null, .array([.string("E6q83RB15n")]), .bool(false)] {
+            var header = Fixture.header
+            header["kid"] = kid
+            #expect(reason(Fixture.token(header: header)) == .missingKid)
+        }
+    }
+
+    // MARK: Claims
+
+    @Test func issuer() {
+        for iss: JSONValue? in [nil, .string("https://appleid.apple.com/"), .string("http://appleid.apple.com"), .string(""),
+                                .string("HTTPS://APPLEID.APPLE.COM"), .number(1), .array([.string("https://appleid.apple.com")]), .null] {
+            var claims = Fixture.claims
+            claims["iss"] = iss
+            #expect(reason(claims: claims) == .wrongIssuer, "iss \(String(describing: iss))")
+        }
+    }
+
+    @Test func audience() {
+        for aud: JSONValue? in [nil, .string("com.other"), .string(""), .string(Fixture.audience.uppercased()),
+                                .array([.string(Fixture.audience)]), .number(1), .null, .object([:])] {
+            var claims = Fixture.claims
+            claims["aud"] = aud
+            #expect(reason(claims: claims) == .wrongAudience, "aud \(String(describing: aud))")
+        }
+    }
+
+    @Test func issuerIsCheckedBeforeAudience() {
+        var claims = Fixture.claims
+        claims["iss"] = nil
+        claims["aud"] = nil
+        #expect(reason(claims: claims) == .wrongIssuer)
+    }
+
+    @Test func expiryBoundaries() {
+        let token = Fixture.token()
+        #expect(reason(token, now: Fixture.exp) == nil)
+        #expect(reason(token, now: Fixture.exp + 60) == nil)
+        #expect(reason(token, now: Fixture.exp + 61) == .expired)
+        #expect(reason(token, now: Int64.max) == .expired)
+    }
+
+    @Test func zeroSkew() {
+        let v = NotificationVerifier(policy: VerificationPolicy(audiences: [Fixture.audience], clockSkewSeconds: 0))
+        #expect(throws: RejectReason.expired) { try v.verify(token: Fixture.token(), now: Fixture.exp + 1) { _, _, _ in .valid } }
+        #expect(throws: RejectReason.issuedInFuture) { try v.verify(token: Fixture.token(), now: Fixture.iat - 1) { _, _, _ in .valid } }
+    }
+
+    @Test func hugeSkewDoesNotOverflow() throws {
+        let v = NotificationVerifier(policy: VerificationPolicy(audiences: [Fixture.audience], clockSkewSeconds: .max))
+        #expect(try v.verify(token: Fixture.token(), now: Int64.max) { _, _, _ in .valid }.jti == "8sIboCeUBQuZ0M7x91YKZQ")
+    }
+
+    @Test func issuedAtBoundaries() {
+        let token = Fixture.token()
+        #expect(reason(token, now: Fixture.iat - 60) == nil)
+        #expect(reason(token, now: Fixture.iat - 61) == .issuedInFuture)
+        var claims = Fixture.claims
+        claims["exp"] = nil
+        #expect(reason(Fixture.token(claims: claims), now: Int64.min) == .issuedInFuture)
+    }
+
+    @Test func expMustBeIntegralNumber() {
+        for exp: JSONValue in [.string("1752658597"), .number(1_752_658_597.5), .null, .bool(true), .array([]), .number(1e300)] {
+            var claims = Fixture.claims
+            claims["exp"] = exp
+            #expect(reason(claims: claims) == .malformedClaims, "exp \(exp)")
+        }
+    }
+
+    @Test func iatMustBeIntegralNumber() {
+        for iat: JSONValue in [.string("1752572197"), .number(0.5), .null, .bool(false), .object([:])] {
+            var claims = Fixture.claims
+            claims["iat"] = iat
+            #expect(reason(claims: claims) == .malformedClaims, "iat \(iat)")
+        }
+    }
+
+    @Test func expiryIsCheckedBeforeIssuedAt() {
+        var claims = Fixture.claims
+        claims["iat"] = .string("bad")
+        #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .expired)
+    }
+
+    @Test func audienceIsCheckedBeforeExpiry() {
+        var claims = Fixture.claims
+        claims["aud"] = .string("nope")
+        #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .wrongAudience)
+    }
+
+    @Test func jti() {
+        for jti: JSONValue? in [nil, .string(""), .number(5), .null, .array([.string("a")]), .string(String(repeating: "j", count: 256))] {
+            var claims = Fixture.claims
+            claims["jti"] = jti
+            #expect(reason(claims: claims) == .missingJTI, "jti \(String(describing: jti))")
+        }
+        var claims = Fixture.claims
+        claims["jti"] = .string(String(repeating: "é", count: 255))
+        #expect(reason(claims: claims) == nil)
+    }
+
+    @Test func jtiIsCheckedBeforeEvents() {
+        var claims = Fixture.claims
+        claims["jti"] = nil
+        claims["events"] = nil
+        #expect(reason(claims: claims) == .missingJTI)
+    }
+
+    // MARK: Events
+
+    @Test func eventsMissingOrWrongType() {
+        for events: JSONValue? in [nil, .null, .number(1), .bool(true), .array([.object(Fixture.eventMembers)]),
+                                   .string(""), .string("not json"), .string("[1]"), .string("\"{}\""),
+                                   .string(#"{"sub":"a","sub":"b"}"#), .string(#"{"type":"x"} trailing"#)] {
+            var claims = Fixture.claims
+            claims["events"] = events
+            #expect(reason(claims: claims) == .malformedEvents, "events \(String(describing: events))")
+        }
+    }
+
+    @Test func sub() {
+        for sub: JSONValue? in [nil, .string(""), .number(1), .null, .array([])] {
+            var e = Fixture.eventMembers
+            e["sub"] = sub
+            #expect(reason(events: e) == .missingSub)
+        }
+        var e = Fixture.eventMembers
+        e["sub"] = .string(String(repeating: "s", count: 256))
+        #expect(reason(events: e) == .malformedEvents)
+        e["sub"] = .string(String(repeating: "s", count: 255))
+        #expect(reason(events: e) == nil)
+    }
+
+    @Test func type() {
+        for type: JSONValue? in [nil, .string(""), .number(1), .null, .bool(true)] {
+            var e = Fixture.eventMembers
+            e["type"] = type
+            #expect(reason(events: e) == .missingType)
+        }
+        var e = Fixture.eventMembers
+        e["type"] = .string(String(repeating: "t", count: 65))
+        #expect(reason(events: e) == .malformedEvents)
+        e["type"] = .string(String(repeating: "t", count: 64))
+        #expect(reason(events: e) == nil)
+    }
+
+    @Test func subIsCheckedBeforeType() {
+        var e = Fixture.eventMembers
+        e["sub"] = nil
+        e["type"] = nil
+        #expect(reason(events: e) == .missingSub)
+    }
+
+    @Test func eventTime() {
+        for t: JSONValue? in [nil, .string("1752572190719"), .number(1.5), .null, .number(1e20), .bool(true)] {
+            var e = Fixture.eventMembers
+            e["event_time"] = t
+            #expect(reason(events: e) == .malformedEvents, "event_time \(String(describing: t))")
+        }
+    }
+
+    @Test func email() throws {
+        var e = Fixture.eventMembers
+        e["type"] = .string("email-disabled")
+        e["email"] = .string("abc@privaterelay.appleid.com")
+        e["is_private_email"] = .string("true")
+        let n = try verify(Fixture.token(claims: Fixture.claims(events: e)))
+        #expect(n.event == AppleEvent(type: .emailDisabled, sub: Fixture.sub, eventTimeMillis: Fixture.eventTime,
+                                      email: "abc@privaterelay.appleid.com", isPrivateEmail: true))
+        for bad: JSONValue in [.number(1), .null, .bool(true), .array([]), .string(String(repeating: "e", count: 321))] {
+            e["email"] = bad
+            #expect(reason(events: e) == .malformedEvents, "email \(bad)")
+        }
+        e["email"] = .string(String(repeating: "e", count: 320))
+        #expect(reason(events: e) == nil)
+    }
+
+    @Test func isPrivateEmail() throws {
+        let accepted: [(JSONValue, Bool)] = [(.string("true"), true), (.string("false"), false), (.bool(true), true), (.bool(false), false)]
+        for (value, expected) in accepted {
+            var e = Fixture.eventMembers
+            e["is_private_email"] = value
+            #expect(try verify(Fixture.token(claims: Fixture.claims(events: e))).event.isPrivateEmail == expected)
+        }
+        for bad: JSONValue in [.string("TRUE"), .string("yes"), .string("1"), .string(""), .number(1), .null, .array([])] {
+            var e = Fixture.eventMembers
+            e["is_private_email"] = bad
+            #expect(reason(events: e) == .malformedEvents, "is_private_email \(bad)")
+        }
+    }
+
+    @Test func unknownEventTypesAreAccepted() throws {
+        var e = Fixture.eventMembers
+        e["type"] = .string("something-new")
+        #expect(try verify(Fixture.token(claims: Fixture.claims(events: e))).event.type == .unknown("something-new"))
+    }
+
+    @Test func accountDeletedAlias() throws {
+        var e = Fixture.eventMembers
+        e["type"] = .string("account-deleted")
+        #expect(try verify(Fixture.token(claims: Fixture.claims(events: e))).event.type == .accountDelete)
+    }
+
+    @Test func extraEventMembersAreIgnored() throws {
+        var e = Fixture.eventMembers
+        e["future_field"] = .object(["x": .number(1)])
+        #expect(try verify(Fixture.token(claims: Fixture.claims(events: e))).event.sub == Fixture.sub)
+    }
+
+    // MARK: Body
+
+    @Test func extractToken() throws {
+        #expect(try verifier.extractToken(fromBody: bytes(#"{"payload":"a.b.c"}"#)) == "a.b.c")
+        #expect(try verifier.extractToken(fromBody: bytes(#" {"other":1,"payload":"x"} "#)) == "x")
+    }
+
+    @Test func extractTokenMalformedJSON() {
+        for body in ["", " ", "payload", "[]", "\"a.b.c\"", "null", #"{"payload":"a"} x"#, #"{"payload":"a","payload":"b"}"#, "{"] {
+            #expect(throws: RejectReason.malformedJSON) { try verifier.extractToken(fromBody: bytes(body)) }
+        }
+        #expect(throws: RejectReason.malformedJSON) { try verifier.extractToken(fromBody: [0x7B, 0xFF, 0x7D]) }
+    }
+
+    @Test func extractTokenMissingPayload() {
+        for body in ["{}", #"{"payload":""}"#, #"{"payload":null}"#, #"{"payload":1}"#, #"{"payload":["a"]}"#, #"{"Payload":"a"}"#] {
+            #expect(throws: RejectReason.missingPayload) { try verifier.extractToken(fromBody: bytes(body)) }
+        }
+    }
+
+    @Test func verifyBody() throws {
+        let n = try verifier.verify(body: Fixture.body(Fixture.token()), now: Fixture.now) { _, _, _ in .valid }
+        #expect(n.jti == "8sIboCeUBQuZ0M7x91YKZQ")
+        let spy = SignatureSpy(.valid)
+        #expect(throws: RejectReason.missingPayload) { try verifier.verify(body: bytes("{}"), now: Fixture.now, checkSignature: spy.check) }
+        #expect(throws: RejectReason.malformedJWS) { try verifier.verify(body: Fixture.body("x"), now: Fixture.now, checkSignature: spy.check) }
+        #expect(spy.calls.isEmpty)
+    }
+
+    @Test func eventLengthsCountCharactersNotBytes() throws {
+        var e = Fixture.eventMembers
+        e["sub"] = .string(String(repeating: "ü", count: 255))  // 510 UTF-8 bytes
+        #expect(reason(events: e) == nil)
+    }
+}
