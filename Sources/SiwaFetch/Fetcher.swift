@@ -53,20 +53,21 @@ public enum Fetcher {
             throw FetchError(code: .transferFailed, curlCode: Int32(CURLE_BAD_FUNCTION_ARGUMENT.rawValue))
         }
 
+        // Everything curl points at is set up first so that (defers running in
+        // reverse order) it is released only after `curl_easy_cleanup`.
+        let state = TransferState(maxBodyBytes: request.maxResponseBytes, maxHeaderBytes: maxHeaderBytes)
+        // Balanced: one retain here, one release when `perform` returns.
+        let userdata = Unmanaged.passRetained(state)
+        defer { userdata.release() }
+
+        var headerList: UnsafeMutablePointer<curl_slist>? = nil
+        defer { curl_slist_free_all(headerList) }
+
         // --- Easy handle: created and destroyed here, never escapes. ----------
         guard let curl = curl_easy_init() else {
             throw FetchError(code: .transferFailed, curlCode: Int32(CURLE_FAILED_INIT.rawValue))
         }
         defer { curl_easy_cleanup(curl) }
-
-        var headerList: UnsafeMutablePointer<curl_slist>? = nil
-        defer { curl_slist_free_all(headerList) }
-
-        let state = TransferState(maxBodyBytes: request.maxResponseBytes, maxHeaderBytes: maxHeaderBytes)
-        // Balanced: one retain here, released when `perform` returns; curl only
-        // uses the pointer during `curl_easy_perform`, before `curl_easy_cleanup`.
-        let userdata = Unmanaged.passRetained(state)
-        defer { userdata.release() }
 
         func check(_ rc: CURLcode) throws(FetchError) {
             guard rc == CURLE_OK else {
@@ -177,10 +178,13 @@ public enum Fetcher {
     /// Seconds to curl milliseconds, clamped to [1 ms, 1 day]; 0 would mean
     /// "no timeout" to curl, so it is never produced.
     static func milliseconds(_ seconds: Double) -> Int {
-        let ms = (seconds * 1000).rounded(.up)
+        // Manual ceiling: `rounded(.up)` would need libm, which a binary
+        // without Foundation does not link.
+        let ms = seconds * 1000
         guard ms >= 1 else { return 1 }            // also catches NaN
-        guard ms <= 86_400_000 else { return 86_400_000 }
-        return Int(ms)
+        guard ms < 86_400_000 else { return 86_400_000 }
+        let whole = Int(ms)                        // truncates; ms is positive
+        return Double(whole) < ms ? whole + 1 : whole
     }
 
     private static func mapError(_ rc: CURLcode, state: TransferState) -> FetchError {

@@ -12,7 +12,7 @@ import Testing
     @Test func allStepsPassInOrder() {
         let steps = inspect(Fixture.token())
         #expect(steps.map(\.name) == Self.allNames)
-        #expect(steps.allSatisfy { $0.passed && $0.reason == nil && !$0.detail.isEmpty })
+        #expect(steps.allSatisfy { step in step.passed && step.reason == nil && !step.detail.isEmpty })
     }
 
     @Test func detailsDescribeValues() {
@@ -42,7 +42,7 @@ import Testing
             return
         }
         #expect(steps.map(\.name) == Array(Self.allNames[...index]), sourceLocation: sourceLocation)
-        #expect(steps.dropLast().allSatisfy(\.passed), sourceLocation: sourceLocation)
+        #expect(steps.dropLast().allSatisfy { $0.passed }, sourceLocation: sourceLocation)
         #expect(steps.last?.passed == false, sourceLocation: sourceLocation)
         #expect(steps.last?.reason == reason, sourceLocation: sourceLocation)
     }

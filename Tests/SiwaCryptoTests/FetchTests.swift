@@ -111,6 +111,9 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     @Test func timeoutConversion() {
         #expect(Fetcher.milliseconds(5) == 5000)
         #expect(Fetcher.milliseconds(0.25) == 250)
+        #expect(Fetcher.milliseconds(1.0001) == 1001)
+        #expect(Fetcher.milliseconds(86_399.9995) == 86_400_000)
+        #expect(Fetcher.milliseconds(1e300) == 86_400_000)
         #expect(Fetcher.milliseconds(0.0001) == 1)
         #expect(Fetcher.milliseconds(0) == 1)
         #expect(Fetcher.milliseconds(-3) == 1)

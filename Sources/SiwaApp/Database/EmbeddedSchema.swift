@@ -11,17 +11,21 @@ SELECT pg_advisory_xact_lock(74657374);  -- one migration at a time
 
 CREATE SCHEMA IF NOT EXISTS siwa;
 
+-- Roles are cluster-wide: several databases of one cluster may migrate at once, so a role
+-- created meanwhile by another migration is fine.
 DO $$
+DECLARE
+    r text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'siwa_receiver') THEN
-        CREATE ROLE siwa_receiver NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'siwa_worker') THEN
-        CREATE ROLE siwa_worker NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'siwa_dashboard') THEN
-        CREATE ROLE siwa_dashboard NOLOGIN;
-    END IF;
+    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
+        END IF;
+    END LOOP;
 END
 $$;
 

@@ -1,0 +1,45 @@
+import Foundation
+import SiwaApp
+import SiwaCore
+import SiwaCrypto
+import Testing
+
+@Suite("Key set: rotation and refresh")
+struct KeyRotationTests {
+    @Test("a kid that appears in the key set after a refresh is accepted")
+    func rotatedKeyAccepted() throws {
+        try TestHarness.with { h throws in
+            let rotated = NotificationSigner(key: try RSAPrivateKey.generate(), kid: "rotated-key-2")
+            let token = try rotated.sign(claims: NotificationSigner.claims(audience: TestHarness.audience,
+                                                                           type: "consent-revoked", sub: "sub.rotated"))
+            // Not published yet: one refresh, still unknown → 401.
+            #expect(try h.post(token: token).code == "unknown_kid")
+            // Apple rotates: the key set now holds both keys.
+            let both = JWKSet.serialize([
+                JWK(kid: h.signer.kid, modulus: h.signer.key.modulus, exponent: h.signer.key.exponent),
+                JWK(kid: rotated.kid, modulus: rotated.key.modulus, exponent: rotated.key.exponent),
+            ])
+            try both.write(toFile: h.jwksPath, atomically: true, encoding: .utf8)
+            let reply = try h.post(token: token)
+            #expect(reply.status == 200)
+            #expect(reply.code == "accepted")
+            // The old key still verifies.
+            #expect(try h.post(token: try h.token(sub: "sub.oldkey")).code == "accepted")
+        }
+    }
+
+    @Test("keys unobtainable for an unknown kid: 503 with Retry-After")
+    func keysUnavailable() throws {
+        try TestHarness.with { h throws in
+            try FileManager.default.removeItem(atPath: h.jwksPath)
+            let stranger = NotificationSigner(key: TestHarness.sharedKey, kid: "never-seen")
+            let reply = try h.post(token: try stranger.sign(claims: NotificationSigner.claims(
+                audience: TestHarness.audience, type: "consent-revoked", sub: "sub.nokeys")))
+            #expect(reply.status == 503)
+            #expect(reply.code == "keys_unavailable")
+            #expect(reply.headers["retry-after"] != nil)
+            // Known keys keep working while the key set cannot be fetched.
+            #expect(try h.post(token: try h.token(sub: "sub.stillok")).code == "accepted")
+        }
+    }
+}

@@ -1,0 +1,46 @@
+import Foundation
+import SiwaApp
+import SiwaPostgres
+
+/// The PostgreSQL cluster started by `scripts/test` (SIWA_TEST_DATABASE_URL); every test gets a
+/// fresh database of its own, migrated with the embedded schema.
+enum TestDatabase {
+    struct Missing: Error, CustomStringConvertible {
+        var description: String {
+            "SIWA_TEST_DATABASE_URL is not set: run the suite with ./scripts/test (it starts a private PostgreSQL)"
+        }
+    }
+
+    static func adminURL() throws -> String {
+        guard let url = ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"], !url.isEmpty else {
+            throw Missing()
+        }
+        return url
+    }
+
+    /// Creates and migrates a new database; returns its conninfo.
+    static func create() throws -> String {
+        let admin = try adminURL()
+        let name = "siwa_test_" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+        let connection = try PostgresConnection(conninfo: admin)
+        try connection.execute("CREATE DATABASE \(name)")
+        let url = admin + " dbname=\(name)"
+        try Migrator.migrate(conninfo: url)
+        return url
+    }
+
+    static func query(_ conninfo: String, _ sql: String, _ parameters: [String?] = []) throws -> PostgresResult {
+        let connection = try PostgresConnection(conninfo: conninfo)
+        return try connection.execute(sql, parameters)
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` seconds pass.
+func eventually(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    return try condition()
+}

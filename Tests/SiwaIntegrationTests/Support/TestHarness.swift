@@ -1,0 +1,132 @@
+import Foundation
+import Logging
+import SiwaApp
+import SiwaCore
+import SiwaCrypto
+import SiwaFetch
+import SiwaPostgres
+
+/// One in-process siwa-notify (receiver + worker) on loopback ports picked by the kernel, with a
+/// fresh database, a signing key made for the test and its JWKS served from a file.
+final class TestHarness: Sendable {
+    static let audience = "com.example.siwa.tests"
+    static let sharedKey: RSAPrivateKey = try! RSAPrivateKey.generate(bits: 2048)
+
+    let app: Application
+    let conninfo: String
+    let signer: NotificationSigner
+    let jwksPath: String
+    let logs: LogSink
+    let baseURL: String
+    let adminURL: String
+
+    init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
+         jwks: String? = nil, keyRefreshInterval: Double = 0) throws {
+        let conninfo = try conninfo ?? TestDatabase.create()
+        self.conninfo = conninfo
+        signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
+        let dir = NSTemporaryDirectory() + "siwa-jwks-\(UInt64.random(in: 0...UInt64.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        jwksPath = dir + "/keys.json"
+        try (jwks ?? signer.jwks).write(toFile: jwksPath, atomically: true, encoding: .utf8)
+        logs = LogSink.capturing()
+        var config = ServerConfiguration()
+        config.databaseURL = conninfo
+        config.audiences = [Self.audience]
+        config.jwksURL = "file://" + jwksPath
+        config.listen = ListenAddress(host: "127.0.0.1", port: 0)
+        config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
+        config.maxBody = maxBody
+        config.connectionTimeout = 3
+        config.httpThreads = 4
+        var options = Application.Options()
+        options.keyRefreshInterval = keyRefreshInterval
+        options.worker.pollInterval = 0.2
+        let sink = logs
+        let logger = Logger(label: "siwa-test") { JSONLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
+        app = Application(configuration: config, roles: roles, options: options, logger: logger)
+        try app.start()
+        baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
+        adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
+    }
+
+    func stop() {
+        app.shutdown()
+    }
+
+    /// Runs `body` with a started harness and always stops it.
+    static func with<T>(roles: Application.Roles = .all, maxBody: Int = 65536,
+                        _ body: (TestHarness) throws -> T) throws -> T {
+        let harness = try TestHarness(roles: roles, maxBody: maxBody)
+        defer { harness.stop() }
+        return try body(harness)
+    }
+
+    // MARK: Tokens
+
+    func token(type: String = "consent-revoked", sub: String = "000739.test.0001", eventTimeMillis: Int64? = nil,
+               email: String? = nil, isPrivateEmail: Bool? = nil, jti: String = NotificationSigner.newJTI()) throws -> String {
+        try signer.sign(claims: NotificationSigner.claims(audience: Self.audience, type: type, sub: sub,
+                                                          eventTimeMillis: eventTimeMillis, email: email,
+                                                          isPrivateEmail: isPrivateEmail, jti: jti))
+    }
+
+    // MARK: HTTP
+
+    struct Reply {
+        var status: Int
+        var headers: [String: String]
+        var body: String
+        /// The `error` or `status` member of a JSON body.
+        var code: String? {
+            guard let value = try? JSONParser.parse(body) else { return nil }
+            return value["error"]?.stringValue ?? value["status"]?.stringValue
+        }
+    }
+
+    func post(token: String) throws -> Reply {
+        try send(body: NotificationSigner.body(token: token))
+    }
+
+    func send(body: String, method: String = "POST", path: String = "/apple/notifications",
+              contentType: String? = "application/json;charset=UTF-8") throws -> Reply {
+        var headers = [contentType.map { "Content-Type: \($0)" } ?? "Content-Type:"]
+        if method != "POST" && body.isEmpty { headers = [] }
+        let response = try Fetcher.perform(FetchRequest(url: baseURL + path, method: method, headers: headers,
+                                                        body: body.isEmpty && method != "POST" ? nil : Array(body.utf8),
+                                                        connectTimeout: 5, totalTimeout: 15, allowedSchemes: [.http]))
+        return Reply(status: response.status, headers: response.headers, body: String(decoding: response.body, as: UTF8.self))
+    }
+
+    func admin(_ path: String) throws -> Reply {
+        let response = try Fetcher.perform(FetchRequest(url: adminURL + path, allowedSchemes: [.http]))
+        return Reply(status: response.status, headers: response.headers, body: String(decoding: response.body, as: UTF8.self))
+    }
+
+    // MARK: Database
+
+    func query(_ sql: String, _ parameters: [String?] = []) throws -> PostgresResult {
+        try TestDatabase.query(conninfo, sql, parameters)
+    }
+
+    func scalar(_ sql: String, _ parameters: [String?] = []) throws -> String? {
+        try query(sql, parameters).scalar
+    }
+
+    /// Waits until every non-ignored event is done (or dead); false on timeout.
+    func waitForWorker(timeout: Double = 10) throws -> Bool {
+        try eventually(timeout: timeout) {
+            try scalar("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')") == "0"
+        }
+    }
+
+    /// Inserts a session for `sub` created at `createdAt` (ms since epoch); returns its id.
+    @discardableResult
+    func addSession(sub: String, createdAtMillis: Int64) throws -> String {
+        try scalar("""
+            INSERT INTO siwa.sessions (apple_sub, created_at, expires_at)
+            VALUES ($1, timestamptz 'epoch' + $2::bigint * interval '1 millisecond', now() + interval '30 days')
+            RETURNING id
+            """, [sub, String(createdAtMillis)]) ?? ""
+    }
+}
