@@ -35,6 +35,9 @@ let package = Package(
         .target(name: "SiwaApp", dependencies: [
             "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch",
             .product(name: "Logging", package: "swift-log"),
+        ], resources: [
+            // schema.sql (a symlink to the repository root's) compiled into the binary.
+            .embedInCode("Resources/schema.sql"),
         ]),
 
         // The one executable.

@@ -62,7 +62,7 @@ struct CommandLineTests {
         server.environment = ProcessInfo.processInfo.environment.merging(env) { _, new in new }
             .filter { $0.key != "SIWA_DATABASE_URL" }
         let log = dir + ".log"
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: log) }
         server.standardError = FileHandle(forWritingAtPath: log)
         server.standardOutput = FileHandle.nullDevice
