@@ -81,6 +81,14 @@ CREATE TABLE IF NOT EXISTS siwa.sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_live_idx ON siwa.sessions (apple_sub, created_at) WHERE revoked_at IS NULL;
 
+-- The last good key set of each JWKS URL, so a restart while Apple's endpoint is unreachable
+-- still verifies.
+CREATE TABLE IF NOT EXISTS siwa.key_sets (
+    url        text PRIMARY KEY,
+    body       text        NOT NULL,
+    fetched_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- Wake the workers: one NOTIFY per inserting statement (deduplicated per transaction).
 CREATE OR REPLACE FUNCTION siwa.notify_new_events() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -140,7 +148,8 @@ CREATE OR REPLACE VIEW siwa.account_status_summary AS
 -- Privileges. The receiver may only add events; the worker applies them; dashboards read views.
 GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard;
 GRANT INSERT ON siwa.events TO siwa_receiver;
-GRANT SELECT, UPDATE ON siwa.events TO siwa_worker;
+GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
+GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;

@@ -22,9 +22,9 @@ public final class Application: Sendable {
 
     /// Tuning that is not part of the public configuration.
     public struct Options: Sendable {
-        /// Minimum seconds between two key set fetches. Default 10.
-        public var keyRefreshInterval: Double = 10
         public var worker = Worker.Options()
+        /// Seconds between checks of the key set's TTL. Default 1.
+        public var keyCheckInterval: Double = 1
         public init() {}
     }
 
@@ -89,15 +89,22 @@ public final class Application: Sendable {
             if config.dev {
                 extra[DevKey.kid] = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory).publicKey()
             }
-            let store = KeyStore(url: config.jwksURL, extraKeys: extra, minRefreshInterval: options.keyRefreshInterval,
+            let store = KeyStore(url: config.jwksURL, extraKeys: extra,
+                                 minRefreshInterval: Double(config.keyRefreshInterval),
+                                 persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
                                  logger: logger, metrics: metrics)
             do {
-                try store.refresh()
+                try store.load()
             } catch {
                 logger.warning("starting without Apple's key set; will fetch on the first notification",
                                metadata: ["jwks_url": "\(Self.redacted(config.jwksURL))"])
             }
             keys = store
+            let refresher = Periodic(name: "siwa-keys", interval: options.keyCheckInterval) {
+                if store.isRefreshDue { try? store.refresh() }
+            }
+            refresher.start()
+            state.set { $0.refresher = refresher }
             let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
                                     verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
                                     keys: store, pool: pool, logger: logger, metrics: metrics)
@@ -122,6 +129,7 @@ public final class Application: Sendable {
         if roles.contains(.work) {
             var workerOptions = options.worker
             workerOptions.retry.maxAttempts = config.maxAttempts
+            workerOptions.retentionDays = config.retentionDays
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             worker.start()
             state.set { $0.worker = worker }
@@ -135,6 +143,7 @@ public final class Application: Sendable {
         let s = state.get { $0 }
         s.admin?.startDraining()
         s.publicServer?.shutdown(grace: 10)
+        s.refresher?.stop()
         s.worker?.stop()
         s.adminServer?.shutdown(grace: 1)
         s.pool?.close()
@@ -156,6 +165,28 @@ public final class Application: Sendable {
         }
     }
 
+    /// Keeps the last good key set in `siwa.key_sets`.
+    static func keyPersistence(pool: PostgresPool, url: String, logger: Logger) -> KeyStore.Persistence {
+        KeyStore.Persistence(
+            load: {
+                try? pool.withConnection(timeout: 5) { c in
+                    try c.execute("SELECT body FROM siwa.key_sets WHERE url = $1", [url]).scalar
+                }
+            },
+            save: { body in
+                do {
+                    _ = try pool.withConnection(timeout: 5) { c in
+                        try c.execute("""
+                            INSERT INTO siwa.key_sets (url, body, fetched_at) VALUES ($1, $2, now())
+                            ON CONFLICT (url) DO UPDATE SET body = excluded.body, fetched_at = excluded.fetched_at
+                            """, [url, body])
+                    }
+                } catch {
+                    logger.warning("cannot persist the key set", metadata: ["error": "\(error)"])
+                }
+            })
+    }
+
     /// A URL without its query string (may hold credentials).
     static func redacted(_ url: String) -> String {
         String(url.split(separator: "?", maxSplits: 1).first ?? "")
@@ -173,6 +204,7 @@ final class SendableBox: @unchecked Sendable {
         var adminServer: HTTPServer?
         var admin: AdminHandler?
         var worker: Worker?
+        var refresher: Periodic?
     }
 
     private let lock = NSLock()

@@ -28,6 +28,12 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var httpThreads: Int
     /// `SIWA_MAX_ATTEMPTS`; default 12 (1...100).
     public var maxAttempts: Int
+    /// `SIWA_RETENTION_DAYS`: done events older than this are pruned; default 30 (1...3650).
+    /// Pending, failed and dead events are never pruned.
+    public var retentionDays: Int
+    /// `SIWA_JWKS_MIN_REFRESH`: minimum seconds between two key set fetches (an unknown `kid`
+    /// cannot force more); default 10 (0...3600).
+    public var keyRefreshInterval: Int
     /// `--dev`; default false.
     public var dev: Bool
 
@@ -55,6 +61,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         maxConnections = 1024
         httpThreads = 4
         maxAttempts = 12
+        retentionDays = 30
+        keyRefreshInterval = 10
         dev = false
     }
 
@@ -138,6 +146,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.maxConnections = try integer("SIWA_MAX_CONNECTIONS", 1...65_536, default: config.maxConnections)
         config.httpThreads = try integer("SIWA_HTTP_THREADS", 1...256, default: config.httpThreads)
         config.maxAttempts = try integer("SIWA_MAX_ATTEMPTS", 1...100, default: config.maxAttempts)
+        config.retentionDays = try integer("SIWA_RETENTION_DAYS", 1...3650, default: config.retentionDays)
+        config.keyRefreshInterval = try integer("SIWA_JWKS_MIN_REFRESH", 0...3600, default: config.keyRefreshInterval)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

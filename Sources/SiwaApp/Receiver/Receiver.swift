@@ -61,9 +61,7 @@ public final class Receiver: HTTPHandler {
         let committing = DispatchTime.now()
         let outcome: EventStore.Outcome
         do {
-            outcome = try pool.withConnection(timeout: 5) { connection in
-                try EventStore.insert(notification, on: connection)
-            }
+            outcome = try insert(notification)
         } catch let error as PostgresError {
             logger.error("outbox insert failed", metadata: [
                 "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
@@ -80,6 +78,17 @@ public final class Receiver: HTTPHandler {
             "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
         ])
         return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
+    }
+
+    /// Inserts on a pooled connection. A connection that broke (e.g. the database restarted since
+    /// it was opened) is retried once on a fresh one: safe, because the insert is idempotent — if
+    /// the first try did commit, the second answers `duplicate`.
+    private func insert(_ notification: VerifiedNotification) throws -> EventStore.Outcome {
+        do {
+            return try pool.withConnection(timeout: 5) { try EventStore.insert(notification, on: $0) }
+        } catch let error as PostgresError where error.isConnectionProblem {
+            return try pool.withConnection(timeout: 5) { try EventStore.insert(notification, on: $0) }
+        }
     }
 
     private func reject(_ reason: RejectReason, requestID: UInt64) -> HTTPResponse {

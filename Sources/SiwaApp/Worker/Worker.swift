@@ -16,6 +16,10 @@ public final class Worker: Sendable {
         /// Seconds between polls when no notification arrives. Default 1.
         public var pollInterval: Double = 1
         public var retry: RetryPolicy = RetryPolicy()
+        /// Done events older than this many days are deleted. Default 30.
+        public var retentionDays: Int = 30
+        /// Seconds between two pruning passes. Default 600.
+        public var pruneInterval: Double = 600
         public init() {}
     }
 
@@ -55,6 +59,7 @@ public final class Worker: Sendable {
         var work: PostgresConnection?
         var listener: PostgresConnection?
         var backoff = 0.2
+        var lastPrune = Date.distantPast
         defer { finished.withLock { $0 = true } }
         while !stopping.load(ordering: .relaxed) {
             do {
@@ -68,6 +73,13 @@ public final class Worker: Sendable {
                         try c.execute("LISTEN siwa_events")
                     }
                     logger.debug("worker listening for new events")
+                }
+                if Date().timeIntervalSince(lastPrune) >= options.pruneInterval {
+                    lastPrune = Date()
+                    let pruned = try prune(on: work!)
+                    if pruned > 0 {
+                        logger.info("pruned done events", metadata: ["events": "\(pruned)", "older_than_days": "\(options.retentionDays)"])
+                    }
                 }
                 let processed = try processBatch(on: work!)
                 backoff = 0.2
@@ -91,6 +103,24 @@ public final class Worker: Sendable {
             Thread.sleep(forTimeInterval: min(left, 0.05))
             left -= 0.05
         }
+    }
+
+    /// Deletes done events older than the retention, 1000 rows per short transaction (no long
+    /// locks); pending, failed and dead events are never touched. Returns the number deleted.
+    @discardableResult
+    public func prune(on connection: PostgresConnection, maxBatches: Int = 100) throws(PostgresError) -> Int {
+        var total = 0
+        for _ in 0..<maxBatches {
+            let deleted = try connection.execute("""
+                DELETE FROM siwa.events WHERE id IN (
+                    SELECT id FROM siwa.events
+                    WHERE status = 'done' AND processed_at < now() - $1::int * interval '1 day'
+                    LIMIT 1000 FOR UPDATE SKIP LOCKED)
+                """, [String(options.retentionDays)]).affectedRows
+            total += deleted
+            if deleted < 1000 || stopping.load(ordering: .relaxed) { break }
+        }
+        return total
     }
 
     /// Claims and applies one batch in one transaction; returns how many events it handled.

@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import Logging
+import SiwaApp
+import SiwaCore
+import SiwaFetch
+
+/// The database an operator command talks to: SIWA_DATABASE_URL, or the embedded one under
+/// SIWA_DATA_DIR (which must be running, e.g. under `serve`).
+func operatorDatabase(_ config: ServerConfiguration) throws -> String {
+    if let url = config.databaseURL { return url }
+    let embedded = try EmbeddedPostgres(dataDirectory: config.dataDirectory,
+                                        logger: .init(label: "cli") { _ in SwiftLogNoOpLogHandler() })
+    return embedded.conninfo
+}
+
+struct Replay: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Put dead-lettered events back in the queue (by id, by type, or all).")
+    @Option(name: .customLong("id"), help: "An event id (repeatable).")
+    var ids: [Int64] = []
+    @Option(help: "Every dead event of this type.")
+    var type: String?
+    @Flag(help: "Every dead event.")
+    var all = false
+    @OptionGroup var options: ConfigurationOptions
+
+    func validate() throws {
+        let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0)
+        if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all") }
+    }
+
+    func run() throws {
+        let config = try options.load(dev: true)
+        let selection: OutboxAdmin.ReplaySelection = all ? .all : (type.map { .type($0) } ?? .ids(ids))
+        do {
+            let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
+            print("requeued \(count) dead event\(count == 1 ? "" : "s")")
+        } catch {
+            throw CLIError("replay failed: \(error)")
+        }
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Backlog, oldest pending, dead letters, recent events, key set age.")
+    @Flag(help: "Print JSON instead of tables.")
+    var json = false
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(dev: true)
+        let report: OutboxAdmin.Report
+        do {
+            report = try OutboxAdmin.status(conninfo: try operatorDatabase(config))
+        } catch {
+            throw CLIError("status failed: \(error)")
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            print(String(decoding: try encoder.encode(report), as: UTF8.self))
+        } else {
+            print(OutboxAdmin.render(report), terminator: "")
+        }
+    }
+}
+
+struct Inspect: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Decode a notification and say, check by check, whether it verifies and why not.",
+        discussion: "TOKEN is a compact JWS or a whole request body; '-' or nothing reads stdin. Exit 0 when it would be accepted, 1 when rejected.")
+    @Argument(help: "The token or body, or '-' for stdin.")
+    var token: String?
+    @Option(help: "Verify against this JWKS file instead of fetching SIWA_JWKS_URL (works offline).")
+    var jwks: String?
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(dev: true)
+        var input = token ?? "-"
+        if input == "-" {
+            input = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        }
+        var keySet: [UInt8]?
+        if let jwks {
+            guard let data = FileManager.default.contents(atPath: jwks) else { throw CLIError("cannot read --jwks \(jwks)") }
+            keySet = Array(data)
+        } else {
+            Fetcher.initialize()
+            let url = config.jwksURL
+            let scheme: FetchScheme = url.hasPrefix("file://") ? .file : (url.hasPrefix("http://") ? .http : .https)
+            keySet = (try? Fetcher.perform(FetchRequest(url: url, allowedSchemes: [scheme])))?.body
+        }
+        let result = Inspector.inspect(input: input, jwks: keySet, audiences: Set(config.audiences))
+        print(Inspector.render(result), terminator: "")
+        if result.rejection != nil { throw ExitCode(1) }
+    }
+}
