@@ -21,7 +21,7 @@ final class TestHarness: Sendable {
     let adminURL: String
 
     init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
-         jwks: String? = nil, keyRefreshInterval: Int = 0) throws {
+         jwks: String? = nil, keyRefreshInterval: Int = 0, maxAttempts: Int = 12, retryBaseDelay: Double = 1) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
         signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
@@ -40,7 +40,10 @@ final class TestHarness: Sendable {
         config.connectionTimeout = 3
         config.httpThreads = 4
         config.keyRefreshInterval = keyRefreshInterval
+        config.maxAttempts = maxAttempts
         var options = Application.Options()
+        options.worker.retry.baseDelay = retryBaseDelay
+        options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
         options.worker.pollInterval = 0.2
         let sink = logs
         let logger = Logger(label: "siwa-test") { JSONLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
