@@ -24,7 +24,8 @@ struct siwa_mhd_options {
 /// Returns NULL when the address is invalid or the bind fails.
 static inline struct MHD_Daemon *siwa_mhd_start(const struct siwa_mhd_options *o,
                                                 MHD_AccessHandlerCallback handler, void *handler_cls,
-                                                MHD_RequestCompletedCallback completed, void *completed_cls) {
+                                                MHD_RequestCompletedCallback completed, void *completed_cls,
+                                                MHD_NotifyConnectionCallback notify, void *notify_cls) {
     struct sockaddr_in v4;
     struct sockaddr_in6 v6;
     const struct sockaddr *addr;
@@ -55,6 +56,7 @@ static inline struct MHD_Daemon *siwa_mhd_start(const struct siwa_mhd_options *o
     };
     return MHD_start_daemon(flags, o->port, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                             MHD_OPTION_ARRAY, items,
                             MHD_OPTION_END);
 }
@@ -68,4 +70,10 @@ static inline uint16_t siwa_mhd_bound_port(struct MHD_Daemon *d) {
 /// Looks up a request header (case-insensitive); NULL when absent.
 static inline const char *siwa_mhd_header(struct MHD_Connection *c, const char *name) {
     return MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+}
+
+/// The socket of a connection (-1 when unknown).
+static inline int siwa_mhd_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
 }

@@ -108,6 +108,11 @@ public struct NotificationVerifier: Sendable {
         case .keysUnavailable:
             throw r.fail("key", .keysUnavailable, "the key set is unavailable")
         }
+        // RFC 7515 §4.1.11: a `crit` extension we do not understand must be refused (we
+        // understand none). Checked after the signature, so a forged token still reads as forged.
+        if jws.header["crit"] != nil {
+            throw r.fail("header", .malformedHeader, "crit lists extensions this receiver does not understand")
+        }
 
         let claims = jws.claims
 

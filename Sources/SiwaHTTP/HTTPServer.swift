@@ -1,4 +1,6 @@
 import CMicroHTTPD
+import Dispatch
+import Foundation
 import Synchronization
 
 /// A libmicrohttpd listener: epoll, a thread pool, a connection timeout and limit, a body cap,
@@ -12,7 +14,8 @@ public final class HTTPServer: Sendable {
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPHandler) throws(HTTPServerError) {
         let address = "\(configuration.host):\(configuration.port)"
-        let context = ServerContext(handler: handler, maxBody: configuration.maxBody)
+        let context = ServerContext(handler: handler, maxBody: configuration.maxBody,
+                                    requestTimeout: Double(max(1, configuration.connectionTimeout)))
         let unmanaged = Unmanaged.passUnretained(context).toOpaque()
         var options = siwa_mhd_options(
             host: nil, port: configuration.port,
@@ -23,7 +26,8 @@ public final class HTTPServer: Sendable {
             suspend_resume: 1)
         let started: OpaquePointer? = configuration.host.withCString { host in
             options.host = host
-            return siwa_mhd_start(&options, accessCallback, unmanaged, completedCallback, unmanaged)
+            return siwa_mhd_start(&options, accessCallback, unmanaged, completedCallback, unmanaged,
+                                  connectionCallback, unmanaged)
         }
         guard let started else {
             let numeric = configuration.host.contains(":") || configuration.host.split(separator: ".").count == 4
@@ -33,6 +37,7 @@ public final class HTTPServer: Sendable {
         self.context = context
         self.daemon = Mutex(DaemonHandle(pointer: started))
         self.port = siwa_mhd_bound_port(started)
+        context.startSweeper()
     }
 
     /// Requests received and not yet completed.
@@ -49,6 +54,7 @@ public final class HTTPServer: Sendable {
         guard let current = handle?.pointer else { return }
         let fd = MHD_quiesce_daemon(current)
         if fd >= 0 { close(fd) }
+        defer { context.stopSweeper() }
         var waited = 0.0
         while context.inFlight.load(ordering: .relaxed) > 0 && waited < grace {
             usleep(10_000)
@@ -70,13 +76,71 @@ struct DaemonHandle: @unchecked Sendable {
 
 /// What the C callbacks reach through their `cls` pointer; lives as long as the server.
 final class ServerContext: Sendable {
+    /// A connection as the sweeper sees it.
+    struct Tracked {
+        var fd: Int32
+        /// When the current request (or the connection) started, in uptime nanoseconds.
+        var since: UInt64
+        /// The handler has the request (the time is ours, not the client's).
+        var busy = false
+        var cut = false
+    }
+
     let handler: any HTTPHandler
     let maxBody: Int
+    /// Seconds a client may take to send one whole request, however it trickles it.
+    let requestTimeout: Double
     let inFlight = Atomic<Int>(0)
+    let connections = Mutex<[UInt: Tracked]>([:])
+    private let sweeping = Atomic<Bool>(false)
+    private let sweeperDone = Mutex<Bool>(true)
 
-    init(handler: any HTTPHandler, maxBody: Int) {
+    init(handler: any HTTPHandler, maxBody: Int, requestTimeout: Double) {
         self.handler = handler
         self.maxBody = maxBody
+        self.requestTimeout = requestTimeout
+    }
+
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    func track(_ connection: OpaquePointer, _ change: (inout Tracked) -> Void) {
+        connections.withLock { all in
+            if var entry = all[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))] {
+                change(&entry)
+                all[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))] = entry
+            }
+        }
+    }
+
+    /// libmicrohttpd's own timeout counts only silence: a client that sends one byte every few
+    /// seconds never trips it (slowloris). The sweeper cuts any connection whose current request
+    /// has taken longer than `requestTimeout` on the client's side, by shutting its socket down
+    /// (the polling thread then closes it). Entries leave the table in the CLOSED notification,
+    /// under the same lock, before libmicrohttpd closes the descriptor, so a reused fd is never hit.
+    func startSweeper() {
+        sweeping.store(true, ordering: .relaxed)
+        sweeperDone.withLock { $0 = false }
+        let thread = Thread { [self] in
+            while sweeping.load(ordering: .relaxed) {
+                usleep(200_000)
+                let limit = UInt64(requestTimeout * 1e9)
+                let now = Self.now()
+                connections.withLock { all in
+                    for (key, entry) in all where !entry.busy && !entry.cut && now &- entry.since > limit {
+                        _ = Glibc.shutdown(entry.fd, Int32(SHUT_RDWR))
+                        all[key]?.cut = true
+                    }
+                }
+            }
+            sweeperDone.withLock { $0 = true }
+        }
+        thread.name = "siwa-http-sweeper"
+        thread.start()
+    }
+
+    func stopSweeper() {
+        sweeping.store(false, ordering: .relaxed)
+        while !sweeperDone.withLock({ $0 }) { usleep(10_000) }
     }
 
     /// Bytes of an over-limit streamed body read and dropped before the connection is cut.
@@ -150,6 +214,7 @@ private func accessCallback(
     // Request complete (or resumed after suspension).
     if !state.dispatched {
         state.dispatched = true
+        context.track(connection) { $0.busy = true }
         if state.tooLarge {
             state.deliver(context.handler.bodyTooLarge(state.head))
         } else {
@@ -168,11 +233,33 @@ private func completedCallback(
     cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
     conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, toe: MHD_RequestTerminationCode
 ) {
-    guard let cls, let conCls, let existing = conCls.pointee else { return }
+    guard let cls else { return }
     let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
+    if let connection {
+        context.track(connection) {
+            $0.busy = false
+            $0.since = ServerContext.now()
+        }
+    }
+    guard let conCls, let existing = conCls.pointee else { return }
     Unmanaged<ConnectionState>.fromOpaque(existing).release()
     conCls.pointee = nil
     context.inFlight.subtract(1, ordering: .relaxed)
+}
+
+private func connectionCallback(
+    cls: UnsafeMutableRawPointer?, connection: OpaquePointer?,
+    socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, code: MHD_ConnectionNotificationCode
+) {
+    guard let cls, let connection else { return }
+    let context = Unmanaged<ServerContext>.fromOpaque(cls).takeUnretainedValue()
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))
+    if code == .CONNECTION_NOTIFY_STARTED {
+        let fd = siwa_mhd_connection_fd(connection)
+        context.connections.withLock { $0[key] = ServerContext.Tracked(fd: fd, since: ServerContext.now()) }
+    } else {
+        context.connections.withLock { _ = $0.removeValue(forKey: key) }
+    }
 }
 
 extension String {

@@ -66,11 +66,21 @@ import Testing
         header["jku"] = .string("https://evil.example/keys")
         header["x5u"] = .string("https://evil.example/cert")
         header["jwk"] = .object(["kty": .string("RSA")])
-        header["crit"] = .array([.string("exp")])
         let spy = SignatureSpy(.valid)
         _ = try verifier.verify(token: Fixture.token(header: header), now: Fixture.now, checkSignature: spy.check)
         #expect(spy.calls.count == 1)
         #expect(spy.calls[0].kid == "E6q83RB15n")
+    }
+
+    @Test func critHeaderIsRefusedAfterTheSignature() throws {
+        var header = Fixture.header
+        header["crit"] = .array([.string("exp")])
+        #expect(throws: RejectReason.malformedHeader) {
+            try verifier.verify(token: Fixture.token(header: header), now: Fixture.now) { _, _, _ in .valid }
+        }
+        #expect(throws: RejectReason.badSignature) {
+            try verifier.verify(token: Fixture.token(header: header), now: Fixture.now) { _, _, _ in .invalid }
+        }
     }
 
     @Test func acceptsAnyConfiguredAudience() throws {

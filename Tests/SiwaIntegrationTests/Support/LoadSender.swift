@@ -8,6 +8,7 @@ final class LoadSender: Sendable {
     struct Outcome: Sendable {
         var status: Int?     // nil: no answer (connection refused/reset/timeout)
         var code: String?
+        var time = Date()
     }
 
     let url: String
