@@ -154,5 +154,6 @@ GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;
+GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
 COMMIT;

@@ -74,6 +74,10 @@ public final class Application: Sendable {
         state.set { $0.conninfo = conninfo }
         do {
             try Migrator.migrate(conninfo: conninfo)
+        } catch where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
+            // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
+            // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
+            logger.notice("not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)")
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
         }

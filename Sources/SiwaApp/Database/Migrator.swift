@@ -10,4 +10,10 @@ public enum Migrator {
         try connection.execute("SET client_min_messages = warning")
         try connection.execute(schemaSQL)
     }
+
+    /// True when `siwa.events` exists (the schema was applied before).
+    public static func schemaExists(conninfo: String) -> Bool {
+        let connection = try? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
+        return (try? connection?.execute("SELECT to_regclass('siwa.events') IS NOT NULL").scalar) == "t"
+    }
 }
