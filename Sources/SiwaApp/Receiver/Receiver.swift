@@ -54,6 +54,7 @@ public final class Receiver: HTTPHandler {
                 keys.check(kid: kid, signingInput: input, signature: signature)
             }
         } catch {
+            metrics.observeVerification(seconds: Self.seconds(since: started))
             return reject(error, requestID: requestID)
         }
         metrics.observeVerification(seconds: Self.seconds(since: started))
