@@ -50,8 +50,12 @@ CREATE TABLE IF NOT EXISTS siwa.events (
 -- Apple may re-sign a retry with a new jti: the same (sub, type, event_time) is a duplicate.
 CREATE UNIQUE INDEX IF NOT EXISTS events_sub_type_time_key ON siwa.events (sub, type, event_time);
 -- The worker's queue: only rows that still need work.
-CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) WHERE status IN ('pending', 'failed');
-CREATE INDEX IF NOT EXISTS events_received_at_idx ON siwa.events (received_at);
+-- It also answers the backlog gauges (counts by status, oldest received_at) without the heap.
+CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) INCLUDE (status, received_at)
+    WHERE status IN ('pending', 'failed');
+-- Dashboards by (UTC) day, and `status` by hour/day: index-only scans over a day range.
+CREATE INDEX IF NOT EXISTS events_day_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type, status)
+    INCLUDE (received_at);
 CREATE INDEX IF NOT EXISTS events_dead_idx ON siwa.events (id) WHERE status = 'dead';
 
 -- One row per Apple user. Created by the first event for an unknown sub.
@@ -123,19 +127,25 @@ BEGIN
 END
 $$;
 
--- Dashboard views (read-only role siwa_dashboard). None exposes raw emails.
-CREATE OR REPLACE VIEW siwa.events_per_day AS
-    SELECT date_trunc('day', received_at) AS day, type, status, count(*) AS events
-    FROM siwa.events GROUP BY 1, 2, 3;
+-- Dashboard views (read-only role siwa_dashboard). None exposes raw emails. Each is shaped to
+-- use an index, so they stay fast on tens of millions of events (plans: docs/dashboards.md).
+CREATE INDEX IF NOT EXISTS accounts_status_idx ON siwa.accounts (status, email_forwarding);
 
+-- Events per UTC day, type and status. Filter on `day` (e.g. `WHERE day >= current_date - 7`):
+-- it is the leading column of events_day_idx.
+CREATE OR REPLACE VIEW siwa.events_per_day AS
+    SELECT (received_at AT TIME ZONE 'UTC')::date AS day, type, status, count(*) AS events
+    FROM siwa.events
+    GROUP BY 1, 2, 3;
+
+-- The worker's backlog and lag, from the partial indexes (never a scan of done events).
 CREATE OR REPLACE VIEW siwa.backlog AS
-    SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-           count(*) FILTER (WHERE status = 'failed') AS failed,
-           count(*) FILTER (WHERE status = 'dead') AS dead,
-           min(received_at) FILTER (WHERE status IN ('pending', 'failed')) AS oldest_pending_at,
-           coalesce(extract(epoch FROM now() - min(received_at) FILTER (WHERE status IN ('pending', 'failed'))), 0)
-               AS oldest_pending_age_seconds
-    FROM siwa.events WHERE status IN ('pending', 'failed', 'dead');
+    SELECT (SELECT count(*) FROM siwa.events WHERE status = 'pending') AS pending,
+           (SELECT count(*) FROM siwa.events WHERE status = 'failed') AS failed,
+           (SELECT count(*) FROM siwa.events WHERE status = 'dead') AS dead,
+           w.oldest AS oldest_pending_at,
+           coalesce(extract(epoch FROM now() - w.oldest), 0) AS oldest_pending_age_seconds
+    FROM (SELECT min(received_at) AS oldest FROM siwa.events WHERE status IN ('pending', 'failed')) w;
 
 CREATE OR REPLACE VIEW siwa.dead_letters AS
     SELECT id, jti, type, md5(sub) AS sub_hash, event_time, received_at, attempts, last_error

@@ -64,7 +64,9 @@ public enum OutboxAdmin {
             SELECT type, status,
                    count(*) FILTER (WHERE received_at > now() - interval '1 hour'),
                    count(*)
-            FROM siwa.events WHERE received_at > now() - interval '1 day'
+            FROM siwa.events
+            WHERE (received_at AT TIME ZONE 'UTC')::date >= (now() AT TIME ZONE 'UTC')::date - 1
+              AND received_at > now() - interval '1 day'
             GROUP BY 1, 2 ORDER BY 1, 2
             """).rows.map { r in
                 Report.Count(type: r[0] ?? "", status: r[1] ?? "", lastHour: Int(r[2] ?? "0") ?? 0, lastDay: Int(r[3] ?? "0") ?? 0)
