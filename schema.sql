@@ -158,6 +158,7 @@ CREATE OR REPLACE VIEW siwa.account_status_summary AS
 -- Privileges. The receiver may only add events; the worker applies them; dashboards read views.
 GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard;
 GRANT INSERT ON siwa.events TO siwa_receiver;
+GRANT SELECT (jti) ON siwa.events TO siwa_receiver;  -- INSERT ... RETURNING jti: which rows were new
 GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
 GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;

@@ -23,6 +23,7 @@ public final class Application: Sendable {
     /// Tuning that is not part of the public configuration.
     public struct Options: Sendable {
         public var worker = Worker.Options()
+        public var writer = OutboxWriter.Options()
         /// Seconds between checks of the key set's TTL. Default 1.
         public var keyCheckInterval: Double = 1
         public init() {}
@@ -81,9 +82,7 @@ public final class Application: Sendable {
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
         }
-        let pool = PostgresPool(conninfo: conninfo, size: max(2, config.httpThreads + 1), applicationName: "siwa-notify receiver") { c throws(PostgresError) in
-            try EventStore.prepare(c)
-        }
+        let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
         state.set { $0.pool = pool }
 
         // 2. Keys and the public listener.
@@ -109,9 +108,12 @@ public final class Application: Sendable {
             }
             refresher.start()
             state.set { $0.refresher = refresher }
+            let writer = OutboxWriter(conninfo: conninfo, options: options.writer, logger: logger)
+            writer.start()
+            state.set { $0.writer = writer }
             let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
                                     verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
-                                    keys: store, pool: pool, logger: logger, metrics: metrics)
+                                    keys: store, writer: writer, logger: logger, metrics: metrics)
             let server = try startServer(config.listen, handler: receiver, threads: config.httpThreads)
             state.set { $0.publicServer = server }
             logger.notice("receiving notifications", metadata: [
@@ -147,6 +149,7 @@ public final class Application: Sendable {
         let s = state.get { $0 }
         s.admin?.startDraining()
         s.publicServer?.shutdown(grace: 10)
+        s.writer?.stop()
         s.refresher?.stop()
         s.worker?.stop()
         s.adminServer?.shutdown(grace: 1)
@@ -209,6 +212,7 @@ final class SendableBox: @unchecked Sendable {
         var admin: AdminHandler?
         var worker: Worker?
         var refresher: Periodic?
+        var writer: OutboxWriter?
     }
 
     private let lock = NSLock()

@@ -5,25 +5,26 @@ import SiwaHTTP
 import SiwaPostgres
 import Synchronization
 
-/// The public endpoint: checks the request, verifies the token, commits it to the outbox,
-/// and only then answers 200. Every refusal is a JSON `{"error":"<reason code>"}`.
+/// The public endpoint: checks the request, verifies the token, hands it to the `OutboxWriter`,
+/// and answers 200 only once the row is committed. Every refusal is a JSON
+/// `{"error":"<reason code>"}`.
 public final class Receiver: HTTPHandler {
     private let gate: RequestGate
     private let verifier: NotificationVerifier
     private let keys: KeyStore
-    private let pool: PostgresPool
+    private let writer: OutboxWriter
     private let logger: Logger
     private let metrics: Metrics
     private let requestCounter = Atomic<UInt64>(0)
     /// Seconds Apple is asked to wait after a 503.
     public let retryAfterSeconds: Int
 
-    public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, pool: PostgresPool,
+    public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: OutboxWriter,
                 logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
-        self.pool = pool
+        self.writer = writer
         self.logger = logger
         self.metrics = metrics
         self.retryAfterSeconds = retryAfterSeconds
@@ -41,54 +42,47 @@ public final class Receiver: HTTPHandler {
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        responder.respond(process(body: request.body))
-    }
-
-    /// The whole pipeline for one body; also used in-process by tests.
-    public func process(body: [UInt8]) -> HTTPResponse {
         let requestID = nextRequestID()
         let started = DispatchTime.now()
         let notification: VerifiedNotification
         do throws(RejectReason) {
-            notification = try verifier.verify(body: body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
+            notification = try verifier.verify(body: request.body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
                 keys.check(kid: kid, signingInput: input, signature: signature)
             }
         } catch {
             metrics.observeVerification(seconds: Self.seconds(since: started))
-            return reject(error, requestID: requestID)
+            responder.respond(reject(error, requestID: requestID))
+            return
         }
         metrics.observeVerification(seconds: Self.seconds(since: started))
 
+        // Answered from a writer thread once the row is committed (the connection waits suspended).
         let committing = DispatchTime.now()
-        let outcome: EventStore.Outcome
-        do {
-            outcome = try insert(notification)
-        } catch let error as PostgresError {
+        let submitted = writer.submit(notification) { [self] result in
+            responder.respond(answer(result, notification: notification, requestID: requestID, since: committing))
+        }
+        if !submitted {
+            responder.respond(reject(.databaseUnavailable, requestID: requestID))
+        }
+    }
+
+    private func answer(_ result: Result<EventStore.Outcome, PostgresError>, notification: VerifiedNotification,
+                        requestID: UInt64, since committing: DispatchTime) -> HTTPResponse {
+        switch result {
+        case .failure(let error):
             logger.error("outbox insert failed", metadata: [
                 "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
                 "detail": "\(error.serverMessage.prefix(200))",
             ])
             return reject(error.isConnectionProblem ? .databaseUnavailable : .internalError, requestID: requestID)
-        } catch {
-            return reject(.internalError, requestID: requestID)
-        }
-        metrics.observeCommit(seconds: Self.seconds(since: committing))
-        metrics.request(status: 200, reason: outcome.rawValue)
-        logger.info("notification \(outcome.rawValue)", metadata: [
-            "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
-            "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
-        ])
-        return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
-    }
-
-    /// Inserts on a pooled connection. A connection that broke (e.g. the database restarted since
-    /// it was opened) is retried once on a fresh one: safe, because the insert is idempotent — if
-    /// the first try did commit, the second answers `duplicate`.
-    private func insert(_ notification: VerifiedNotification) throws -> EventStore.Outcome {
-        do {
-            return try pool.withConnection(timeout: 5) { try EventStore.insert(notification, on: $0) }
-        } catch let error as PostgresError where error.isConnectionProblem {
-            return try pool.withConnection(timeout: 5) { try EventStore.insert(notification, on: $0) }
+        case .success(let outcome):
+            metrics.observeCommit(seconds: Self.seconds(since: committing))
+            metrics.request(status: 200, reason: outcome.rawValue)
+            logger.info("notification \(outcome.rawValue)", metadata: [
+                "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
+                "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
+            ])
+            return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
         }
     }
 

@@ -1,0 +1,42 @@
+import Foundation
+@testable import SiwaApp
+import SiwaCore
+import Testing
+
+@Suite("Outbox writer: batched commits")
+struct OutboxWriterTests {
+    @Test("array literals escape quotes and backslashes and keep NULLs")
+    func arrayLiteral() {
+        #expect(OutboxWriter.arrayLiteral(["a", nil, #"b"c\d"#, ""]) == #"{"a",NULL,"b\"c\\d",""}"#)
+        #expect(OutboxWriter.arrayLiteral([]) == "{}")
+    }
+
+    @Test("the same notification 30 times at once: one accepted, 29 duplicates, one row")
+    func concurrentDuplicates() throws {
+        try TestHarness.with { h throws in
+            let token = try h.token(type: "consent-revoked", sub: "sub.same")
+            let sender = LoadSender(url: h.baseURL + "/apple/notifications",
+                                    tokens: (0..<30).map { ("copy\($0)", token) })
+            sender.run(threads: 8)
+            let codes = sender.outcomes.withLock { $0.values.map { $0.code ?? "none" } }
+            #expect(codes.filter { $0 == "accepted" }.count == 1)
+            #expect(codes.filter { $0 == "duplicate" }.count == 29)
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "1")
+        }
+    }
+
+    @Test("many distinct notifications at once: each answered accepted and stored once, with odd characters intact")
+    func concurrentDistinct() throws {
+        try TestHarness.with { h throws in
+            let tokens = try (0..<200).map { i in
+                (String(i), try h.token(type: i % 2 == 0 ? "email-enabled" : "email-disabled",
+                                        sub: "sub.\"quoted\\slash\".\(i)", email: "o'neil+\(i)@example.com"))
+            }
+            let sender = LoadSender(url: h.baseURL + "/apple/notifications", tokens: tokens)
+            sender.run(threads: 8)
+            #expect(sender.accepted.count == 200)
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "200")
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub LIKE 'sub.\"quoted\\\\slash\".%' AND email LIKE 'o''neil+%'") == "200")
+        }
+    }
+}
