@@ -119,7 +119,7 @@ BEGIN
             CREATE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql AS $body$
             BEGIN
-                -- default: nothing beyond siwa.accounts and siwa.sessions
+                -- siwa-notify:default-hook (the worker skips calling it while this marker is here)
             END
             $body$
         $fn$;

@@ -11,8 +11,8 @@ import Synchronization
 /// `pollInterval` seconds besides (retries fall due without a notification).
 public final class Worker: Sendable {
     public struct Options: Sendable {
-        /// Events claimed per transaction. Default 100.
-        public var batchSize: Int = 100
+        /// Events claimed per transaction. Default 500.
+        public var batchSize: Int = 500
         /// Seconds between polls when no notification arrives. Default 1.
         public var pollInterval: Double = 1
         public var retry: RetryPolicy = RetryPolicy()
@@ -66,6 +66,7 @@ public final class Worker: Sendable {
                 if work == nil || !(work!.isHealthy) {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker") { c throws(PostgresError) in
                         try EventApplier.prepare(c)
+                        try BulkApplier.prepare(c)
                     }
                 }
                 if listener == nil || !(listener!.isHealthy) {
@@ -128,33 +129,63 @@ public final class Worker: Sendable {
     public func processBatch(on connection: PostgresConnection) throws(PostgresError) -> Int {
         try connection.transaction { c throws(PostgresError) in
             let claimed = try EventApplier.claim(limit: options.batchSize, on: c)
-            for item in claimed {
-                try c.execute("SAVEPOINT siwa_event")
+            // Fast path: the first event of each sub, all at once. The rest (a second event for a
+            // sub in the same batch), or everything when the fast path fails, goes event by event.
+            var seen: Set<String> = []
+            let first = claimed.filter { seen.insert($0.event.sub).inserted }
+            let firstIDs = Set(first.map(\.id))
+            var rest = claimed.filter { !firstIDs.contains($0.id) }
+            if first.count > 1 {
+                try c.execute("SAVEPOINT siwa_bulk")
                 do throws(PostgresError) {
-                    let decision = try EventApplier.apply(item, on: c)
-                    try c.execute("RELEASE SAVEPOINT siwa_event")
-                    metrics.event(outcome: "applied", type: item.event.type.rawValue)
-                    logger.info("event applied", metadata: [
-                        "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
-                        "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
-                    ])
+                    let decisions = try BulkApplier.apply(first, on: c)
+                    try c.execute("RELEASE SAVEPOINT siwa_bulk")
+                    for (item, decision) in zip(first, decisions) { applied(item, decision) }
                 } catch {
                     if error.code != .queryFailed || error.isConnectionProblem { throw error }
-                    try c.execute("ROLLBACK TO SAVEPOINT siwa_event")
-                    let attempts = item.attempts + 1
-                    let dead = options.retry.isExhausted(attempts: attempts)
-                    let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
-                    let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
-                    try EventApplier.markFailed(item, status: dead ? "dead" : "failed", error: message,
-                                                retryIn: delay, on: c)
-                    metrics.event(outcome: dead ? "dead" : "retried", type: item.event.type.rawValue)
-                    logger.warning(dead ? "event dead-lettered" : "event failed, will retry", metadata: [
-                        "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)", "attempts": "\(attempts)",
-                        "sqlstate": "\(error.sqlState ?? "")", "retry_in": "\(dead ? 0 : delay)",
-                    ])
+                    try c.execute("ROLLBACK TO SAVEPOINT siwa_bulk")
+                    logger.debug("bulk apply failed, applying one by one", metadata: ["sqlstate": "\(error.sqlState ?? "")"])
+                    rest = claimed
                 }
+            } else {
+                rest = claimed
+            }
+            for item in rest {
+                try applyOne(item, on: c)
             }
             return claimed.count
+        }
+    }
+
+    private func applied(_ item: EventApplier.Claimed, _ decision: AccountDecision) {
+        metrics.event(outcome: "applied", type: item.event.type.rawValue)
+        logger.info("event applied", metadata: [
+            "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
+            "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
+        ])
+    }
+
+    /// The slow path: one event under its own savepoint; a failure is recorded for retry.
+    private func applyOne(_ item: EventApplier.Claimed, on c: PostgresConnection) throws(PostgresError) {
+        try c.execute("SAVEPOINT siwa_event")
+        do throws(PostgresError) {
+            let decision = try EventApplier.apply(item, on: c)
+            try c.execute("RELEASE SAVEPOINT siwa_event")
+            applied(item, decision)
+        } catch {
+            if error.code != .queryFailed || error.isConnectionProblem { throw error }
+            try c.execute("ROLLBACK TO SAVEPOINT siwa_event")
+            let attempts = item.attempts + 1
+            let dead = options.retry.isExhausted(attempts: attempts)
+            let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
+            let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
+            try EventApplier.markFailed(item, status: dead ? "dead" : "failed", error: message,
+                                        retryIn: delay, on: c)
+            metrics.event(outcome: dead ? "dead" : "retried", type: item.event.type.rawValue)
+            logger.warning(dead ? "event dead-lettered" : "event failed, will retry", metadata: [
+                "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)", "attempts": "\(attempts)",
+                "sqlstate": "\(error.sqlState ?? "")", "retry_in": "\(dead ? 0 : delay)",
+            ])
         }
     }
 }
