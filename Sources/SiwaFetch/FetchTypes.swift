@@ -2,6 +2,15 @@ internal import CCurl
 
 public enum FetchScheme: String, Sendable, CaseIterable {
     case https, http, file
+
+    /// The scheme of `url` (case-insensitive); nil when it is none of these.
+    public init?(url: String) {
+        let lower = url.lowercased()
+        if lower.hasPrefix("https://") { self = .https }
+        else if lower.hasPrefix("http://") { self = .http }
+        else if lower.hasPrefix("file://") { self = .file }
+        else { return nil }
+    }
 }
 
 public struct FetchRequest: Sendable {

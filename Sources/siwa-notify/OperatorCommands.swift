@@ -90,7 +90,7 @@ struct Inspect: ParsableCommand {
         } else {
             Fetcher.initialize()
             let url = config.jwksURL
-            let scheme: FetchScheme = url.hasPrefix("file://") ? .file : (url.hasPrefix("http://") ? .http : .https)
+            let scheme = FetchScheme(url: url) ?? .https
             keySet = (try? Fetcher.perform(FetchRequest(url: url, allowedSchemes: [scheme])))?.body
         }
         let result = Inspector.inspect(input: input, jwks: keySet, audiences: Set(config.audiences))

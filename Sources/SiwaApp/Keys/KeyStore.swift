@@ -134,7 +134,7 @@ public final class KeyStore: Sendable {
     }
 
     private func fetch() throws -> ([String: RSAPublicKey], String, Double) {
-        let scheme: FetchScheme = url.hasPrefix("file://") ? .file : (url.hasPrefix("http://") ? .http : .https)
+        let scheme = FetchScheme(url: url) ?? .https
         let response = try Fetcher.perform(FetchRequest(url: url, connectTimeout: 5, totalTimeout: 10,
                                                         maxResponseBytes: 256 * 1024, allowedSchemes: [scheme]))
         guard response.status == 200 else {

@@ -67,7 +67,7 @@ public struct NotificationSigner: Sendable {
     /// POSTs `body` like Apple does; returns status and response body.
     public static func post(body: String, to url: String, timeout: Double = 10) throws -> FetchResponse {
         Fetcher.initialize()
-        let scheme: FetchScheme = url.hasPrefix("https://") ? .https : .http
+        let scheme = FetchScheme(url: url) ?? .http
         return try Fetcher.perform(FetchRequest(url: url, method: "POST",
                                                 headers: ["Content-Type: application/json;charset=UTF-8"],
                                                 body: Array(body.utf8), connectTimeout: 5, totalTimeout: timeout,
