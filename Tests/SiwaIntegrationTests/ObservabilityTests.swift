@@ -1,5 +1,5 @@
 import Foundation
-import SiwaApp
+@testable import SiwaApp
 import SiwaCore
 import Testing
 
@@ -72,6 +72,12 @@ struct ObservabilityTests {
             #expect(Self.value(samples, "siwa_requests_total", ["status": "200", "reason": "accepted"]) == 2)
             #expect(Self.value(samples, "siwa_events_total", ["outcome": "applied", "type": "email-disabled"]) == 1)
         }
+    }
+
+    @Test("log timestamps are RFC 3339 UTC with milliseconds")
+    func timestamps() {
+        #expect(JSONLogHandler.timestamp(Date(timeIntervalSince1970: 1_752_572_190.719)) == "2025-07-15T09:36:30.719Z")
+        #expect(JSONLogHandler.timestamp(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
     }
 
     @Test("healthz and readyz; the admin listener is not the public one")

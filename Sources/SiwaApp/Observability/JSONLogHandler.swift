@@ -48,11 +48,20 @@ public struct JSONLogHandler: LogHandler {
         sink.write(line)
     }
 
-    private static func timestamp() -> String {
-        let now = Date()
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: now)
+    /// RFC 3339 UTC with milliseconds, e.g. `2026-11-21T23:32:58.836Z` (gmtime_r: no shared
+    /// formatter, safe on any thread).
+    static func timestamp(_ date: Date = Date()) -> String {
+        let seconds = date.timeIntervalSince1970
+        var t = time_t(seconds.rounded(.down))
+        let millis = Int((seconds - Double(t)) * 1000)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        func pad(_ v: Int32, _ width: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(millis), 3))Z"
     }
 
     private static func json(_ value: Logger.Metadata.Value) -> String {
