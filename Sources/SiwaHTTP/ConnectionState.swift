@@ -15,6 +15,7 @@ final class ConnectionState: @unchecked Sendable {
     }
 
     let connection: OpaquePointer
+    let registry: SuspendedConnections
     var head: HTTPRequestHead
     var body: [UInt8] = []
     var discarded = 0
@@ -22,9 +23,10 @@ final class ConnectionState: @unchecked Sendable {
     var dispatched = false
     let exchange = Mutex(Exchange())
 
-    init(connection: OpaquePointer, head: HTTPRequestHead) {
+    init(connection: OpaquePointer, head: HTTPRequestHead, registry: SuspendedConnections) {
         self.connection = connection
         self.head = head
+        self.registry = registry
     }
 
     /// Stores the response; resumes the connection when it is waiting for it.
@@ -34,6 +36,7 @@ final class ConnectionState: @unchecked Sendable {
             ex.response = response
             if ex.suspended {
                 ex.suspended = false
+                registry.remove(self)
                 MHD_resume_connection(connection)
             }
         }
@@ -49,8 +52,31 @@ final class ConnectionState: @unchecked Sendable {
                 return response
             }
             ex.suspended = true
+            registry.add(self)
             MHD_suspend_connection(connection)
             return nil
         }
+    }
+}
+
+/// The connections waiting for their handler's answer. libmicrohttpd aborts the process when
+/// stopped with a suspended connection, so shutdown answers whatever is still here.
+final class SuspendedConnections: Sendable {
+    private let states = Mutex<[ObjectIdentifier: ConnectionState]>([:])
+
+    func add(_ state: ConnectionState) {
+        states.withLock { $0[ObjectIdentifier(state)] = state }
+    }
+
+    func remove(_ state: ConnectionState) {
+        states.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(state)) }
+    }
+
+    var isEmpty: Bool { states.withLock { $0.isEmpty } }
+
+    /// Answers every waiting connection with `response` (which resumes it).
+    func answerAll(_ response: HTTPResponse) {
+        let waiting = states.withLock { Array($0.values) }
+        for state in waiting { state.deliver(response) }
     }
 }

@@ -60,6 +60,16 @@ public final class HTTPServer: Sendable {
             usleep(10_000)
             waited += 0.01
         }
+        // Still waiting for an answer after the grace period: answer 503 (the client retries),
+        // then give the polling threads a moment to send it — stopping with a suspended
+        // connection would abort the process.
+        context.suspended.answerAll(HTTPResponse.json(503, #"{"error":"shutting_down"}"#,
+                                                      headers: [HTTPHeader("Retry-After", "5")]))
+        waited = 0
+        while context.inFlight.load(ordering: .relaxed) > 0 && waited < 2 {
+            usleep(10_000)
+            waited += 0.01
+        }
         MHD_stop_daemon(current)
     }
 
@@ -92,6 +102,7 @@ final class ServerContext: Sendable {
     let requestTimeout: Double
     let inFlight = Atomic<Int>(0)
     let connections = Mutex<[UInt: Tracked]>([:])
+    let suspended = SuspendedConnections()
     private let sweeping = Atomic<Bool>(false)
     private let sweeperDone = Mutex<Bool>(true)
 
@@ -181,7 +192,7 @@ private func accessCallback(
                                    path: url.map { String(cString: $0) } ?? "/",
                                    contentType: header(connection, "Content-Type"),
                                    contentLength: contentLength)
-        let state = ConnectionState(connection: connection, head: head)
+        let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         context.inFlight.add(1, ordering: .relaxed)
         if let early = context.handler.head(head) {

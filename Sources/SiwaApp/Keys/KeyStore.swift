@@ -31,6 +31,10 @@ public final class KeyStore: Sendable {
 
     public let url: String
     public let minRefreshInterval: Double
+    /// Total seconds one fetch may take (connect 5 s at most). Default 10.
+    public let fetchTimeout: Double
+    /// Largest key set response accepted. 256 KiB.
+    public static let maxResponseBytes = 256 * 1024
     /// TTL when the key set response has no `Cache-Control: max-age`.
     public static let defaultTTL: Double = 3600
     private let extraKeys: [String: RSAPublicKey]
@@ -42,8 +46,9 @@ public final class KeyStore: Sendable {
 
     /// - Parameter extraKeys: keys trusted besides the fetched set (the `--dev` key).
     public init(url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
-                persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil) {
+                fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil) {
         self.url = url
+        self.fetchTimeout = fetchTimeout
         self.extraKeys = extraKeys
         self.minRefreshInterval = minRefreshInterval
         self.persistence = persistence
@@ -58,6 +63,9 @@ public final class KeyStore: Sendable {
 
     /// Number of fetched keys held.
     public var keyCount: Int { state.withLock { $0.keys.count } }
+
+    /// Seconds until the TTL runs out (nil before the first successful fetch).
+    public var expiresIn: Double? { state.withLock { $0.expiresAt.map { $0.timeIntervalSinceNow } } }
 
     /// Seconds since the key set was loaded (nil when none is).
     public var age: Double? { state.withLock { $0.loadedAt.map { Date().timeIntervalSince($0) } } }
@@ -135,8 +143,8 @@ public final class KeyStore: Sendable {
 
     private func fetch() throws -> ([String: RSAPublicKey], String, Double) {
         let scheme = FetchScheme(url: url) ?? .https
-        let response = try Fetcher.perform(FetchRequest(url: url, connectTimeout: 5, totalTimeout: 10,
-                                                        maxResponseBytes: 256 * 1024, allowedSchemes: [scheme]))
+        let response = try Fetcher.perform(FetchRequest(url: url, connectTimeout: min(5, fetchTimeout), totalTimeout: fetchTimeout,
+                                                        maxResponseBytes: Self.maxResponseBytes, allowedSchemes: [scheme]))
         guard response.status == 200 else {
             throw KeyStoreError(message: "key set endpoint answered HTTP \(response.status)")
         }
