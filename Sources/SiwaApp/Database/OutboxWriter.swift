@@ -34,6 +34,7 @@ public final class OutboxWriter: @unchecked Sendable {
     private let condition = NSCondition()
     private var queue: [Item] = []
     private var running = false
+    private var idleWriters = 0
     private let finished = DispatchGroup()
 
     public init(conninfo: String, options: Options = Options(), logger: Logger) {
@@ -76,14 +77,19 @@ public final class OutboxWriter: @unchecked Sendable {
         defer { condition.unlock() }
         guard running, queue.count < options.maxQueue else { return false }
         queue.append(Item(notification: notification, completion: completion))
-        condition.signal()
+        // Wake a writer only if one is idle: a busy one takes what has queued when it finishes.
+        if idleWriters > 0 { condition.signal() }
         return true
     }
 
     private func loop() {
         while true {
             condition.lock()
-            while queue.isEmpty && running { condition.wait() }
+            while queue.isEmpty && running {
+                idleWriters += 1
+                condition.wait()
+                idleWriters -= 1
+            }
             if queue.isEmpty && !running {
                 condition.unlock()
                 return
@@ -191,24 +197,24 @@ public final class OutboxWriter: @unchecked Sendable {
         ]
     }
 
-    /// `{"a","b\"c",NULL}`: every element quoted, `"` and `\` escaped.
+    /// `{"a","b\"c",NULL}`: every element quoted, `"` and `\` escaped (built on UTF-8 bytes).
     static func arrayLiteral(_ values: [String?]) -> String {
-        var out = "{"
-        out.reserveCapacity(values.count * 16)
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
         for (i, value) in values.enumerated() {
-            if i > 0 { out.append(",") }
+            if i > 0 { out.append(UInt8(ascii: ",")) }
             guard let value else {
-                out.append("NULL")
+                out.append(contentsOf: "NULL".utf8)
                 continue
             }
-            out.append("\"")
-            for ch in value.unicodeScalars {
-                if ch == "\"" || ch == "\\" { out.append("\\") }
-                out.unicodeScalars.append(ch)
+            out.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
             }
-            out.append("\"")
+            out.append(UInt8(ascii: "\""))
         }
-        out.append("}")
-        return out
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
     }
 }
