@@ -117,13 +117,15 @@ public struct NotificationVerifier: Sendable {
         let claims = jws.claims
 
         // (5) issuer
-        guard let issuer = claims["iss"]?.stringValue, issuer == policy.issuer else {
+        // Byte-exact comparisons (RFC 7519 §2: no canonicalization), not Swift's Unicode-aware ==.
+        guard let issuer = claims["iss"]?.stringValue, issuer.utf8.elementsEqual(policy.issuer.utf8) else {
             throw r.fail("issuer", .wrongIssuer, "iss is \(Self.describe(claims["iss"])), expected \(JSONValue.quoted(policy.issuer))")
         }
         r.pass("issuer", "iss is \(JSONValue.quoted(issuer))")
 
         // (6) audience
-        guard let audience = claims["aud"]?.stringValue, policy.audiences.contains(audience) else {
+        guard let audience = claims["aud"]?.stringValue,
+              policy.audiences.contains(where: { $0.utf8.elementsEqual(audience.utf8) }) else {
             let expected = policy.audiences.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
             throw r.fail("audience", .wrongAudience, "aud is \(Self.describe(claims["aud"])), expected one of [\(expected)]")
         }

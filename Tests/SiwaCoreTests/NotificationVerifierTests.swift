@@ -83,6 +83,23 @@ import Testing
         }
     }
 
+    @Test func audienceAndIssuerAreComparedByteForByte() throws {
+        // "com.\u{212A}..." (KELVIN SIGN) is canonically equivalent to "com.K..." for Swift's ==.
+        let v = NotificationVerifier(policy: VerificationPolicy(audiences: ["com.Kompany.app"]))
+        var claims = Fixture.claims
+        claims["aud"] = .string("com.\u{212A}ompany.app")
+        #expect(throws: RejectReason.wrongAudience) {
+            try v.verify(token: Fixture.token(claims: claims), now: Fixture.now) { _, _, _ in .valid }
+        }
+        claims["aud"] = .string("com.Kompany.app")
+        #expect(try v.verify(token: Fixture.token(claims: claims), now: Fixture.now) { _, _, _ in .valid }.audience == "com.Kompany.app")
+        let custom = NotificationVerifier(policy: VerificationPolicy(audiences: ["com.Kompany.app"], issuer: "https://caf\u{E9}.example"))
+        claims["iss"] = .string("https://cafe\u{301}.example")
+        #expect(throws: RejectReason.wrongIssuer) {
+            try custom.verify(token: Fixture.token(claims: claims), now: Fixture.now) { _, _, _ in .valid }
+        }
+    }
+
     @Test func acceptsAnyConfiguredAudience() throws {
         let v = NotificationVerifier(policy: VerificationPolicy(audiences: ["com.other", Fixture.audience]))
         #expect(try v.verify(token: Fixture.token(), now: Fixture.now) { _, _, _ in .valid }.audience == Fixture.audience)
