@@ -11,8 +11,8 @@ import Synchronization
 /// `pollInterval` seconds besides (retries fall due without a notification).
 public final class Worker: Sendable {
     public struct Options: Sendable {
-        /// Events claimed per transaction. Default 500.
-        public var batchSize: Int = 500
+        /// Events claimed per transaction. Default 1000.
+        public var batchSize: Int = 1000
         /// Seconds between polls when no notification arrives. Default 1.
         public var pollInterval: Double = 1
         public var retry: RetryPolicy = RetryPolicy()
