@@ -12,8 +12,8 @@ public final class OutboxWriter: @unchecked Sendable {
     // @unchecked: `queue` and `running` are only touched with `condition` locked.
 
     public struct Options: Sendable {
-        /// Writer threads, each with its own connection (commits overlap). Default 2.
-        public var writers: Int = 2
+        /// Writer threads, each with its own connection (commits overlap). Default 4.
+        public var writers: Int = 1
         /// Most rows in one statement. Default 256.
         public var maxBatch: Int = 256
         /// Most notifications waiting; beyond it requests get 503 (back-pressure). Default 20,000.
@@ -179,6 +179,8 @@ public final class OutboxWriter: @unchecked Sendable {
         """
 
     static func prepare(_ c: PostgresConnection) throws(PostgresError) {
+        // A hung statement must not hold every waiting request forever: fail it (503, Apple retries).
+        try c.execute("SET statement_timeout = '10s'")
         try c.prepare(statementName, statementSQL)
     }
 
