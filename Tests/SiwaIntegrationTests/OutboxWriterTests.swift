@@ -39,4 +39,22 @@ struct OutboxWriterTests {
             #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub LIKE 'sub.\"quoted\\\\slash\".%' AND email LIKE 'o''neil+%'") == "200")
         }
     }
+
+    @Test("a row the database refuses fails alone: the rest of its batch is stored, and its copies are not called duplicates")
+    func badRowFailsAlone() throws {
+        try TestHarness.with { h throws in
+            _ = try h.query("ALTER TABLE siwa.events ADD CONSTRAINT test_refuse CHECK (sub <> 'sub.refused')")
+            let refused = try h.token(sub: "sub.refused")
+            var tokens = [("refused-1", refused), ("refused-2", refused)]
+            for i in 0..<60 { tokens.append(("ok-\(i)", try h.token(sub: "sub.fine.\(i)"))) }
+            let sender = LoadSender(url: h.baseURL + "/apple/notifications", tokens: tokens.shuffled())
+            sender.run(threads: 8)
+            let outcomes = sender.outcomes.withLock { $0 }
+            #expect(outcomes["refused-1"]?.status == 500)
+            #expect(outcomes["refused-2"]?.status == 500)
+            #expect(outcomes["refused-1"]?.code == "internal_error")
+            #expect(outcomes.filter { $0.key.hasPrefix("ok-") }.allSatisfy { $0.value.code == "accepted" })
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "60")
+        }
+    }
 }

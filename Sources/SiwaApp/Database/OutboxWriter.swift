@@ -104,8 +104,8 @@ public final class OutboxWriter: @unchecked Sendable {
     }
 
     private func write(_ batch: [Item]) {
-        // Duplicates inside one batch: the first copy goes to the database, the others are
-        // duplicates of it whatever the database says.
+        // Duplicates inside one batch: the first copy goes to the database; a later copy is a
+        // `duplicate` once the first is stored, and shares its failure otherwise.
         var firstOf: [String: Int] = [:]
         var unique: [Int] = []
         var copyOf: [Int: Int] = [:]
@@ -119,44 +119,44 @@ public final class OutboxWriter: @unchecked Sendable {
                 unique.append(i)
             }
         }
-        let rows = unique.map { batch[$0].notification }
-        let result: Result<Set<String>, PostgresError>
+        let results = insert(unique.map { batch[$0].notification })
+        var resultOf: [Int: Result<EventStore.Outcome, PostgresError>] = [:]
+        for (i, result) in zip(unique, results) {
+            resultOf[i] = result
+            batch[i].completion(result)
+        }
+        for (i, first) in copyOf {
+            batch[i].completion(resultOf[first]!.map { _ in .duplicate })
+        }
+    }
+
+    /// Inserts `rows` (no duplicates among them) in one statement; when that fails on a bad row
+    /// rather than a broken connection, row by row, so one bad row never fails the others.
+    private func insert(_ rows: [VerifiedNotification]) -> [Result<EventStore.Outcome, PostgresError>] {
         do {
-            result = .success(try insertRetrying(rows))
+            let inserted = try insertRetrying(rows)
+            return rows.map { n in
+                .success(inserted.contains(n.jti) ? (n.event.type.isKnown ? .accepted : .ignored) : .duplicate)
+            }
         } catch {
             if error.isConnectionProblem || rows.count == 1 {
-                result = .failure(error)
-            } else {
-                // One bad row must not fail the others: write them one by one.
-                logger.warning("batch insert failed, writing rows one by one", metadata: ["error": "\(error)"])
-                for i in unique { write([batch[i]]) }
-                for (i, _) in copyOf { batch[i].completion(.success(.duplicate)) }
-                return
+                return rows.map { _ in .failure(error) }
             }
-        }
-        switch result {
-        case .success(let inserted):
-            for i in unique {
-                let n = batch[i].notification
-                let outcome: EventStore.Outcome = inserted.contains(n.jti) ? (n.event.type.isKnown ? .accepted : .ignored) : .duplicate
-                batch[i].completion(.success(outcome))
-            }
-            for (i, _) in copyOf { batch[i].completion(.success(.duplicate)) }
-        case .failure(let error):
-            for item in batch { item.completion(.failure(error)) }
+            logger.warning("batch insert failed, writing rows one by one", metadata: ["error": "\(error)"])
+            return rows.flatMap { insert([$0]) }
         }
     }
 
     /// One retry on a fresh connection when the connection broke: safe, the insert is idempotent.
     private func insertRetrying(_ rows: [VerifiedNotification]) throws(PostgresError) -> Set<String> {
         do {
-            return try insert(rows)
+            return try insertOnce(rows)
         } catch where error.isConnectionProblem {
-            return try insert(rows)
+            return try insertOnce(rows)
         }
     }
 
-    private func insert(_ rows: [VerifiedNotification]) throws(PostgresError) -> Set<String> {
+    private func insertOnce(_ rows: [VerifiedNotification]) throws(PostgresError) -> Set<String> {
         do {
             return try pool.withConnection(timeout: 5) { c in
                 let result = try c.executePrepared(Self.statementName, Self.parameters(rows))
