@@ -73,7 +73,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// In dev mode, audiences may be empty, `devAudience` is always appended, and non-loopback
     /// listen hosts are replaced by 127.0.0.1 (the caller warns).
     /// Errors name the variable (a listen/admin-listen clash is reported as `SIWA_ADMIN_LISTEN`).
-    public static func load(environment: [String: String], overrides: [String: String] = [:], dev: Bool = false) throws(ConfigurationError) -> ServerConfiguration {
+    /// `requireAudiences: false` is for processes that never verify tokens (`work`, operator commands).
+    public static func load(environment: [String: String], overrides: [String: String] = [:], dev: Bool = false,
+                            requireAudiences: Bool = true) throws(ConfigurationError) -> ServerConfiguration {
         func value(_ name: String) -> String? {
             guard let raw = overrides[name] ?? environment[name] else { return nil }
             let trimmed = trim(raw)
@@ -105,7 +107,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             .filter { !$0.isEmpty }
         if dev {
             if !config.audiences.contains(devAudience) { config.audiences.append(devAudience) }
-        } else if config.audiences.isEmpty {
+        } else if config.audiences.isEmpty && requireAudiences {
             throw ConfigurationError(variable: "SIWA_AUDIENCES", problem: "is required: the comma-separated client ids (audiences) of your app")
         }
 

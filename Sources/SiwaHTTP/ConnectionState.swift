@@ -51,6 +51,13 @@ final class ConnectionState: @unchecked Sendable {
                 ex.queued = true
                 return response
             }
+            if registry.isStopping {
+                // The listener is shutting down: never suspend again (stopping libmicrohttpd
+                // with a suspended connection aborts the process).
+                ex.response = SuspendedConnections.shutdownResponse
+                ex.queued = true
+                return ex.response
+            }
             ex.suspended = true
             registry.add(self)
             MHD_suspend_connection(connection)
@@ -63,6 +70,19 @@ final class ConnectionState: @unchecked Sendable {
 /// stopped with a suspended connection, so shutdown answers whatever is still here.
 final class SuspendedConnections: Sendable {
     private let states = Mutex<[ObjectIdentifier: ConnectionState]>([:])
+    private let stopping = Atomic<Bool>(false)
+
+    /// What a request still waiting at shutdown gets (the client retries).
+    static let shutdownResponse = HTTPResponse.json(503, #"{"error":"shutting_down"}"#,
+                                                    headers: [HTTPHeader("Retry-After", "5"), HTTPHeader("Connection", "close")])
+
+    var isStopping: Bool { stopping.load(ordering: .relaxed) }
+
+    /// From now on no connection is suspended; those waiting are answered `shutdownResponse`.
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        answerAll(Self.shutdownResponse)
+    }
 
     func add(_ state: ConnectionState) {
         states.withLock { $0[ObjectIdentifier(state)] = state }

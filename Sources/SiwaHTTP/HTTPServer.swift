@@ -63,13 +63,20 @@ public final class HTTPServer: Sendable {
         // Still waiting for an answer after the grace period: answer 503 (the client retries),
         // then give the polling threads a moment to send it — stopping with a suspended
         // connection would abort the process.
-        context.suspended.answerAll(HTTPResponse.json(503, #"{"error":"shutting_down"}"#,
-                                                      headers: [HTTPHeader("Retry-After", "5")]))
+        context.suspended.stop()
         waited = 0
-        while context.inFlight.load(ordering: .relaxed) > 0 && waited < 2 {
+        while (context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty) && waited < 2 {
+            context.suspended.answerAll(SuspendedConnections.shutdownResponse)
             usleep(10_000)
             waited += 0.01
         }
+        // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next
+        // turn: wait until none is left before stopping.
+        while !context.suspended.isEmpty {
+            context.suspended.answerAll(SuspendedConnections.shutdownResponse)
+            usleep(10_000)
+        }
+        usleep(50_000)
         MHD_stop_daemon(current)
     }
 

@@ -32,6 +32,21 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         }
     }
 
+    /// True for failures of the moment that a retry later may cure: the connection problems, and
+    /// statement timeout (57014), serialization failure (40001), deadlock (40P01), insufficient
+    /// resources (53xxx), lock not available (55P03).
+    public var isTransient: Bool {
+        if isConnectionProblem { return true }
+        guard let s = sqlState else { return false }
+        return s == "57014" || s == "40001" || s == "40P01" || s == "55P03" || s.hasPrefix("53")
+    }
+
+    /// True when the data of the statement was refused (classes 22 data exception, 23 integrity).
+    public var isDataError: Bool {
+        guard let s = sqlState else { return false }
+        return s.hasPrefix("22") || s.hasPrefix("23")
+    }
+
     public var description: String {
         "postgres \(code.rawValue)" + (sqlState.map { " (\($0))" } ?? "")
     }

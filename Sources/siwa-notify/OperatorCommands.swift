@@ -31,7 +31,7 @@ struct Replay: ParsableCommand {
     }
 
     func run() throws {
-        let config = try options.load(dev: true)
+        let config = try options.load(requireAudiences: false)
         let selection: OutboxAdmin.ReplaySelection = all ? .all : (type.map { .type($0) } ?? .ids(ids))
         do {
             let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
@@ -50,7 +50,7 @@ struct Status: ParsableCommand {
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
-        let config = try options.load(dev: true)
+        let config = try options.load(requireAudiences: false)
         let report: OutboxAdmin.Report
         do {
             report = try OutboxAdmin.status(conninfo: try operatorDatabase(config))
@@ -78,7 +78,7 @@ struct Inspect: ParsableCommand {
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
-        let config = try options.load(dev: true)
+        let config = try options.load(requireAudiences: false)
         var input = token ?? "-"
         if input == "-" {
             input = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)

@@ -45,7 +45,7 @@ struct Migrate: ParsableCommand {
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
-        let config = try options.load(dev: true)
+        let config = try options.load(requireAudiences: false)
         guard let url = config.databaseURL else {
             throw CLIError("SIWA_DATABASE_URL: required by migrate (serve applies the schema to its embedded database itself)")
         }
@@ -60,9 +60,7 @@ struct Migrate: ParsableCommand {
 
 enum Runner {
     static func run(options: ConfigurationOptions, dev: Bool, roles: Application.Roles, audiencesRequired: Bool = true) throws {
-        // The worker does not check audiences: load as dev for validation, then restore.
-        var config = try options.load(dev: dev || !audiencesRequired)
-        if !dev { config.dev = false }
+        let config = try options.load(dev: dev, requireAudiences: audiencesRequired)
         let logger = Bootstrap.logging(config)
         let app = Application(configuration: config, roles: roles, logger: logger)
         let stop = DispatchSemaphore(value: 0)

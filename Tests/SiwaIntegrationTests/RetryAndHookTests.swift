@@ -28,6 +28,26 @@ struct RetryAndHookTests {
         }
     }
 
+    @Test("an edited hook that keeps the shipped marker comment is still called, on the bulk path too")
+    func editedDefaultHook() throws {
+        try TestHarness.with { h throws in
+            _ = try h.query("""
+                CREATE TABLE public.hook_log (event_id bigint NOT NULL);
+                CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+                LANGUAGE plpgsql AS $$
+                BEGIN
+                    -- siwa-notify:default-hook (the worker skips calling it while this marker is here)
+                    INSERT INTO public.hook_log VALUES (event.id);
+                END $$;
+                """)
+            for i in 0..<20 {
+                #expect(try h.post(token: try h.token(type: "email-enabled", sub: "sub.edited.\(i)")).code == "accepted")
+            }
+            #expect(try h.waitForWorker())
+            #expect(try h.scalar("SELECT count(*) FROM public.hook_log") == "20")
+        }
+    }
+
     @Test("an exception in the hook: retried with backoff, then dead; others are not blocked; replay brings it back")
     func poisonedEvent() throws {
         let h = try TestHarness(maxAttempts: 3, retryBaseDelay: 0.05)

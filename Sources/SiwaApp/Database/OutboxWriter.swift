@@ -139,7 +139,9 @@ public final class OutboxWriter: @unchecked Sendable {
                 .success(inserted.contains(n.jti) ? (n.event.type.isKnown ? .accepted : .ignored) : .duplicate)
             }
         } catch {
-            if error.isConnectionProblem || rows.count == 1 {
+            // Row by row only when the data of some row was refused; a timeout, deadlock or
+            // outage fails the batch (503, Apple retries) instead of being repeated per row.
+            if !error.isDataError || rows.count == 1 {
                 return rows.map { _ in .failure(error) }
             }
             logger.warning("batch insert failed, writing rows one by one", metadata: ["error": "\(error)"])

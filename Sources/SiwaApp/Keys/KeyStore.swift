@@ -97,25 +97,42 @@ public final class KeyStore: Sendable {
 
     /// Fetches the key set now. Throws when it cannot be fetched or holds no usable key.
     public func refresh() throws {
-        try refreshLock.withLock { _ in
-            state.withLock { $0.lastAttempt = Date() }
-            do {
-                let (keys, body, ttl) = try fetch()
-                state.withLock {
-                    $0.keys = keys
-                    $0.loadedAt = Date()
-                    $0.expiresAt = Date().addingTimeInterval(ttl)
-                    $0.lastAttemptFailed = false
-                }
-                persistence?.save(body)
-                metrics?.keyRefresh(succeeded: true)
-                logger.info("key set loaded", metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
-            } catch {
-                state.withLock { $0.lastAttemptFailed = true }
-                metrics?.keyRefresh(succeeded: false)
-                logger.warning("key set refresh failed", metadata: ["error": "\(error)"])
-                throw error
+        try refreshLock.withLock { _ in try fetchAndStore() }
+    }
+
+    /// For an unknown `kid`: fetches unless another thread already did within the minimum
+    /// interval (checked again under the lock, so a burst of made-up `kid`s costs one fetch and
+    /// the others use its result). Returns false when the key set could not be fetched.
+    private func refreshIfStillDue() -> Bool {
+        refreshLock.withLock { _ in
+            let recent = state.withLock { s -> Bool? in
+                guard let last = s.lastAttempt, Date().timeIntervalSince(last) < minRefreshInterval else { return nil }
+                return !s.lastAttemptFailed
             }
+            if let recent { return recent }
+            return (try? fetchAndStore()) != nil
+        }
+    }
+
+    /// Call with `refreshLock` held.
+    private func fetchAndStore() throws {
+        state.withLock { $0.lastAttempt = Date() }
+        do {
+            let (keys, body, ttl) = try fetch()
+            state.withLock {
+                $0.keys = keys
+                $0.loadedAt = Date()
+                $0.expiresAt = Date().addingTimeInterval(ttl)
+                $0.lastAttemptFailed = false
+            }
+            persistence?.save(body)
+            metrics?.keyRefresh(succeeded: true)
+            logger.info("key set loaded", metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
+        } catch {
+            state.withLock { $0.lastAttemptFailed = true }
+            metrics?.keyRefresh(succeeded: false)
+            logger.warning("key set refresh failed", metadata: ["error": "\(error)"])
+            throw error
         }
     }
 
@@ -131,7 +148,7 @@ public final class KeyStore: Sendable {
         }
         if due {
             logger.info("unknown kid, refreshing key set", metadata: ["kid": "\(String(kid.prefix(64)).debugDescription)"])
-            if (try? refresh()) == nil {
+            if !refreshIfStillDue() {
                 return .keysUnavailable
             }
         } else if state.withLock({ $0.lastAttemptFailed }) {

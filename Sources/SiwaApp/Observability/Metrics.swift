@@ -34,7 +34,7 @@ public final class Metrics: Sendable {
         state.withLock { $0.requests["\(status)|\(reason)", default: 0] += 1 }
     }
 
-    /// `outcome` is applied, retried or dead.
+    /// `outcome` is applied, failed (will retry) or dead.
     public func event(outcome: String, type: String) {
         state.withLock { $0.events["\(outcome)|\(type)", default: 0] += 1 }
     }

@@ -74,7 +74,7 @@ public final class Receiver: HTTPHandler {
                 "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
                 "detail": "\(error.serverMessage.prefix(200))",
             ])
-            return reject(error.isConnectionProblem ? .databaseUnavailable : .internalError, requestID: requestID)
+            return reject(error.isTransient ? .databaseUnavailable : .internalError, requestID: requestID)
         case .success(let outcome):
             metrics.observeCommit(seconds: Self.seconds(since: committing))
             metrics.request(status: 200, reason: outcome.rawValue)

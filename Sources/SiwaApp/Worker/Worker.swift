@@ -127,53 +127,82 @@ public final class Worker: Sendable {
     /// Claims and applies one batch in one transaction; returns how many events it handled.
     @discardableResult
     public func processBatch(on connection: PostgresConnection) throws(PostgresError) -> Int {
-        try connection.transaction { c throws(PostgresError) in
+        var report = BatchReport()
+        let count = try connection.transaction { c throws(PostgresError) in
+            report = BatchReport()
             let claimed = try EventApplier.claim(limit: options.batchSize, on: c)
+            // Accounts are locked in one order by every path (sorted by sub): no deadlocks.
+            let bySub: (EventApplier.Claimed, EventApplier.Claimed) -> Bool = {
+                ($0.event.sub, $0.event.eventTimeMillis) < ($1.event.sub, $1.event.eventTimeMillis)
+            }
             // Fast path: the first event of each sub, all at once. The rest (a second event for a
             // sub in the same batch), or everything when the fast path fails, goes event by event.
             var seen: Set<String> = []
             let first = claimed.filter { seen.insert($0.event.sub).inserted }
             let firstIDs = Set(first.map(\.id))
-            var rest = claimed.filter { !firstIDs.contains($0.id) }
+            var rest = claimed.filter { !firstIDs.contains($0.id) }.sorted(by: bySub)
             if first.count > 1 {
                 try c.execute("SAVEPOINT siwa_bulk")
                 do throws(PostgresError) {
                     let decisions = try BulkApplier.apply(first, on: c)
                     try c.execute("RELEASE SAVEPOINT siwa_bulk")
-                    for (item, decision) in zip(first, decisions) { applied(item, decision) }
+                    report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
-                    if error.code != .queryFailed || error.isConnectionProblem { throw error }
+                    if !c.isHealthy { throw error }  // broken connection: the whole transaction is gone
                     try c.execute("ROLLBACK TO SAVEPOINT siwa_bulk")
                     logger.debug("bulk apply failed, applying one by one", metadata: ["sqlstate": "\(error.sqlState ?? "")"])
-                    rest = claimed
+                    rest = claimed.sorted(by: bySub)
                 }
             } else {
                 rest = claimed
             }
             for item in rest {
-                try applyOne(item, on: c)
+                try applyOne(item, on: c, report: &report)
             }
             return claimed.count
         }
+        // Counted and logged once committed (a rolled-back batch is applied again later).
+        for (item, decision) in report.applied {
+            metrics.event(outcome: "applied", type: item.event.type.rawValue)
+            logger.info("event applied", metadata: [
+                "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
+                "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
+            ])
+        }
+        for failure in report.failed {
+            metrics.event(outcome: failure.dead ? "dead" : "failed", type: failure.item.event.type.rawValue)
+            logger.warning(failure.dead ? "event dead-lettered" : "event failed, will retry", metadata: [
+                "event_id": "\(failure.item.id)", "type": "\(failure.item.event.type.rawValue)",
+                "attempts": "\(failure.attempts)", "sqlstate": "\(failure.sqlState)",
+                "retry_in": "\(failure.dead ? 0 : failure.delay)",
+            ])
+        }
+        return count
     }
 
-    private func applied(_ item: EventApplier.Claimed, _ decision: AccountDecision) {
-        metrics.event(outcome: "applied", type: item.event.type.rawValue)
-        logger.info("event applied", metadata: [
-            "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
-            "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
-        ])
+    /// What one batch did, reported after its commit.
+    struct BatchReport {
+        struct Failure {
+            var item: EventApplier.Claimed
+            var dead: Bool
+            var attempts: Int
+            var delay: Double
+            var sqlState: String
+        }
+
+        var applied: [(EventApplier.Claimed, AccountDecision)] = []
+        var failed: [Failure] = []
     }
 
     /// The slow path: one event under its own savepoint; a failure is recorded for retry.
-    private func applyOne(_ item: EventApplier.Claimed, on c: PostgresConnection) throws(PostgresError) {
+    private func applyOne(_ item: EventApplier.Claimed, on c: PostgresConnection, report: inout BatchReport) throws(PostgresError) {
         try c.execute("SAVEPOINT siwa_event")
         do throws(PostgresError) {
             let decision = try EventApplier.apply(item, on: c)
             try c.execute("RELEASE SAVEPOINT siwa_event")
-            applied(item, decision)
+            report.applied.append((item, decision))
         } catch {
-            if error.code != .queryFailed || error.isConnectionProblem { throw error }
+            if !c.isHealthy { throw error }  // broken connection: the whole transaction is gone
             try c.execute("ROLLBACK TO SAVEPOINT siwa_event")
             let attempts = item.attempts + 1
             let dead = options.retry.isExhausted(attempts: attempts)
@@ -181,11 +210,8 @@ public final class Worker: Sendable {
             let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
             try EventApplier.markFailed(item, status: dead ? "dead" : "failed", error: message,
                                         retryIn: delay, on: c)
-            metrics.event(outcome: dead ? "dead" : "retried", type: item.event.type.rawValue)
-            logger.warning(dead ? "event dead-lettered" : "event failed, will retry", metadata: [
-                "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)", "attempts": "\(attempts)",
-                "sqlstate": "\(error.sqlState ?? "")", "retry_in": "\(dead ? 0 : delay)",
-            ])
+            report.failed.append(BatchReport.Failure(item: item, dead: dead, attempts: attempts, delay: delay,
+                                                     sqlState: error.sqlState ?? ""))
         }
     }
 }
