@@ -83,6 +83,14 @@ import Testing
         #expect(!c.dev)
     }
 
+    @Test func audiencesOptionalForProcessesThatDoNotVerify() throws {
+        let c = try ServerConfiguration.load(environment: ["SIWA_ADMIN_LISTEN": "0.0.0.0:9191"], requireAudiences: false)
+        #expect(c.audiences.isEmpty)
+        #expect(c.adminListen == ListenAddress(host: "0.0.0.0", port: 9191))   // not forced to loopback
+        #expect(!c.dev)
+        #expect(throws: ConfigurationError.self) { try ServerConfiguration.load(environment: [:]) }
+    }
+
     @Test func overridesWin() throws {
         let c = try load(with("SIWA_MAX_BODY", "2048"), overrides: ["SIWA_MAX_BODY": "4096", "SIWA_AUDIENCES": "com.override"])
         #expect(c.maxBody == 4096)
