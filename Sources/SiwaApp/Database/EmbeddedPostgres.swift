@@ -68,14 +68,19 @@ public final class EmbeddedPostgres: Sendable {
     public func start() throws(Failure) {
         let fm = FileManager.default
         do {
+            // The directories above the cluster must stay traversable for the `postgres` user;
+            // the cluster itself (and its socket directory) is private to it.
+            let parent = (clusterDirectory as NSString).deletingLastPathComponent
+            try fm.createDirectory(atPath: parent, withIntermediateDirectories: true,
+                                   attributes: [.posixPermissions: 0o755])
             try fm.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true,
                                    attributes: [.posixPermissions: 0o700])
+            try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: clusterDirectory)
         } catch {
             throw Failure(description: "cannot create \(socketDirectory)")
         }
         if let runAs {
             _ = Self.run(["/bin/chown", "-R", "\(runAs):\(runAs)", clusterDirectory])
-            _ = Self.run(["/bin/chown", "\(runAs):\(runAs)", (clusterDirectory as NSString).deletingLastPathComponent])
         }
         let data = clusterDirectory + "/data"
         if !fm.fileExists(atPath: data + "/PG_VERSION") {
