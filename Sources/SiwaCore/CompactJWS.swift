@@ -6,12 +6,17 @@ public struct CompactJWS: Sendable {
     public var signingInput: [UInt8]
     /// May be empty (the signature check then fails).
     public var signature: [UInt8]
+    /// The claims exactly as decoded (valid JSON: the strict parser accepted it, so it is valid
+    /// UTF-8 with no `\u0000`); empty when the value was built in code.
+    public var claimsText: String
 
-    public init(header: [String: JSONValue], claims: [String: JSONValue], signingInput: [UInt8], signature: [UInt8]) {
+    public init(header: [String: JSONValue], claims: [String: JSONValue], signingInput: [UInt8], signature: [UInt8],
+                claimsText: String = "") {
         self.header = header
         self.claims = claims
         self.signingInput = signingInput
         self.signature = signature
+        self.claimsText = claimsText
     }
 
     /// Splits and decodes `token`. Throws `.malformedJWS` (not three segments, empty header or
@@ -34,6 +39,7 @@ public struct CompactJWS: Sendable {
         else { throw .malformedJWS }
         guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { throw .malformedHeader }
         guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { throw .malformedClaims }
-        return CompactJWS(header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature)
+        return CompactJWS(header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature,
+                          claimsText: String(decoding: claimsBytes, as: UTF8.self))
     }
 }

@@ -181,7 +181,7 @@ public struct NotificationVerifier: Sendable {
         return VerifiedNotification(
             jti: jti, issuer: issuer, audience: audience,
             issuedAt: issuedAt, expiresAt: expiresAt, event: event,
-            claimsJSON: JSONValue.object(claims).serialized())
+            claimsJSON: jws.claimsText.isEmpty ? JSONValue.object(claims).serialized() : jws.claimsText)
     }
 
     /// Parses the `events` claim: an object, or a string holding a JSON object.

@@ -8,7 +8,8 @@ public struct VerifiedNotification: Sendable, Equatable {
     /// `exp` in seconds, if present.
     public var expiresAt: Int64?
     public var event: AppleEvent
-    /// The verified claims object re-serialized with `JSONValue.serialized()` (for a `jsonb` column).
+    /// The verified claims as signed (the decoded JWS payload; re-serialized with
+    /// `JSONValue.serialized()` only when the token was built in code), for a `jsonb` column.
     public var claimsJSON: String
 
     public init(jti: String, issuer: String, audience: String, issuedAt: Int64?, expiresAt: Int64?, event: AppleEvent, claimsJSON: String) {
