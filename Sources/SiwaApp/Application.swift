@@ -38,7 +38,7 @@ public final class Application: Sendable {
     public let metrics = Metrics()
     private let logger: Logger
     private let options: Options
-    private let state = SendableBox()
+    private let state = ApplicationState()
 
     public init(configuration: ServerConfiguration, roles: Roles = .all, options: Options = Options(), logger: Logger) {
         self.configuration = configuration
@@ -155,7 +155,7 @@ public final class Application: Sendable {
         s.adminServer?.shutdown(grace: 1)
         s.pool?.close()
         s.embedded?.stop()
-        state.set { $0 = SendableBox.State() }
+        state.set { $0 = ApplicationState.State() }
         logger.info("stopped")
     }
 
@@ -201,7 +201,7 @@ public final class Application: Sendable {
 }
 
 /// The mutable parts of `Application`, behind a lock.
-final class SendableBox: @unchecked Sendable {
+final class ApplicationState: @unchecked Sendable {
     // @unchecked: every access goes through `lock`.
     struct State {
         var embedded: EmbeddedPostgres?
