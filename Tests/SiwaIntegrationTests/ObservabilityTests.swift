@@ -53,7 +53,12 @@ struct ObservabilityTests {
             #expect(try h.post(token: String(try h.token(sub: "sub.m2").dropLast(4)) + "AAAA").code == "bad_signature")
             #expect(try h.send(body: "{}", path: "/nope").status == 404)
             #expect(try h.waitForWorker())
-            var samples = try Self.parse(try h.admin("/metrics").body)
+            // The worker counts an event once its transaction has committed: poll for it.
+            var samples: [Sample] = []
+            _ = try eventually(timeout: 5) {
+                samples = try Self.parse(try h.admin("/metrics").body)
+                return Self.value(samples, "siwa_events_total", ["outcome": "applied", "type": "consent-revoked"]) == 1
+            }
             #expect(Self.value(samples, "siwa_requests_total", ["status": "200", "reason": "accepted"]) == 1)
             #expect(Self.value(samples, "siwa_requests_total", ["status": "401", "reason": "bad_signature"]) == 1)
             #expect(Self.value(samples, "siwa_requests_total", ["status": "404", "reason": "not_found"]) == 1)
@@ -68,7 +73,10 @@ struct ObservabilityTests {
 
             #expect(try h.post(token: try h.token(type: "email-disabled", sub: "sub.m3")).code == "accepted")
             #expect(try h.waitForWorker())
-            samples = try Self.parse(try h.admin("/metrics").body)
+            _ = try eventually(timeout: 5) {
+                samples = try Self.parse(try h.admin("/metrics").body)
+                return Self.value(samples, "siwa_events_total", ["outcome": "applied", "type": "email-disabled"]) == 1
+            }
             #expect(Self.value(samples, "siwa_requests_total", ["status": "200", "reason": "accepted"]) == 2)
             #expect(Self.value(samples, "siwa_events_total", ["outcome": "applied", "type": "email-disabled"]) == 1)
         }
