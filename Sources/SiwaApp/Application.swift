@@ -123,7 +123,7 @@ public final class Application: Sendable {
         }
 
         // 3. Admin listener.
-        let admin = AdminHandler(pool: pool, keys: keys, metrics: metrics)
+        let admin = AdminHandler(pool: pool, keys: keys, writer: state.get { $0.writer }, metrics: metrics)
         let adminServer = try startServer(config.adminListen, handler: admin, threads: 1)
         state.set {
             $0.admin = admin

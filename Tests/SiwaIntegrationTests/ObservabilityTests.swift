@@ -70,6 +70,8 @@ struct ObservabilityTests {
             #expect(Self.value(samples, "siwa_outbox_dead") == 0)
             #expect(Self.value(samples, "siwa_key_refreshes_total", ["result": "success"]) ?? 0 >= 1)
             #expect(Self.value(samples, "siwa_db_pool_open") ?? 0 >= 1)
+            #expect(Self.value(samples, "siwa_writer_queue") == 0)
+            #expect(Self.value(samples, "siwa_writer_pool_open") == 1)
 
             #expect(try h.post(token: try h.token(type: "email-disabled", sub: "sub.m3")).code == "accepted")
             #expect(try h.waitForWorker())

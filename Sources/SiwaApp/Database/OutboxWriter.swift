@@ -71,6 +71,16 @@ public final class OutboxWriter: @unchecked Sendable {
         pool.close()
     }
 
+    /// Notifications waiting for a writer.
+    public var queued: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return queue.count
+    }
+
+    /// Open database connections of the writer threads.
+    public var openConnections: Int { pool.openConnections }
+
     /// Queues `notification`; `completion` runs on a writer thread after the commit (or failure).
     /// Returns false (and never calls `completion`) when the queue is full or the writer stopped.
     public func submit(_ notification: VerifiedNotification, completion: @escaping Completion) -> Bool {

@@ -10,9 +10,12 @@ public final class AdminHandler: HTTPHandler {
     private let metrics: Metrics
     private let draining = Atomic<Bool>(false)
 
-    public init(pool: PostgresPool, keys: KeyStore?, metrics: Metrics) {
+    private let writer: OutboxWriter?
+
+    public init(pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics) {
         self.pool = pool
         self.keys = keys
+        self.writer = writer
         self.metrics = metrics
     }
 
@@ -63,6 +66,10 @@ public final class AdminHandler: HTTPHandler {
             ("siwa_db_pool_busy", "Database connections in use.", Double(pool.busyConnections)),
             ("siwa_keys_loaded", "Signing keys held.", Double(keys?.keyCount ?? 0)),
         ]
+        if let writer {
+            result.append(("siwa_writer_queue", "Verified notifications waiting for their commit.", Double(writer.queued)))
+            result.append(("siwa_writer_pool_open", "Open database connections of the outbox writer.", Double(writer.openConnections)))
+        }
         let backlog = try? pool.withConnection(timeout: 2) { connection in
             try connection.execute("SELECT pending + failed, dead, oldest_pending_age_seconds FROM siwa.backlog")
         }
