@@ -280,27 +280,33 @@ extension Substring {
     }
 }
 
+/// The bytes of one curl data callback and the transfer it belongs to; nil for a size overflow
+/// or a missing userdata (the callback then returns 0: curl aborts).
+private func callbackData(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ userdata: UnsafeMutableRawPointer?
+) -> (TransferState, UnsafeRawBufferPointer)? {
+    guard let userdata else { return nil }
+    let (total, overflow) = size.multipliedReportingOverflow(by: nmemb)
+    guard !overflow else { return nil }
+    let state = Unmanaged<TransferState>.fromOpaque(userdata).takeUnretainedValue()
+    return (state, UnsafeRawBufferPointer(start: total > 0 ? data : nil, count: total))
+}
+
 /// CURLOPT_WRITEFUNCTION. Returning anything other than `size * nmemb` makes
 /// curl abort with CURLE_WRITE_ERROR.
 private func fetchWriteCallback(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ userdata: UnsafeMutableRawPointer?
 ) -> Int {
-    guard let userdata else { return 0 }
-    let (total, overflow) = size.multipliedReportingOverflow(by: nmemb)
-    guard !overflow else { return 0 }
-    guard total > 0, let data else { return total }
-    let state = Unmanaged<TransferState>.fromOpaque(userdata).takeUnretainedValue()
-    return state.appendBody(UnsafeRawBufferPointer(start: data, count: total)) ? total : 0
+    guard let (state, bytes) = callbackData(data, size, nmemb, userdata) else { return 0 }
+    guard bytes.count > 0, bytes.baseAddress != nil else { return bytes.count }
+    return state.appendBody(bytes) ? bytes.count : 0
 }
 
 /// CURLOPT_HEADERFUNCTION: called once per complete header line.
 private func fetchHeaderCallback(
     _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ nmemb: Int, _ userdata: UnsafeMutableRawPointer?
 ) -> Int {
-    guard let userdata else { return 0 }
-    let (total, overflow) = size.multipliedReportingOverflow(by: nmemb)
-    guard !overflow else { return 0 }
-    guard total > 0, let data else { return total }
-    let state = Unmanaged<TransferState>.fromOpaque(userdata).takeUnretainedValue()
-    return state.appendHeaderLine(UnsafeRawBufferPointer(start: data, count: total)) ? total : 0
+    guard let (state, bytes) = callbackData(data, size, nmemb, userdata) else { return 0 }
+    guard bytes.count > 0, bytes.baseAddress != nil else { return bytes.count }
+    return state.appendHeaderLine(bytes) ? bytes.count : 0
 }

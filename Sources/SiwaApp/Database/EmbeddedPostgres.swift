@@ -39,7 +39,7 @@ public final class EmbeddedPostgres: Sendable {
             } catch {
                 throw Failure(description: "cannot create data directory \(absolute)")
             }
-            if !Self.run(["/usr/sbin/runuser", "-u", "postgres", "--", "test", "-x", absolute]).ok {
+            if !Subprocess.run(["/usr/sbin/runuser", "-u", "postgres", "--", "test", "-x", absolute]).ok {
                 // The postgres user cannot reach the data dir (e.g. under /root): keep the cluster
                 // in a directory of its own, named after the data dir.
                 cluster = "/var/lib/siwa-notify/" + String(SHA256.hexDigest(absolute).prefix(16)) + "/postgres"
@@ -80,7 +80,7 @@ public final class EmbeddedPostgres: Sendable {
             throw Failure(description: "cannot create \(socketDirectory)")
         }
         if let runAs {
-            _ = Self.run(["/bin/chown", "-R", "\(runAs):\(runAs)", clusterDirectory])
+            _ = Subprocess.run(["/bin/chown", "-R", "\(runAs):\(runAs)", clusterDirectory])
         }
         let data = clusterDirectory + "/data"
         if !fm.fileExists(atPath: data + "/PG_VERSION") {
@@ -110,10 +110,7 @@ public final class EmbeddedPostgres: Sendable {
         var command = arguments
         command[0] = binDirectory + "/" + command[0]
         if let runAs { command = ["/usr/sbin/runuser", "-u", runAs, "--"] + command }
-        return Self.run(command)
+        return Subprocess.run(command)
     }
 
-    static func run(_ command: [String]) -> (ok: Bool, output: String) {
-        Subprocess.run(command)
-    }
 }

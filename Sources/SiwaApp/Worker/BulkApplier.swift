@@ -1,11 +1,12 @@
 import SiwaCore
 import SiwaPostgres
 
-/// The worker's fast path: applies many claimed events — at most one per `sub` — with a handful
-/// of set-based statements instead of several round trips per event. The decisions still come
-/// from `EventRules` (the pure core); only the reads and writes are batched. The caller runs it
-/// under a savepoint and falls back to `EventApplier` event by event when it fails (e.g. the
-/// operator hook raised for one of them), so one bad event never fails the others.
+/// Applies claimed events — at most one per `sub` per call — with a handful of set-based
+/// statements instead of several round trips per event: lock (or create) the accounts, decide with
+/// `EventRules` (the pure core), write the accounts, revoke sessions, call the operator hook, mark
+/// the events done. The worker calls it for a whole batch (fast path) and, under a savepoint per
+/// event, for one event at a time when the batch fails (e.g. the hook raised for one of them), so
+/// one bad event never fails the others.
 enum BulkApplier {
     static let statements: [(String, String)] = [
         ("siwa_bulk_upsert", """

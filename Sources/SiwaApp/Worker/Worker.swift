@@ -198,7 +198,7 @@ public final class Worker: Sendable {
     private func applyOne(_ item: EventApplier.Claimed, on c: PostgresConnection, report: inout BatchReport) throws(PostgresError) {
         try c.execute("SAVEPOINT siwa_event")
         do throws(PostgresError) {
-            let decision = try EventApplier.apply(item, on: c)
+            let decision = try BulkApplier.apply([item], on: c)[0]
             try c.execute("RELEASE SAVEPOINT siwa_event")
             report.applied.append((item, decision))
         } catch {
