@@ -19,6 +19,8 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     case missingSub = "missing_sub"
     /// `type` missing, empty, or not a string.
     case missingType = "missing_type"
+    /// `event_time` outside [2019-01-01, `iat` + 1 h] (e.g. seconds instead of milliseconds).
+    case badEventTime = "bad_event_time"
     // 401
     /// `alg` is not exactly `"RS256"`.
     case unsupportedAlgorithm = "unsupported_alg"
@@ -36,6 +38,8 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     case expired = "expired"
     /// The token was issued in the future (beyond the allowed clock skew).
     case issuedInFuture = "issued_in_future"
+    /// The token has no `iat` claim.
+    case missingIAT = "missing_iat"
     // transport-level
     /// 404: wrong path.
     case notFound = "not_found"
@@ -56,10 +60,10 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     public var httpStatus: Int {
         switch self {
         case .malformedJSON, .missingPayload, .malformedJWS, .malformedHeader, .malformedClaims,
-             .missingJTI, .malformedEvents, .missingSub, .missingType:
+             .missingJTI, .malformedEvents, .missingSub, .missingType, .badEventTime:
             return 400
         case .unsupportedAlgorithm, .missingKid, .unknownKid, .badSignature, .wrongIssuer,
-             .wrongAudience, .expired, .issuedInFuture:
+             .wrongAudience, .expired, .issuedInFuture, .missingIAT:
             return 401
         case .notFound: return 404
         case .methodNotAllowed: return 405
@@ -82,6 +86,7 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
         case .malformedEvents: return "The events claim is missing or malformed."
         case .missingSub: return "The event has no non-empty string sub."
         case .missingType: return "The event has no non-empty string type."
+        case .badEventTime: return "The event_time is not milliseconds between 2019-01-01 and one hour after iat."
         case .unsupportedAlgorithm: return "The JWS algorithm is not RS256."
         case .missingKid: return "The JWS header has no non-empty string kid."
         case .unknownKid: return "No known Apple signing key has this key id."
@@ -90,6 +95,7 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
         case .wrongAudience: return "The token audience is not one of the configured audiences."
         case .expired: return "The token has expired."
         case .issuedInFuture: return "The token was issued in the future."
+        case .missingIAT: return "The token has no iat claim."
         case .notFound: return "No such endpoint."
         case .methodNotAllowed: return "Only POST is allowed."
         case .bodyTooLarge: return "The request body is too large."

@@ -28,14 +28,42 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var httpThreads: Int
     /// `SIWA_MAX_ATTEMPTS`; default 12 (1...100).
     public var maxAttempts: Int
-    /// `SIWA_RETENTION_DAYS`: done events older than this are pruned; default 30 (1...3650).
-    /// Pending, failed and dead events are never pruned.
+    /// `SIWA_RETENTION_DAYS`: done and ignored events older than this are pruned; default 30
+    /// (2...3650: a `jti` must outlive the longest token lifetime, one day). Pending, failed and
+    /// dead events are never pruned.
     public var retentionDays: Int
     /// `SIWA_JWKS_MIN_REFRESH`: minimum seconds between two key set fetches (an unknown `kid`
-    /// cannot force more); default 10 (0...3600).
+    /// cannot force more); default 10 (1...3600).
     public var keyRefreshInterval: Int
+    /// `SIWA_COMMIT_TIMEOUT`: most seconds a notification waits from arrival to answer; past it
+    /// the answer is 503 + Retry-After (it may still commit: Apple's retry is then a duplicate).
+    /// Default 5 (1...60).
+    public var commitTimeout: Int
+    /// `SIWA_WORKER_STATEMENT_TIMEOUT`: seconds one worker statement (the operator hook included)
+    /// may run before the event fails and is retried. Default 30 (1...3600).
+    public var workerStatementTimeout: Int
+    /// `SIWA_WORKER_LOCK_TIMEOUT`: seconds the worker waits for a row lock (e.g. held by a
+    /// dashboard query) before the event fails and is retried. Default 5 (1...600).
+    public var workerLockTimeout: Int
+    /// `SIWA_SHUTDOWN_TIMEOUT`: the graceful-stop budget in seconds shared by every part of the
+    /// process on SIGTERM. Default 20 (1...600; keep it under systemd's `TimeoutStopSec=30`).
+    public var shutdownTimeout: Int
+    /// App-initiated deletion (Apple's REST API): on when all of `SIWA_TEAM_ID`, `SIWA_KEY_ID`,
+    /// `SIWA_PRIVATE_KEY_FILE` and `SIWA_TOKEN_KEY_FILE` are set; nil (off) when none is.
+    public var appleAPI: AppleAPIConfiguration?
     /// `--dev`; default false.
     public var dev: Bool
+
+    /// Every variable `load` reads, in the README's order (a test checks the README's table and
+    /// the command-line flags against this list).
+    public static let variables = [
+        "SIWA_DATABASE_URL", "SIWA_DATA_DIR", "SIWA_AUDIENCES", "SIWA_JWKS_URL", "SIWA_LISTEN", "SIWA_PATH",
+        "SIWA_ADMIN_LISTEN", "SIWA_MAX_BODY", "SIWA_LOG_LEVEL", "SIWA_LOG_FORMAT", "SIWA_CONNECTION_TIMEOUT",
+        "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
+        "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
+        "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
+        "SIWA_APPLE_URL",
+    ]
 
     /// Audience always accepted in dev mode.
     public static let devAudience = "com.example.siwa-notify.dev"
@@ -63,6 +91,11 @@ public struct ServerConfiguration: Sendable, Equatable {
         maxAttempts = 12
         retentionDays = 30
         keyRefreshInterval = 10
+        commitTimeout = 5
+        workerStatementTimeout = 30
+        workerLockTimeout = 5
+        shutdownTimeout = 20
+        appleAPI = nil
         dev = false
     }
 
@@ -148,8 +181,13 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.maxConnections = try integer("SIWA_MAX_CONNECTIONS", 1...65_536, default: config.maxConnections)
         config.httpThreads = try integer("SIWA_HTTP_THREADS", 1...256, default: config.httpThreads)
         config.maxAttempts = try integer("SIWA_MAX_ATTEMPTS", 1...100, default: config.maxAttempts)
-        config.retentionDays = try integer("SIWA_RETENTION_DAYS", 1...3650, default: config.retentionDays)
-        config.keyRefreshInterval = try integer("SIWA_JWKS_MIN_REFRESH", 0...3600, default: config.keyRefreshInterval)
+        config.retentionDays = try integer("SIWA_RETENTION_DAYS", 2...3650, default: config.retentionDays)
+        config.keyRefreshInterval = try integer("SIWA_JWKS_MIN_REFRESH", 1...3600, default: config.keyRefreshInterval)
+        config.commitTimeout = try integer("SIWA_COMMIT_TIMEOUT", 1...60, default: config.commitTimeout)
+        config.workerStatementTimeout = try integer("SIWA_WORKER_STATEMENT_TIMEOUT", 1...3600, default: config.workerStatementTimeout)
+        config.workerLockTimeout = try integer("SIWA_WORKER_LOCK_TIMEOUT", 1...600, default: config.workerLockTimeout)
+        config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
+        config.appleAPI = try AppleAPIConfiguration.load(value)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

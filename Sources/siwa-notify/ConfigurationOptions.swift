@@ -6,26 +6,56 @@ import SiwaCore
 
 /// Flags that override the `SIWA_*` variable of the same name.
 struct ConfigurationOptions: ParsableArguments {
-    @Option(help: "libpq URI or conninfo (SIWA_DATABASE_URL). Default: embedded PostgreSQL under the data dir.")
+    @Option(name: .customLong("database-url"), help: "libpq URI or conninfo (SIWA_DATABASE_URL). Default: embedded PostgreSQL under the data dir.")
     var databaseURL: String?
-    @Option(help: "Embedded database and dev key directory (SIWA_DATA_DIR, default ./.siwa).")
+    @Option(name: .customLong("data-dir"), help: "Embedded database and dev key directory (SIWA_DATA_DIR, default ./.siwa).")
     var dataDir: String?
-    @Option(help: "Comma-separated accepted aud values (SIWA_AUDIENCES).")
+    @Option(name: .customLong("audiences"), help: "Comma-separated accepted aud values (SIWA_AUDIENCES).")
     var audiences: String?
-    @Option(help: "Apple's key set URL (SIWA_JWKS_URL).")
+    @Option(name: .customLong("jwks-url"), help: "Apple's key set URL (SIWA_JWKS_URL).")
     var jwksURL: String?
-    @Option(help: "Public listener host:port (SIWA_LISTEN, default 0.0.0.0:8080).")
+    @Option(name: .customLong("listen"), help: "Public listener host:port (SIWA_LISTEN, default 0.0.0.0:8080).")
     var listen: String?
-    @Option(help: "Endpoint path (SIWA_PATH, default /apple/notifications).")
+    @Option(name: .customLong("path"), help: "Endpoint path (SIWA_PATH, default /apple/notifications).")
     var path: String?
-    @Option(help: "Admin listener host:port (SIWA_ADMIN_LISTEN, default 127.0.0.1:9090).")
+    @Option(name: .customLong("admin-listen"), help: "Admin listener host:port (SIWA_ADMIN_LISTEN, default 127.0.0.1:9090).")
     var adminListen: String?
-    @Option(help: "Largest accepted body in bytes (SIWA_MAX_BODY, default 65536).")
+    @Option(name: .customLong("max-body"), help: "Largest accepted body in bytes (SIWA_MAX_BODY, default 65536).")
     var maxBody: String?
-    @Option(help: "trace|debug|info|notice|warning|error|critical (SIWA_LOG_LEVEL, default info).")
+    @Option(name: .customLong("log-level"), help: "trace|debug|info|notice|warning|error|critical (SIWA_LOG_LEVEL, default info).")
     var logLevel: String?
-    @Option(help: "json|text (SIWA_LOG_FORMAT, default json).")
+    @Option(name: .customLong("log-format"), help: "json|text (SIWA_LOG_FORMAT, default json).")
     var logFormat: String?
+    @Option(name: .customLong("connection-timeout"), help: "Seconds before an idle or slow client is cut off (SIWA_CONNECTION_TIMEOUT, default 10).")
+    var connectionTimeout: String?
+    @Option(name: .customLong("max-connections"), help: "Concurrent connections per listener (SIWA_MAX_CONNECTIONS, default 1024).")
+    var maxConnections: String?
+    @Option(name: .customLong("http-threads"), help: "Listener threads (SIWA_HTTP_THREADS, default 4).")
+    var httpThreads: String?
+    @Option(name: .customLong("max-attempts"), help: "Worker attempts before an event is dead (SIWA_MAX_ATTEMPTS, default 12).")
+    var maxAttempts: String?
+    @Option(name: .customLong("retention-days"), help: "Days done and ignored events are kept (SIWA_RETENTION_DAYS, default 30, at least 2).")
+    var retentionDays: String?
+    @Option(name: .customLong("jwks-min-refresh"), help: "Least seconds between two key set fetches (SIWA_JWKS_MIN_REFRESH, default 10, at least 1).")
+    var jwksMinRefresh: String?
+    @Option(name: .customLong("commit-timeout"), help: "Most seconds from a notification's arrival to its answer (SIWA_COMMIT_TIMEOUT, default 5).")
+    var commitTimeout: String?
+    @Option(name: .customLong("worker-statement-timeout"), help: "Seconds a worker statement may run (SIWA_WORKER_STATEMENT_TIMEOUT, default 30).")
+    var workerStatementTimeout: String?
+    @Option(name: .customLong("worker-lock-timeout"), help: "Seconds the worker waits for a row lock (SIWA_WORKER_LOCK_TIMEOUT, default 5).")
+    var workerLockTimeout: String?
+    @Option(name: .customLong("shutdown-timeout"), help: "Graceful-stop budget in seconds (SIWA_SHUTDOWN_TIMEOUT, default 20).")
+    var shutdownTimeout: String?
+    @Option(name: .customLong("team-id"), help: "Apple Developer team id, for app-initiated deletion (SIWA_TEAM_ID).")
+    var teamID: String?
+    @Option(name: .customLong("key-id"), help: "Sign in with Apple key id (SIWA_KEY_ID).")
+    var keyID: String?
+    @Option(name: .customLong("private-key-file"), help: "The .p8 private key file (SIWA_PRIVATE_KEY_FILE).")
+    var privateKeyFile: String?
+    @Option(name: .customLong("token-key-file"), help: "File holding the 32-byte refresh-token encryption key (SIWA_TOKEN_KEY_FILE).")
+    var tokenKeyFile: String?
+    @Option(name: .customLong("apple-url"), help: "Apple's base URL (SIWA_APPLE_URL, default https://appleid.apple.com).")
+    var appleURL: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -39,6 +69,21 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_MAX_BODY"] = maxBody
         o["SIWA_LOG_LEVEL"] = logLevel
         o["SIWA_LOG_FORMAT"] = logFormat
+        o["SIWA_CONNECTION_TIMEOUT"] = connectionTimeout
+        o["SIWA_MAX_CONNECTIONS"] = maxConnections
+        o["SIWA_HTTP_THREADS"] = httpThreads
+        o["SIWA_MAX_ATTEMPTS"] = maxAttempts
+        o["SIWA_RETENTION_DAYS"] = retentionDays
+        o["SIWA_JWKS_MIN_REFRESH"] = jwksMinRefresh
+        o["SIWA_COMMIT_TIMEOUT"] = commitTimeout
+        o["SIWA_WORKER_STATEMENT_TIMEOUT"] = workerStatementTimeout
+        o["SIWA_WORKER_LOCK_TIMEOUT"] = workerLockTimeout
+        o["SIWA_SHUTDOWN_TIMEOUT"] = shutdownTimeout
+        o["SIWA_TEAM_ID"] = teamID
+        o["SIWA_KEY_ID"] = keyID
+        o["SIWA_PRIVATE_KEY_FILE"] = privateKeyFile
+        o["SIWA_TOKEN_KEY_FILE"] = tokenKeyFile
+        o["SIWA_APPLE_URL"] = appleURL
         return o
     }
 
