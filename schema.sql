@@ -42,13 +42,16 @@ CREATE TABLE IF NOT EXISTS siwa.events (
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     last_error       text,
     processed_at     timestamptz,
-    outcome          text,                              -- applied | stale | final_deleted (set when done)
+    outcome          text,                              -- applied | stale | final_deleted (set when done, before the hook runs)
     claims           jsonb       NOT NULL,              -- the verified JWT claims
     CONSTRAINT events_jti_key UNIQUE (jti),
     CONSTRAINT events_status_check CHECK (status IN ('pending', 'done', 'failed', 'dead', 'ignored'))
 );
--- Apple may re-sign a retry with a new jti: the same (sub, type, event_time) is a duplicate.
-CREATE UNIQUE INDEX IF NOT EXISTS events_sub_type_time_key ON siwa.events (sub, type, event_time);
+-- Apple may re-sign a retry with a new jti: the same (aud, sub, type, event_time) is a duplicate.
+-- (`aud` is part of the key: the same event for a second configured app is its own row.) `sub`
+-- leads, so a user's events are also found by it (erasure on account-delete).
+CREATE UNIQUE INDEX IF NOT EXISTS events_dedupe_key ON siwa.events (sub, type, event_time, aud);
+DROP INDEX IF EXISTS siwa.events_sub_type_time_key;
 -- The worker's queue: only rows that still need work.
 -- It also answers the backlog gauges (counts by status, oldest received_at) without the heap.
 CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) INCLUDE (status, received_at)
@@ -106,20 +109,29 @@ CREATE TRIGGER events_notify AFTER INSERT ON siwa.events
     FOR EACH STATEMENT EXECUTE FUNCTION siwa.notify_new_events();
 
 -- The integration hook: the worker calls siwa.on_event(event, account) for every event it
--- applies, in the same transaction that marks the event done. Replace it (CREATE OR REPLACE
--- FUNCTION siwa.on_event(siwa.events, siwa.accounts) ...) to update your own users/sessions
--- tables; raising an exception makes the event retry. `migrate` never overwrites your version.
+-- handles, in the same transaction that marks the event done. `event.outcome` says what the
+-- worker decided: 'applied' (took effect), 'stale' (older than what the account already
+-- reflects; a stale consent-revoked still revoked the sessions created before it) or
+-- 'final_deleted' (the account was deleted before). Replace it (CREATE OR REPLACE FUNCTION
+-- siwa.on_event(siwa.events, siwa.accounts) ...) to update your own tables; raising an exception
+-- makes the event retry. `migrate` never overwrites your version. The shipped one is a no-op
+-- marked by the setting `siwa.hook = 'default'` (the worker does not call it while it is there;
+-- your CREATE OR REPLACE drops the marker).
 DO $$
+DECLARE
+    existing pg_proc;
 BEGIN
-    IF NOT EXISTS (
-        SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-        WHERE n.nspname = 'siwa' AND p.proname = 'on_event'
-    ) THEN
+    SELECT p.* INTO existing FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = 'siwa' AND p.proname = 'on_event';
+    -- Absent, or the shipped no-op of an earlier version (recognised by its marker comment).
+    IF existing.oid IS NULL
+       OR regexp_replace(existing.prosrc, '[[:space:]]', '', 'g')
+          = 'BEGIN--siwa-notify:default-hook(theworkerskipscallingitwhilethismarkerishere)END' THEN
         EXECUTE $fn$
-            CREATE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql AS $body$
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql SET siwa.hook = 'default' AS $body$
             BEGIN
-                -- siwa-notify:default-hook (the worker skips calling it while this marker is here)
+                -- The shipped no-op. Replace it with your own (see README, "What the worker does").
             END
             $body$
         $fn$;
@@ -147,8 +159,14 @@ CREATE OR REPLACE VIEW siwa.backlog AS
            coalesce(extract(epoch FROM now() - w.oldest), 0) AS oldest_pending_age_seconds
     FROM (SELECT min(received_at) AS oldest FROM siwa.events WHERE status IN ('pending', 'failed')) w;
 
+-- The subject hash that logs print instead of a `sub` (first 16 hex digits of its SHA-256):
+-- the same value in dashboards, so an operator can join the two.
+CREATE OR REPLACE FUNCTION siwa.subject_hash(sub text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT left(encode(sha256(convert_to(sub, 'UTF8')), 'hex'), 16) $$;
+
 CREATE OR REPLACE VIEW siwa.dead_letters AS
-    SELECT id, jti, type, md5(sub) AS sub_hash, event_time, received_at, attempts, last_error
+    SELECT id, jti, type, siwa.subject_hash(sub) AS sub_hash, event_time, received_at, attempts, last_error
     FROM siwa.events WHERE status = 'dead';
 
 CREATE OR REPLACE VIEW siwa.account_status_summary AS
@@ -164,6 +182,7 @@ GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
+GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 

@@ -12,9 +12,12 @@ static const int SIWA_PG_DIAG_MESSAGE_PRIMARY = PG_DIAG_MESSAGE_PRIMARY;
 /// database host that vanishes (no RST) is noticed in ~15 s instead of the kernel's ~15 minutes.
 static inline PGconn *siwa_pq_connect(const char *conninfo, const char *connect_timeout,
                                       const char *application_name) {
+    /* Keywords before dbname are defaults the conninfo may override; client_encoding comes after it:
+       pinned, so neither the conninfo nor a server, database or role default changes what is stored. */
     const char *keywords[] = { "connect_timeout", "application_name", "keepalives", "keepalives_idle",
-                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname", NULL };
-    const char *values[] = { connect_timeout, application_name, "1", "10", "5", "3", "15000", conninfo, NULL };
+                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname",
+                               "client_encoding", NULL };
+    const char *values[] = { connect_timeout, application_name, "1", "10", "5", "3", "15000", conninfo, "UTF8", NULL };
     return PQconnectdbParams(keywords, values, 1);
 }
 

@@ -113,7 +113,8 @@ public final class Application: Sendable {
             state.set { $0.writer = writer }
             let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
                                     verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
-                                    keys: store, writer: writer, logger: logger, metrics: metrics)
+                                    keys: store, writer: writer, logger: logger, metrics: metrics,
+                                    commitTimeout: Double(config.commitTimeout))
             let server = try startServer(config.listen, handler: receiver, threads: config.httpThreads)
             state.set { $0.publicServer = server }
             logger.notice("receiving notifications", metadata: [
@@ -136,6 +137,8 @@ public final class Application: Sendable {
             var workerOptions = options.worker
             workerOptions.retry.maxAttempts = config.maxAttempts
             workerOptions.retentionDays = config.retentionDays
+            workerOptions.statementTimeout = config.workerStatementTimeout
+            workerOptions.lockTimeout = config.workerLockTimeout
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             worker.start()
             state.set { $0.worker = worker }
@@ -176,18 +179,11 @@ public final class Application: Sendable {
     static func keyPersistence(pool: PostgresPool, url: String, logger: Logger) -> KeyStore.Persistence {
         KeyStore.Persistence(
             load: {
-                try? pool.withConnection(timeout: 5) { c in
-                    try c.execute("SELECT body FROM siwa.key_sets WHERE url = $1", [url]).scalar
-                }
+                (try? pool.withConnection(timeout: 5) { c in try c.row(KeySetStatements.load, url) }) ?? nil
             },
             save: { body in
                 do {
-                    _ = try pool.withConnection(timeout: 5) { c in
-                        try c.execute("""
-                            INSERT INTO siwa.key_sets (url, body, fetched_at) VALUES ($1, $2, now())
-                            ON CONFLICT (url) DO UPDATE SET body = excluded.body, fetched_at = excluded.fetched_at
-                            """, [url, body])
-                    }
+                    _ = try pool.withConnection(timeout: 5) { c in try c.affected(KeySetStatements.save, (url, body)) }
                 } catch {
                     logger.warning("cannot persist the key set", metadata: ["error": "\(error)"])
                 }

@@ -9,9 +9,8 @@ public final class PostgresConnection {
     private var conn: OpaquePointer?
     public let conninfo: String
     private let setup: ((PostgresConnection) throws(PostgresError) -> Void)?
-    private var preparedNames: Set<String> = []
 
-    /// Opens a connection. `setup` runs after every (re)connect: prepare statements and LISTEN there.
+    /// Opens a connection; `setup` runs once it is up (e.g. LISTEN).
     public init(conninfo: String, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
                 setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil) throws(PostgresError) {
         self.conninfo = conninfo
@@ -36,17 +35,6 @@ public final class PostgresConnection {
         return PQstatus(conn) == CONNECTION_OK
     }
 
-    /// Reconnects (`PQreset`) and runs `setup` again (re-prepare, re-LISTEN).
-    public func reconnect() throws(PostgresError) {
-        guard let conn else { throw PostgresError(code: .connectionFailed) }
-        PQreset(conn)
-        guard PQstatus(conn) == CONNECTION_OK else {
-            throw PostgresError(code: .connectionFailed, serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
-        }
-        preparedNames = []
-        try runSetup()
-    }
-
     private func runSetup() throws(PostgresError) {
         if let setup { try setup(self) }
     }
@@ -62,27 +50,10 @@ public final class PostgresConnection {
         return try consume(result)
     }
 
-    /// Prepares `sql` under `name` on this connection (once; repeated calls are no-ops).
-    public func prepare(_ name: String, _ sql: String) throws(PostgresError) {
-        guard let conn else { throw PostgresError(code: .connectionLost) }
-        if preparedNames.contains(name) { return }
-        _ = try consume(PQprepare(conn, name, sql, 0, nil))
-        preparedNames.insert(name)
-    }
-
-    /// Runs a statement prepared with `prepare`.
-    @discardableResult
-    public func executePrepared(_ name: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresResult {
-        guard let conn else { throw PostgresError(code: .connectionLost) }
-        let result: OpaquePointer? = withCStrings(parameters) { pointers in
-            PQexecPrepared(conn, name, Int32(parameters.count), pointers, nil, nil, 0)
-        }
-        return try consume(result)
-    }
-
-    /// Runs `body` inside BEGIN/COMMIT; rolls back when it throws.
-    public func transaction<T>(_ body: (PostgresConnection) throws(PostgresError) -> T) throws(PostgresError) -> T {
-        try execute("BEGIN")
+    /// Runs `body` inside a transaction opened by `begin` (default `BEGIN`; e.g. `BEGIN` followed
+    /// by `SET LOCAL`s, sent as one simple query) and committed after it; rolled back when it throws.
+    public func transaction<T>(begin: String = "BEGIN", _ body: (PostgresConnection) throws(PostgresError) -> T) throws(PostgresError) -> T {
+        try execute(begin)
         do {
             let value = try body(self)
             try execute("COMMIT")
@@ -91,6 +62,25 @@ public final class PostgresConnection {
             if isHealthy { _ = try? execute("ROLLBACK") }
             throw error
         }
+    }
+
+    /// Runs `body` under a savepoint: released when it returns, rolled back to when it throws
+    /// (the transaction goes on). `name` must be a plain identifier.
+    public func withSavepoint<T>(_ name: String, _ body: (PostgresConnection) throws(PostgresError) -> T) throws(PostgresError) -> T {
+        try execute("SAVEPOINT \(name)")
+        do {
+            let value = try body(self)
+            try execute("RELEASE SAVEPOINT \(name)")
+            return value
+        } catch {
+            if isHealthy { try execute("ROLLBACK TO SAVEPOINT \(name)") }
+            throw error
+        }
+    }
+
+    /// Subscribes to NOTIFY messages on `channel` (a plain identifier); see `waitForNotifications`.
+    public func listen(_ channel: String) throws(PostgresError) {
+        try execute("LISTEN \(channel)")
     }
 
     /// Waits up to `timeout` seconds for NOTIFY messages on channels this connection LISTENs to;

@@ -8,6 +8,8 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
         case connectionLost = "connection_lost"
         /// The server refused the command (see `sqlState`).
         case queryFailed = "query_failed"
+        /// A row came back in a shape the program does not expect (`serverMessage` names the column).
+        case unexpectedRow = "unexpected_row"
     }
 
     public var code: Code
@@ -25,6 +27,7 @@ public struct PostgresError: Error, Sendable, Equatable, CustomStringConvertible
     public var isConnectionProblem: Bool {
         switch code {
         case .connectionFailed, .connectionLost: return true
+        case .unexpectedRow: return false
         case .queryFailed:
             // 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 08xxx connection exceptions
             guard let s = sqlState else { return false }

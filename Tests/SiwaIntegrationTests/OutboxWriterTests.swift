@@ -7,8 +7,8 @@ import Testing
 struct OutboxWriterTests {
     @Test("array literals escape quotes and backslashes and keep NULLs")
     func arrayLiteral() {
-        #expect(OutboxWriter.arrayLiteral(["a", nil, #"b"c\d"#, ""]) == #"{"a",NULL,"b\"c\\d",""}"#)
-        #expect(OutboxWriter.arrayLiteral([]) == "{}")
+        #expect(SQLEncoding.array(["a", nil, #"b"c\d"#, ""] as [String?]) == #"{"a",NULL,"b\"c\\d",""}"#)
+        #expect(SQLEncoding.array([String]()) == "{}")
     }
 
     @Test("the same notification 30 times at once: one accepted, 29 duplicates, one row")

@@ -53,7 +53,7 @@ public final class AdminHandler: HTTPHandler {
         if draining.load(ordering: .relaxed) { return (false, "shutting down") }
         if let keys, !keys.isLoaded { return (false, "no key set loaded") }
         do {
-            _ = try pool.withConnection(timeout: 2) { try $0.execute("SELECT 1") }
+            _ = try pool.withConnection(timeout: 2) { try $0.row(OperatorStatements.ping) }
         } catch {
             return (false, "database unreachable")
         }
@@ -71,12 +71,12 @@ public final class AdminHandler: HTTPHandler {
             result.append(("siwa_writer_pool_open", "Open database connections of the outbox writer.", Double(writer.openConnections)))
         }
         let backlog = try? pool.withConnection(timeout: 2) { connection in
-            try connection.execute("SELECT pending + failed, dead, oldest_pending_age_seconds FROM siwa.backlog")
+            try connection.row(OperatorStatements.backlog)
         }
-        if let row = backlog?.rows.first {
-            result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(row[0] ?? "0") ?? 0))
-            result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(row[1] ?? "0") ?? 0))
-            result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", Double(row[2] ?? "0") ?? 0))
+        if let backlog = backlog ?? nil {
+            result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
+            result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
+            result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
         }
         return result
     }

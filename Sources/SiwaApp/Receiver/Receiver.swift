@@ -18,9 +18,11 @@ public final class Receiver: HTTPHandler {
     private let requestCounter = Atomic<UInt64>(0)
     /// Seconds Apple is asked to wait after a 503.
     public let retryAfterSeconds: Int
+    /// Most seconds from a request's arrival to its answer (`SIWA_COMMIT_TIMEOUT`).
+    public let commitTimeout: Double
 
     public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: OutboxWriter,
-                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5) {
+                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
@@ -28,6 +30,7 @@ public final class Receiver: HTTPHandler {
         self.logger = logger
         self.metrics = metrics
         self.retryAfterSeconds = retryAfterSeconds
+        self.commitTimeout = commitTimeout
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
@@ -58,7 +61,8 @@ public final class Receiver: HTTPHandler {
 
         // Answered from a writer thread once the row is committed (the connection waits suspended).
         let committing = DispatchTime.now()
-        let submitted = writer.submit(notification) { [self] result in
+        let deadline = started.uptimeNanoseconds + UInt64(commitTimeout * 1e9)
+        let submitted = writer.submit(notification, deadline: deadline) { [self] result in
             responder.respond(answer(result, notification: notification, requestID: requestID, since: committing))
         }
         if !submitted {
@@ -66,16 +70,21 @@ public final class Receiver: HTTPHandler {
         }
     }
 
-    private func answer(_ result: Result<EventStore.Outcome, PostgresError>, notification: VerifiedNotification,
+    private func answer(_ result: OutboxWriter.Result, notification: VerifiedNotification,
                         requestID: UInt64, since committing: DispatchTime) -> HTTPResponse {
         switch result {
-        case .failure(let error):
+        case .timedOut:
+            logger.warning("commit timeout: the database did not answer in time", metadata: [
+                "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout)",
+            ])
+            return reject(.databaseUnavailable, requestID: requestID)
+        case .failed(let error):
             logger.error("outbox insert failed", metadata: [
                 "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
                 "detail": "\(error.serverMessage.prefix(200))",
             ])
             return reject(error.isTransient ? .databaseUnavailable : .internalError, requestID: requestID)
-        case .success(let outcome):
+        case .committed(let outcome):
             metrics.observeCommit(seconds: Self.seconds(since: committing))
             metrics.request(status: 200, reason: outcome.rawValue)
             logger.info("notification \(outcome.rawValue)", metadata: [

@@ -13,18 +13,10 @@ public enum OutboxAdmin {
     /// Requeues dead events (status `pending`, attempts reset); returns how many.
     public static func replay(_ selection: ReplaySelection, conninfo: String) throws -> Int {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
-        let base = """
-            UPDATE siwa.events SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL
-            WHERE status = 'dead'
-            """
         switch selection {
-        case .all:
-            return try connection.execute(base).affectedRows
-        case .type(let type):
-            return try connection.execute(base + " AND type = $1", [type]).affectedRows
-        case .ids(let ids):
-            let list = "{" + ids.map(String.init).joined(separator: ",") + "}"
-            return try connection.execute(base + " AND id = ANY($1::bigint[])", [list]).affectedRows
+        case .all: return try connection.affected(OperatorStatements.replayAll, ())
+        case .type(let type): return try connection.affected(OperatorStatements.replayType, type)
+        case .ids(let ids): return try connection.affected(OperatorStatements.replayIDs, ids)
         }
     }
 
@@ -56,30 +48,17 @@ public enum OutboxAdmin {
 
     public static func status(conninfo: String) throws -> Report {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify status")
-        let backlog = try c.execute("SELECT pending, failed, dead, oldest_pending_age_seconds FROM siwa.backlog")
-        let row = backlog.rows.first ?? []
-        func int(_ i: Int) -> Int { Int(row.count > i ? row[i] ?? "0" : "0") ?? 0 }
-        let keyAge = try c.execute("SELECT extract(epoch FROM now() - max(fetched_at)) FROM siwa.key_sets").scalar.flatMap(Double.init)
-        let counts = try c.execute("""
-            SELECT type, status,
-                   count(*) FILTER (WHERE received_at > now() - interval '1 hour'),
-                   count(*)
-            FROM siwa.events
-            WHERE (received_at AT TIME ZONE 'UTC')::date >= (now() AT TIME ZONE 'UTC')::date - 1
-              AND received_at > now() - interval '1 day'
-            GROUP BY 1, 2 ORDER BY 1, 2
-            """).rows.map { r in
-                Report.Count(type: r[0] ?? "", status: r[1] ?? "", lastHour: Int(r[2] ?? "0") ?? 0, lastDay: Int(r[3] ?? "0") ?? 0)
-            }
-        let recent = try c.execute("""
-            SELECT id, type, status, to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), attempts
-            FROM siwa.events ORDER BY id DESC LIMIT 10
-            """).rows.map { r in
-                Report.Recent(id: Int64(r[0] ?? "0") ?? 0, type: r[1] ?? "", status: r[2] ?? "", receivedAt: r[3] ?? "",
-                              attempts: Int(r[4] ?? "0") ?? 0)
-            }
-        return Report(pending: int(0), failed: int(1), dead: int(2),
-                      oldestPendingAgeSeconds: Double(row.count > 3 ? row[3] ?? "0" : "0") ?? 0,
+        let backlog = try c.row(OperatorStatements.backlog)
+            ?? OperatorStatements.Backlog(pending: 0, failed: 0, dead: 0, oldestPendingAgeSeconds: 0)
+        let keyAge = try c.row(OperatorStatements.keySetAge) ?? nil
+        let counts = try c.rows(OperatorStatements.countsLastDay).map { r in
+            Report.Count(type: r.type, status: r.status.rawValue, lastHour: r.lastHour, lastDay: r.lastDay)
+        }
+        let recent = try c.rows(OperatorStatements.recentEvents).map { r in
+            Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
+        }
+        return Report(pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
+                      oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
                       keySetAgeSeconds: keyAge, counts: counts, recent: recent)
     }
 

@@ -20,6 +20,10 @@ public final class Worker: Sendable {
         public var retentionDays: Int = 30
         /// Seconds between two pruning passes. Default 600.
         public var pruneInterval: Double = 600
+        /// Seconds one statement of a batch (the operator hook included) may run. Default 30.
+        public var statementTimeout: Int = 30
+        /// Seconds a batch waits for a row lock. Default 5.
+        public var lockTimeout: Int = 5
         public init() {}
     }
 
@@ -27,9 +31,8 @@ public final class Worker: Sendable {
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
-    private let stopping = Atomic<Bool>(false)
-    private let finished = Mutex<Bool>(false)
-    private let done = DispatchSemaphore(value: 0)
+    private let stopping = StopSignal()
+    private let finished = StopSignal()
 
     public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
         self.conninfo = conninfo
@@ -42,7 +45,7 @@ public final class Worker: Sendable {
     public func start() {
         let thread = Thread { [self] in
             self.loop()
-            self.done.signal()
+            self.finished.stop()
         }
         thread.name = "siwa-worker"
         thread.start()
@@ -50,9 +53,8 @@ public final class Worker: Sendable {
 
     /// Asks the loop to stop after the current batch and waits for it (up to `timeout` seconds).
     public func stop(timeout: Double = 30) {
-        stopping.store(true, ordering: .relaxed)
-        let alreadyDone = finished.withLock { $0 }
-        if !alreadyDone { _ = done.wait(timeout: .now() + timeout) }
+        stopping.stop()
+        _ = finished.wait(timeout)
     }
 
     private func loop() {
@@ -60,18 +62,14 @@ public final class Worker: Sendable {
         var listener: PostgresConnection?
         var backoff = 0.2
         var lastPrune = Date.distantPast
-        defer { finished.withLock { $0 = true } }
-        while !stopping.load(ordering: .relaxed) {
+        while !stopping.isStopped {
             do {
                 if work == nil || !(work!.isHealthy) {
-                    work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker") { c throws(PostgresError) in
-                        try EventApplier.prepare(c)
-                        try BulkApplier.prepare(c)
-                    }
+                    work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
                 }
                 if listener == nil || !(listener!.isHealthy) {
                     listener = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify listener") { c throws(PostgresError) in
-                        try c.execute("LISTEN siwa_events")
+                        try c.listen(WorkerStatements.channel)
                     }
                     logger.debug("worker listening for new events")
                 }
@@ -84,42 +82,30 @@ public final class Worker: Sendable {
                 }
                 let processed = try processBatch(on: work!)
                 backoff = 0.2
-                if processed < options.batchSize && !stopping.load(ordering: .relaxed) {
+                if processed < options.batchSize && !stopping.isStopped {
                     _ = try listener!.waitForNotifications(timeout: options.pollInterval)
                 }
             } catch {
                 logger.warning("worker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
                 work = nil
                 listener = nil
-                sleepInterruptibly(backoff)
+                _ = stopping.wait(backoff)
                 backoff = min(backoff * 2, 5)
             }
         }
         logger.info("worker stopped")
     }
 
-    private func sleepInterruptibly(_ seconds: Double) {
-        var left = seconds
-        while left > 0 && !stopping.load(ordering: .relaxed) {
-            Thread.sleep(forTimeInterval: min(left, 0.05))
-            left -= 0.05
-        }
-    }
-
-    /// Deletes done events older than the retention, 1000 rows per short transaction (no long
-    /// locks); pending, failed and dead events are never touched. Returns the number deleted.
+    /// Deletes done and ignored events older than the retention, 1000 rows per short
+    /// transaction (no long locks); pending, failed and dead events are never touched. Returns
+    /// the number deleted.
     @discardableResult
     public func prune(on connection: PostgresConnection, maxBatches: Int = 100) throws(PostgresError) -> Int {
         var total = 0
         for _ in 0..<maxBatches {
-            let deleted = try connection.execute("""
-                DELETE FROM siwa.events WHERE id IN (
-                    SELECT id FROM siwa.events
-                    WHERE status = 'done' AND processed_at < now() - $1::int * interval '1 day'
-                    LIMIT 1000 FOR UPDATE SKIP LOCKED)
-                """, [String(options.retentionDays)]).affectedRows
+            let deleted = try connection.affected(WorkerStatements.prune, options.retentionDays)
             total += deleted
-            if deleted < 1000 || stopping.load(ordering: .relaxed) { break }
+            if deleted < 1000 || stopping.isStopped { break }
         }
         return total
     }
@@ -128,12 +114,15 @@ public final class Worker: Sendable {
     @discardableResult
     public func processBatch(on connection: PostgresConnection) throws(PostgresError) -> Int {
         var report = BatchReport()
-        let count = try connection.transaction { c throws(PostgresError) in
+        let begin = WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout,
+                                                lockTimeoutSeconds: options.lockTimeout)
+        let count = try connection.transaction(begin: begin) { c throws(PostgresError) in
             report = BatchReport()
-            let claimed = try EventApplier.claim(limit: options.batchSize, on: c)
+            let claimed = try c.rows(WorkerStatements.claim, options.batchSize)
             // Accounts are locked in one order by every path (sorted by sub): no deadlocks.
-            let bySub: (EventApplier.Claimed, EventApplier.Claimed) -> Bool = {
-                ($0.event.sub, $0.event.eventTimeMillis) < ($1.event.sub, $1.event.eventTimeMillis)
+            let bySub: (ClaimedEvent, ClaimedEvent) -> Bool = {
+                if $0.event.sub != $1.event.sub { return $0.event.sub.utf8.lexicographicallyPrecedes($1.event.sub.utf8) }
+                return $0.event.eventTimeMillis < $1.event.eventTimeMillis
             }
             // Fast path: the first event of each sub, all at once. The rest (a second event for a
             // sub in the same batch), or everything when the fast path fails, goes event by event.
@@ -142,14 +131,13 @@ public final class Worker: Sendable {
             let firstIDs = Set(first.map(\.id))
             var rest = claimed.filter { !firstIDs.contains($0.id) }.sorted(by: bySub)
             if first.count > 1 {
-                try c.execute("SAVEPOINT siwa_bulk")
                 do throws(PostgresError) {
-                    let decisions = try BulkApplier.apply(first, on: c)
-                    try c.execute("RELEASE SAVEPOINT siwa_bulk")
+                    let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
+                        try BatchApplier.apply(first, on: c)
+                    }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
                     if !c.isHealthy { throw error }  // broken connection: the whole transaction is gone
-                    try c.execute("ROLLBACK TO SAVEPOINT siwa_bulk")
                     logger.debug("bulk apply failed, applying one by one", metadata: ["sqlstate": "\(error.sqlState ?? "")"])
                     rest = claimed.sorted(by: bySub)
                 }
@@ -183,33 +171,32 @@ public final class Worker: Sendable {
     /// What one batch did, reported after its commit.
     struct BatchReport {
         struct Failure {
-            var item: EventApplier.Claimed
+            var item: ClaimedEvent
             var dead: Bool
             var attempts: Int
             var delay: Double
             var sqlState: String
         }
 
-        var applied: [(EventApplier.Claimed, AccountDecision)] = []
+        var applied: [(ClaimedEvent, AccountDecision)] = []
         var failed: [Failure] = []
     }
 
     /// The slow path: one event under its own savepoint; a failure is recorded for retry.
-    private func applyOne(_ item: EventApplier.Claimed, on c: PostgresConnection, report: inout BatchReport) throws(PostgresError) {
-        try c.execute("SAVEPOINT siwa_event")
+    private func applyOne(_ item: ClaimedEvent, on c: PostgresConnection, report: inout BatchReport) throws(PostgresError) {
         do throws(PostgresError) {
-            let decision = try BulkApplier.apply([item], on: c)[0]
-            try c.execute("RELEASE SAVEPOINT siwa_event")
+            let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
+                try BatchApplier.apply([item], on: c)[0]
+            }
             report.applied.append((item, decision))
         } catch {
             if !c.isHealthy { throw error }  // broken connection: the whole transaction is gone
-            try c.execute("ROLLBACK TO SAVEPOINT siwa_event")
             let attempts = item.attempts + 1
             let dead = options.retry.isExhausted(attempts: attempts)
             let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
             let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
-            try EventApplier.markFailed(item, status: dead ? "dead" : "failed", error: message,
-                                        retryIn: delay, on: c)
+            try c.affected(WorkerStatements.markFailed, .init(id: item.id, status: dead ? .dead : .failed, error: message,
+                                                               retryInSeconds: delay))
             report.failed.append(BatchReport.Failure(item: item, dead: dead, attempts: attempts, delay: delay,
                                                      sqlState: error.sqlState ?? ""))
         }

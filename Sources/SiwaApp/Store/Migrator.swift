@@ -7,13 +7,13 @@ public enum Migrator {
 
     public static func migrate(conninfo: String) throws(PostgresError) {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
-        try connection.execute("SET client_min_messages = warning")
+        try connection.affected(OperatorStatements.quietNotices, ())
         try connection.execute(schemaSQL)
     }
 
     /// True when `siwa.events` exists (the schema was applied before).
     public static func schemaExists(conninfo: String) -> Bool {
-        let connection = try? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
-        return (try? connection?.execute("SELECT to_regclass('siwa.events') IS NOT NULL").scalar) == "t"
+        guard let connection = try? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate") else { return false }
+        return (try? connection.row(OperatorStatements.schemaExists)) == true
     }
 }

@@ -1,0 +1,33 @@
+import SiwaCore
+import SiwaPostgres
+
+/// The receiver's statements on `siwa.events`.
+enum OutboxStatements {
+    /// Inserts verified notifications (none duplicated among them) with one multi-row statement;
+    /// returns the `jti` of each new row. A row whose `jti` or (`sub`, `type`, `event_time`,
+    /// `aud`) is already stored is skipped (ON CONFLICT DO NOTHING): a duplicate.
+    static let insert = Statement<[VerifiedNotification], String>(
+        "insert_events",
+        """
+        INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
+        SELECT j, a, s, t, \(SQLEncoding.timestamp(millis: "ms")), e, p, st, c::jsonb
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::boolean[],
+                    $8::text[], $9::text[]) AS u(j, a, s, t, ms, e, p, st, c)
+        ON CONFLICT DO NOTHING
+        RETURNING jti
+        """,
+        bind: { rows in
+            [
+                SQLEncoding.array(rows.map { $0.jti }),
+                SQLEncoding.array(rows.map { $0.audience }),
+                SQLEncoding.array(rows.map { $0.event.sub }),
+                SQLEncoding.array(rows.map { $0.event.type.rawValue }),
+                SQLEncoding.array(rows.map { $0.event.eventTimeMillis }),
+                SQLEncoding.array(rows.map { $0.event.email }),
+                SQLEncoding.array(rows.map { $0.event.isPrivateEmail }),
+                SQLEncoding.array(rows.map { ($0.event.type.isKnown ? EventStatus.pending : .ignored).rawValue }),
+                SQLEncoding.array(rows.map { $0.claimsJSON }),
+            ]
+        },
+        decode: { row throws(PostgresError) in try row.text("jti") })
+}

@@ -1,0 +1,41 @@
+/// The one place where Swift values become PostgreSQL text parameters and SQL time expressions.
+enum SQLEncoding {
+    /// `{"a","b\"c",NULL}`: a text array literal, every element quoted, `"` and `\` escaped
+    /// (built on UTF-8 bytes). Bind it as `$n::text[]` (or `::bigint[]`, `::boolean[]`).
+    static func array(_ values: [String?]) -> String {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(values.reduce(2) { $0 + ($1?.utf8.count ?? 4) + 3 })
+        for (i, value) in values.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            guard let value else {
+                out.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            out.append(UInt8(ascii: "\""))
+            for byte in value.utf8 {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
+            }
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(UInt8(ascii: "}"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func array(_ values: [String]) -> String { array(values.map { Optional($0) }) }
+    static func array(_ values: [Int64?]) -> String { array(values.map { $0.map(String.init) }) }
+    static func array(_ values: [Int64]) -> String { array(values.map { Optional(String($0)) }) }
+    static func array(_ values: [Bool?]) -> String { array(values.map { $0.map(bool) }) }
+
+    static func bool(_ value: Bool) -> String { value ? "true" : "false" }
+
+    /// SQL: a `bigint` expression of milliseconds since the epoch as `timestamptz`.
+    static func timestamp(millis expression: String) -> String {
+        "(timestamptz 'epoch' + (\(expression)) * interval '1 millisecond')"
+    }
+
+    /// SQL: a `timestamptz` expression as `bigint` milliseconds since the epoch.
+    static func millis(_ expression: String) -> String {
+        "(extract(epoch FROM \(expression)) * 1000)::bigint"
+    }
+}

@@ -1,0 +1,219 @@
+import SiwaCore
+import SiwaPostgres
+
+/// An outbox row the worker claimed (locked) in its transaction.
+struct ClaimedEvent: Sendable {
+    var id: Int64
+    var audience: String
+    var event: AppleEvent
+    var attempts: Int
+}
+
+/// The worker's statements: claim due events, lock or create accounts, write the decisions of
+/// `EventRules`, revoke sessions, erase a deleted user's email, mark events done or failed, call
+/// the operator hook, prune. Each batch statement takes arrays and touches rows by key only
+/// (index lookups); `beginBatch` scopes planner settings that keep them so whatever the
+/// statistics say (a table bulk-loaded without ANALYZE is no reason for a scan per batch).
+enum WorkerStatements {
+    /// The NOTIFY channel of new events (the statement trigger on `siwa.events`).
+    static let channel = "siwa_events"
+
+    /// Opens the batch transaction: statement and lock timeouts, and key lookups only, all
+    /// transaction-local (`SET LOCAL`: nothing lingers on a pooled connection).
+    static func beginBatch(statementTimeoutSeconds: Int, lockTimeoutSeconds: Int) -> String {
+        """
+        BEGIN; SET LOCAL statement_timeout = '\(statementTimeoutSeconds)s'; SET LOCAL lock_timeout = '\(lockTimeoutSeconds)s';
+        \(keyLookupsOnly.sql)
+        """
+    }
+
+    /// The worker's own statements look rows up by key: never a sequential scan, hash or merge
+    /// join over a whole table (transaction-local).
+    static let keyLookupsOnly = Statement<Void, Void>(
+        "key_lookups_only",
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
+        bind: { _ in [] })
+
+    /// Before the operator hook runs: the planner as configured (the hook's own queries).
+    static let plannerDefaults = Statement<Void, Void>(
+        "planner_defaults",
+        "SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_hashjoin = DEFAULT; SET LOCAL enable_mergejoin = DEFAULT",
+        bind: { _ in [] })
+
+    /// Up to `$1` due events, oldest first, locked (`SKIP LOCKED`: workers share one queue).
+    static let claim = Statement<Int, ClaimedEvent>(
+        "claim_events",
+        """
+        SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts
+        FROM siwa.events
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+        ORDER BY next_attempt_at, id
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+        """,
+        bind: { [String($0)] },
+        decode: { row throws(PostgresError) in
+            ClaimedEvent(id: try row.int64("id"), audience: try row.text("aud"),
+                         event: AppleEvent(type: EventType(rawValue: try row.text("type")), sub: try row.text("sub"),
+                                           eventTimeMillis: try row.int64("event_ms"), email: try row.optionalText("email"),
+                                           isPrivateEmail: try row.optionalBool("is_private_email")),
+                         attempts: try row.int("attempts"))
+        })
+
+    struct Failure {
+        var id: Int64
+        var status: EventStatus
+        var error: String
+        var retryInSeconds: Double
+    }
+
+    /// Records a failed attempt: `failed` (retried at `next_attempt_at`) or `dead`.
+    static let markFailed = Statement<Failure, Void>(
+        "mark_failed",
+        """
+        UPDATE siwa.events SET status = $2, attempts = attempts + 1, last_error = $3,
+            next_attempt_at = now() + $4::double precision * interval '1 second'
+        WHERE id = $1
+        """,
+        bind: { [String($0.id), $0.status.rawValue, String($0.error.prefix(500)), String($0.retryInSeconds)] })
+
+    /// Creates the accounts that do not exist yet (subs sorted: one lock order for all workers);
+    /// returns the subs it created.
+    static let createAccounts = Statement<[String], String>(
+        "create_accounts",
+        """
+        INSERT INTO siwa.accounts (apple_sub)
+        SELECT s FROM unnest($1::text[]) AS u(s) ORDER BY s
+        ON CONFLICT DO NOTHING RETURNING apple_sub
+        """,
+        bind: { [SQLEncoding.array($0)] },
+        decode: { row throws(PostgresError) in try row.text("apple_sub") })
+
+    /// Locks the accounts of these subs and reads their state.
+    static let lockAccounts = Statement<[String], (sub: String, state: AccountState)>(
+        "lock_accounts",
+        """
+        SELECT apple_sub, status, email, is_private_email, email_forwarding,
+               \(SQLEncoding.millis("last_event_time")) AS last_ms,
+               \(SQLEncoding.millis("email_event_time")) AS email_ms,
+               \(SQLEncoding.millis("status_event_time")) AS status_ms
+        FROM siwa.accounts WHERE apple_sub = ANY($1::text[]) ORDER BY apple_sub FOR UPDATE
+        """,
+        bind: { [SQLEncoding.array($0)] },
+        decode: { row throws(PostgresError) in
+            (try row.text("apple_sub"),
+             AccountState(status: try row.value("status", as: AccountStatus.self), email: try row.optionalText("email"),
+                          isPrivateEmail: try row.optionalBool("is_private_email"),
+                          emailForwarding: try row.optionalBool("email_forwarding"),
+                          lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
+                          statusEventTime: try row.optionalInt64("status_ms")))
+        })
+
+    /// Writes new account states.
+    static let updateAccounts = Statement<[(sub: String, state: AccountState)], Void>(
+        "update_accounts",
+        """
+        UPDATE siwa.accounts a SET status = u.status, email = u.email, is_private_email = u.priv,
+            email_forwarding = u.fwd,
+            last_event_time = \(SQLEncoding.timestamp(millis: "u.last_ms")),
+            email_event_time = \(SQLEncoding.timestamp(millis: "u.email_ms")),
+            status_event_time = \(SQLEncoding.timestamp(millis: "u.status_ms")),
+            updated_at = now(),
+            deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) ELSE a.deleted_at END
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
+                    $8::bigint[]) AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms)
+        WHERE a.apple_sub = u.sub
+        """,
+        bind: { rows in
+            [
+                SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.state.status.rawValue }),
+                SQLEncoding.array(rows.map { $0.state.email }), SQLEncoding.array(rows.map { $0.state.isPrivateEmail }),
+                SQLEncoding.array(rows.map { $0.state.emailForwarding }), SQLEncoding.array(rows.map { $0.state.lastEventTime }),
+                SQLEncoding.array(rows.map { $0.state.emailEventTime }), SQLEncoding.array(rows.map { $0.state.statusEventTime }),
+            ]
+        })
+
+    struct Revocation {
+        var sub: String
+        /// Only sessions created at or before this time (ms); nil: all.
+        var createdAtOrBefore: Int64?
+        var reason: String
+    }
+
+    /// Revokes live sessions.
+    static let revokeSessions = Statement<[Revocation], Void>(
+        "revoke_sessions",
+        """
+        UPDATE siwa.sessions s SET revoked_at = now(), revoked_reason = u.reason
+        FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, before_ms, reason)
+        WHERE s.apple_sub = u.sub AND s.revoked_at IS NULL
+          AND (u.before_ms IS NULL OR s.created_at <= \(SQLEncoding.timestamp(millis: "u.before_ms")))
+        """,
+        bind: { rows in
+            [SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.createdAtOrBefore }),
+             SQLEncoding.array(rows.map { $0.reason })]
+        })
+
+    /// A deleted user's email leaves the outbox too: the `email` column and the `email` inside
+    /// the stored claims (`events` is a JSON string in Apple's tokens, an object in its docs).
+    static let eraseEventEmails = Statement<[String], Void>(
+        "erase_event_emails",
+        """
+        UPDATE siwa.events e SET email = NULL,
+            claims = CASE jsonb_typeof(e.claims -> 'events')
+                WHEN 'string' THEN jsonb_set(e.claims, '{events}', to_jsonb((((e.claims ->> 'events')::jsonb) - 'email')::text))
+                WHEN 'object' THEN jsonb_set(e.claims, '{events}', (e.claims -> 'events') - 'email')
+                ELSE e.claims END
+        FROM unnest($1::text[]) AS u(sub)
+        WHERE e.sub = u.sub
+          AND (e.email IS NOT NULL OR (e.claims -> 'events')::text LIKE '%email%')
+        """,
+        bind: { [SQLEncoding.array($0)] })
+
+    /// Marks events done with what the worker decided (`applied`, `stale`, `final_deleted`):
+    /// before the hook runs, so the hook reads the decision in `event.outcome`.
+    static let markDone = Statement<[(id: Int64, outcome: String)], Void>(
+        "mark_done",
+        """
+        UPDATE siwa.events e SET status = 'done', processed_at = now(), attempts = e.attempts + 1,
+            outcome = u.outcome, last_error = NULL
+        FROM unnest($1::bigint[], $2::text[]) AS u(id, outcome)
+        WHERE e.id = u.id
+        """,
+        bind: { rows in [SQLEncoding.array(rows.map { $0.id }), SQLEncoding.array(rows.map { $0.outcome })] })
+
+    /// True while `siwa.on_event` is the shipped no-op: the schema creates it with the setting
+    /// `siwa.hook = 'default'`, which any `CREATE OR REPLACE` of the operator's own drops.
+    static let hookIsDefault = Statement<Void, Bool>(
+        "hook_is_default",
+        """
+        SELECT coalesce(bool_and(p.proconfig @> ARRAY['siwa.hook=default']), false) AS is_default
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'siwa' AND p.proname = 'on_event'
+        """,
+        decode: { row throws(PostgresError) in try row.bool("is_default") })
+
+    /// Calls the operator hook for each event, in event-time order, after it was marked done.
+    static let callHook = Statement<[Int64], Void>(
+        "call_hook",
+        """
+        SELECT siwa.on_event(e, a) FROM siwa.events e JOIN siwa.accounts a ON a.apple_sub = e.sub
+        WHERE e.id = ANY($1::bigint[]) ORDER BY e.event_time, e.id
+        """,
+        bind: { [SQLEncoding.array($0)] })
+
+    /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
+    /// its own; pending, failed and dead events are never touched). The day range uses
+    /// `events_day_idx`, so a table with nothing old costs nothing.
+    static let prune = Statement<Int, Void>(
+        "prune_events",
+        """
+        DELETE FROM siwa.events WHERE id IN (
+            SELECT id FROM siwa.events
+            WHERE (received_at AT TIME ZONE 'UTC')::date < (now() AT TIME ZONE 'UTC')::date - $1::int + 1
+              AND status IN ('done', 'ignored')
+              AND coalesce(processed_at, received_at) < now() - $1::int * interval '1 day'
+            LIMIT 1000 FOR UPDATE SKIP LOCKED)
+        """,
+        bind: { [String($0)] })
+}
