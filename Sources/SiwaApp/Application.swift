@@ -5,10 +5,15 @@ import SiwaCrypto
 import SiwaFetch
 import SiwaHTTP
 import SiwaPostgres
+import Synchronization
 
-/// The process: database (external or embedded), key store, public and admin listeners and the
-/// worker, started in order and stopped in reverse. `serve` runs both halves; `receive` and `work`
-/// run one each.
+/// The process: composes the services its roles need, starts them in order and stops them in
+/// reverse under one shutdown budget (`SIWA_SHUTDOWN_TIMEOUT`). `serve` runs both halves;
+/// `receive` and `work` run one each.
+///
+/// Start order: (embedded database) → migration → admin listener → key set and its refresher →
+/// outbox writer → public listener → worker, its wake-up listener and retention. Stop is the
+/// reverse, after every service was told it is going (readiness off first).
 public final class Application: Sendable {
     public struct Roles: OptionSet, Sendable {
         public let rawValue: Int
@@ -26,6 +31,8 @@ public final class Application: Sendable {
         public var writer = OutboxWriter.Options()
         /// Seconds between checks of the key set's TTL. Default 1.
         public var keyCheckInterval: Double = 1
+        /// Seconds between two retention passes. Default 600.
+        public var retentionInterval: Double = 600
         public init() {}
     }
 
@@ -33,12 +40,26 @@ public final class Application: Sendable {
         public var description: String
     }
 
+    /// Where the process is. Each running service is reachable only while it runs.
+    enum State: Sendable {
+        case idle
+        case running(Running)
+        case stopped
+    }
+
+    struct Running: Sendable {
+        var conninfo: String
+        var services: ServiceGroup
+        var publicListener: ListenerService?
+        var adminListener: ListenerService
+    }
+
     public let configuration: ServerConfiguration
     public let roles: Roles
     public let metrics = Metrics()
     private let logger: Logger
     private let options: Options
-    private let state = ApplicationState()
+    private let state = Mutex<State>(.idle)
 
     public init(configuration: ServerConfiguration, roles: Roles = .all, options: Options = Options(), logger: Logger) {
         self.configuration = configuration
@@ -47,14 +68,47 @@ public final class Application: Sendable {
         self.logger = logger
     }
 
-    /// The bound public port (after `start`).
-    public var publicPort: UInt16? { state.get { $0.publicServer?.port } }
-    /// The bound admin port (after `start`).
-    public var adminPort: UInt16? { state.get { $0.adminServer?.port } }
-    /// The libpq conninfo in use (after `start`).
-    public var conninfo: String? { state.get { $0.conninfo } }
+    /// The bound public port (while running with the receive role).
+    public var publicPort: UInt16? { running?.publicListener?.port }
+    /// The bound admin port (while running).
+    public var adminPort: UInt16? { running?.adminListener.port }
+    /// The libpq conninfo in use (while running).
+    public var conninfo: String? { running?.conninfo }
 
+    private var running: Running? {
+        state.withLock { s in
+            if case .running(let r) = s { return r }
+            return nil
+        }
+    }
+
+    /// Starts every service of `roles`; on failure stops what started and throws.
     public func start() throws {
+        let group = ServiceGroup(logger: logger)
+        do {
+            let running = try compose(into: group)
+            state.withLock { $0 = .running(running) }
+        } catch {
+            group.stop(budget: Double(configuration.shutdownTimeout))
+            throw error
+        }
+    }
+
+    /// Graceful stop within `SIWA_SHUTDOWN_TIMEOUT`: readiness off, listeners answer what is in
+    /// flight, the writer commits or answers 503, the worker finishes or abandons its batch,
+    /// connections close, the embedded database stops.
+    public func shutdown() {
+        let previous = state.withLock { s -> State in
+            let p = s
+            s = .stopped
+            return p
+        }
+        guard case .running(let r) = previous else { return }
+        r.services.stop(budget: Double(configuration.shutdownTimeout))
+        logger.info("stopped")
+    }
+
+    private func compose(into group: ServiceGroup) throws -> Running {
         let config = configuration
         Fetcher.initialize()
         if config.dev {
@@ -62,17 +116,75 @@ public final class Application: Sendable {
                            metadata: ["listen": "\(config.listen)", "admin_listen": "\(config.adminListen)"])
         }
 
-        // 1. Database.
+        // 1. Database: external, or embedded (a service: stopped last).
         let conninfo: String
         if let url = config.databaseURL {
             conninfo = url
         } else {
             let embedded = try EmbeddedPostgres(dataDirectory: config.dataDirectory, logger: logger)
-            try embedded.start()
-            state.set { $0.embedded = embedded }
+            try group.start(embedded)
             conninfo = embedded.conninfo
         }
-        state.set { $0.conninfo = conninfo }
+        try migrate(conninfo)
+        let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
+        try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
+
+        // 2. Keys and the outbox writer (receive role).
+        var keys: KeyStore?
+        var writer: OutboxWriter?
+        if roles.contains(.receive) {
+            let store = try keyStore(pool: pool)
+            keys = store
+            try group.start(PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
+                if store.isRefreshDue { try? store.refresh() }
+            })
+            let outbox = OutboxWriter(conninfo: conninfo, options: options.writer, logger: logger)
+            try group.start(outbox)
+            writer = outbox
+        }
+
+        // 3. Admin listener (readiness turns 503 as soon as shutdown begins).
+        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics)
+        let adminListener = ListenerService(name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 1),
+                                            handler: admin, prepareToStop: { admin.startDraining() })
+        try startListener(adminListener, in: group)
+        logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
+
+        // 4. Public listener.
+        var publicListener: ListenerService?
+        if let keys, let writer {
+            let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
+                                    verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
+                                    keys: keys, writer: writer, logger: logger, metrics: metrics,
+                                    commitTimeout: Double(config.commitTimeout))
+            let listener = ListenerService(name: "public listener",
+                                           configuration: listenerConfiguration(config.listen, threads: config.httpThreads),
+                                           handler: receiver)
+            try startListener(listener, in: group)
+            publicListener = listener
+            logger.notice("receiving notifications", metadata: [
+                "url": "http://\(config.listen.host):\(listener.port ?? 0)\(config.path)",
+                "audiences": "\(config.audiences.joined(separator: ","))",
+            ])
+        }
+
+        // 5. Worker, its wake-ups, retention (work role).
+        if roles.contains(.work) {
+            var workerOptions = options.worker
+            workerOptions.retry.maxAttempts = config.maxAttempts
+            workerOptions.statementTimeout = config.workerStatementTimeout
+            workerOptions.lockTimeout = config.workerLockTimeout
+            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
+            try group.start(worker)
+            try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
+            try group.start(Retention.service(conninfo: conninfo, days: config.retentionDays,
+                                              interval: options.retentionInterval, logger: logger))
+            logger.info("worker started")
+        }
+        return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
+    }
+
+    private func migrate(_ conninfo: String) throws {
         do {
             try Migrator.migrate(conninfo: conninfo)
         } catch where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
@@ -82,94 +194,37 @@ public final class Application: Sendable {
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
         }
-        let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
-        state.set { $0.pool = pool }
-
-        // 2. Keys and the public listener.
-        var keys: KeyStore?
-        if roles.contains(.receive) {
-            var extra: [String: RSAPublicKey] = [:]
-            if config.dev {
-                extra[DevKey.kid] = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory).publicKey()
-            }
-            let store = KeyStore(url: config.jwksURL, extraKeys: extra,
-                                 minRefreshInterval: Double(config.keyRefreshInterval),
-                                 persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
-                                 logger: logger, metrics: metrics)
-            do {
-                try store.load()
-            } catch {
-                logger.warning("starting without Apple's key set; will fetch on the first notification",
-                               metadata: ["jwks_url": "\(Self.redacted(config.jwksURL))"])
-            }
-            keys = store
-            let refresher = Periodic(name: "siwa-keys", interval: options.keyCheckInterval) {
-                if store.isRefreshDue { try? store.refresh() }
-            }
-            refresher.start()
-            state.set { $0.refresher = refresher }
-            let writer = OutboxWriter(conninfo: conninfo, options: options.writer, logger: logger)
-            writer.start()
-            state.set { $0.writer = writer }
-            let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
-                                    verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
-                                    keys: store, writer: writer, logger: logger, metrics: metrics,
-                                    commitTimeout: Double(config.commitTimeout))
-            let server = try startServer(config.listen, handler: receiver, threads: config.httpThreads)
-            state.set { $0.publicServer = server }
-            logger.notice("receiving notifications", metadata: [
-                "url": "http://\(config.listen.host):\(server.port)\(config.path)",
-                "audiences": "\(config.audiences.joined(separator: ","))",
-            ])
-        }
-
-        // 3. Admin listener.
-        let admin = AdminHandler(pool: pool, keys: keys, writer: state.get { $0.writer }, metrics: metrics)
-        let adminServer = try startServer(config.adminListen, handler: admin, threads: 1)
-        state.set {
-            $0.admin = admin
-            $0.adminServer = adminServer
-        }
-        logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminServer.port)"])
-
-        // 4. Worker.
-        if roles.contains(.work) {
-            var workerOptions = options.worker
-            workerOptions.retry.maxAttempts = config.maxAttempts
-            workerOptions.retentionDays = config.retentionDays
-            workerOptions.statementTimeout = config.workerStatementTimeout
-            workerOptions.lockTimeout = config.workerLockTimeout
-            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
-            worker.start()
-            state.set { $0.worker = worker }
-            logger.info("worker started")
-        }
     }
 
-    /// Graceful stop: readiness off, listeners drain in-flight requests, the worker finishes its
-    /// batch, the embedded database stops.
-    public func shutdown() {
-        let s = state.get { $0 }
-        s.admin?.startDraining()
-        s.publicServer?.shutdown(grace: 10)
-        s.writer?.stop()
-        s.refresher?.stop()
-        s.worker?.stop()
-        s.adminServer?.shutdown(grace: 1)
-        s.pool?.close()
-        s.embedded?.stop()
-        state.set { $0 = ApplicationState.State() }
-        logger.info("stopped")
-    }
-
-    private func startServer(_ address: ListenAddress, handler: any HTTPHandler, threads: Int) throws -> HTTPServer {
-        let host = address.host == "localhost" ? "127.0.0.1" : address.host
-        let config = HTTPServerConfiguration(host: host, port: address.port, threads: threads,
-                                             connectionTimeout: configuration.connectionTimeout,
-                                             connectionLimit: configuration.maxConnections,
-                                             maxBody: configuration.maxBody)
+    /// Apple's key set: fetched, else the persisted last good one; the dev key in `--dev`.
+    private func keyStore(pool: PostgresPool) throws -> KeyStore {
+        let config = configuration
+        var extra: [String: RSAPublicKey] = [:]
+        if config.dev {
+            extra[DevKey.kid] = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory).publicKey()
+        }
+        let store = KeyStore(url: config.jwksURL, extraKeys: extra,
+                             minRefreshInterval: Double(config.keyRefreshInterval),
+                             persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
+                             logger: logger, metrics: metrics)
         do {
-            return try HTTPServer(configuration: config, handler: handler)
+            try store.load()
+        } catch {
+            logger.warning("starting without Apple's key set; will fetch on the first notification",
+                           metadata: ["jwks_url": "\(Self.redacted(config.jwksURL))"])
+        }
+        return store
+    }
+
+    private func listenerConfiguration(_ address: ListenAddress, threads: Int) -> HTTPServerConfiguration {
+        HTTPServerConfiguration(host: address.host == "localhost" ? "127.0.0.1" : address.host, port: address.port,
+                                threads: threads, connectionTimeout: configuration.connectionTimeout,
+                                connectionLimit: configuration.maxConnections, maxBody: configuration.maxBody)
+    }
+
+    private func startListener(_ listener: ListenerService, in group: ServiceGroup) throws {
+        do {
+            try group.start(listener)
         } catch {
             throw StartError(description: "\(error)")
         }
@@ -193,36 +248,5 @@ public final class Application: Sendable {
     /// A URL without its query string (may hold credentials).
     static func redacted(_ url: String) -> String {
         String(url.split(separator: "?", maxSplits: 1).first ?? "")
-    }
-}
-
-/// The mutable parts of `Application`, behind a lock.
-final class ApplicationState: @unchecked Sendable {
-    // @unchecked: every access goes through `lock`.
-    struct State {
-        var embedded: EmbeddedPostgres?
-        var conninfo: String?
-        var pool: PostgresPool?
-        var publicServer: HTTPServer?
-        var adminServer: HTTPServer?
-        var admin: AdminHandler?
-        var worker: Worker?
-        var refresher: Periodic?
-        var writer: OutboxWriter?
-    }
-
-    private let lock = NSLock()
-    private var state = State()
-
-    func get<T>(_ body: (State) -> T) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(state)
-    }
-
-    func set(_ body: (inout State) -> Void) {
-        lock.lock()
-        defer { lock.unlock() }
-        body(&state)
     }
 }

@@ -115,9 +115,8 @@ struct RetryAndHookTests {
                    '{}'
             FROM generate_series(1, 4000) g
             """)
-        let worker = Worker(conninfo: url, logger: .init(label: "t") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
         let connection = try PostgresConnection(conninfo: url)
-        let pruned = try worker.prune(on: connection)
+        let pruned = try Retention.prune(on: connection, olderThanDays: 30)
         #expect(pruned == 1000)  // 500 old done + 500 old ignored
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE status IN ('done', 'ignored')").scalar == "600")
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE status NOT IN ('done', 'ignored')").scalar == "2400")

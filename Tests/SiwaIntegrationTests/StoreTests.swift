@@ -45,7 +45,7 @@ struct StoreTests {
             }
         }
         group.wait()
-        writer.stop()
+        writer.stop(timeout: 10)
         return results.withLock { r in batch.indices.map { r[$0] ?? "none" } }
     }
 

@@ -6,7 +6,8 @@ import SiwaCrypto
 /// `initdb` on first use, `pg_ctl start` on a unix socket only (no TCP), `pg_ctl stop` on exit.
 /// PostgreSQL refuses to run as root: as root the cluster is owned by and run as the `postgres`
 /// user (via `runuser`).
-public final class EmbeddedPostgres: Sendable {
+public final class EmbeddedPostgres: Service {
+    public let name = "embedded PostgreSQL"
     public struct Failure: Error, CustomStringConvertible, Sendable {
         public var description: String
     }
@@ -101,6 +102,11 @@ public final class EmbeddedPostgres: Sendable {
     }
 
     /// Stops the cluster (fast shutdown: open transactions roll back, committed data is safe).
+    public func stop(deadline: ShutdownDeadline) {
+        stop()
+    }
+
+    /// Stops the cluster now.
     public func stop() {
         let r = pg(["pg_ctl", "-D", clusterDirectory + "/data", "-m", "fast", "-w", "-t", "60", "stop"])
         if r.ok { logger.info("embedded PostgreSQL stopped") }

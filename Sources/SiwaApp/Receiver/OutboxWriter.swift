@@ -14,7 +14,7 @@ import Synchronization
 /// answers `.timedOut` (503) at that moment to whatever is still queued or stuck in a batch the
 /// database does not answer, so a hung database never makes Apple wait longer than the bound.
 /// A request that timed out may still be committed later: Apple's retry is then a duplicate.
-public final class OutboxWriter: @unchecked Sendable {
+public final class OutboxWriter: Service, @unchecked Sendable {
     // @unchecked: `queue`, `inFlight`, `running` and `idleWriters` are only touched with
     // `condition` locked.
 
@@ -58,6 +58,7 @@ public final class OutboxWriter: @unchecked Sendable {
         }
     }
 
+    public let name = "outbox writer"
     private let pool: PostgresPool
     private let options: Options
     private let logger: Logger
@@ -94,9 +95,14 @@ public final class OutboxWriter: @unchecked Sendable {
         thread.start()
     }
 
-    /// Writes what is queued (each item still bounded by its deadline), then stops the threads.
-    /// Waits at most `timeout` seconds for a batch the database does not answer.
-    public func stop(timeout: Double = 10) {
+    /// Writes what is queued (each item still bounded by its deadline), then stops the threads;
+    /// what the database has not answered by `deadline` is answered 503.
+    public func stop(deadline: ShutdownDeadline) {
+        stop(timeout: deadline.remaining)
+    }
+
+    /// `stop(deadline:)` with a budget in seconds.
+    public func stop(timeout: Double) {
         condition.lock()
         running = false
         condition.broadcast()

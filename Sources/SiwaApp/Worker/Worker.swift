@@ -6,20 +6,17 @@ import Synchronization
 
 /// Applies outbox events. Claims due rows with `FOR UPDATE SKIP LOCKED` in a transaction (so
 /// many workers share one queue and a crashed worker leaves nothing stuck: its locks vanish with
-/// its connection), applies each under a savepoint, retries failures with backoff and jitter,
-/// dead-letters after `RetryPolicy.maxAttempts`. Wakes on `LISTEN siwa_events`, and polls every
-/// `pollInterval` seconds besides (retries fall due without a notification).
-public final class Worker: Sendable {
+/// its connection), applies them (`BatchApplier`), retries failures with backoff and jitter,
+/// dead-letters after `RetryPolicy.maxAttempts`. Between batches it waits on `wakeups`: woken by
+/// `WakeUpListener` when new events arrive, and polling every `pollInterval` seconds besides
+/// (retries fall due without a notification; behind PgBouncer notifications do not arrive).
+public final class Worker: Service {
     public struct Options: Sendable {
         /// Events claimed per transaction. Default 1000.
         public var batchSize: Int = 1000
         /// Seconds between polls when no notification arrives. Default 1.
         public var pollInterval: Double = 1
         public var retry: RetryPolicy = RetryPolicy()
-        /// Done events older than this many days are deleted. Default 30.
-        public var retentionDays: Int = 30
-        /// Seconds between two pruning passes. Default 600.
-        public var pruneInterval: Double = 600
         /// Seconds one statement of a batch (the operator hook included) may run. Default 30.
         public var statementTimeout: Int = 30
         /// Seconds a batch waits for a row lock. Default 5.
@@ -27,11 +24,13 @@ public final class Worker: Sendable {
         public init() {}
     }
 
+    public let name = "worker"
     private let conninfo: String
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
-    private let stopping = StopSignal()
+    /// Woken by new events and by `stop`.
+    public let wakeups = WakeSignal()
     private let finished = StopSignal()
 
     public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
@@ -51,63 +50,36 @@ public final class Worker: Sendable {
         thread.start()
     }
 
-    /// Asks the loop to stop after the current batch and waits for it (up to `timeout` seconds).
-    public func stop(timeout: Double = 30) {
-        stopping.stop()
-        _ = finished.wait(timeout)
+    /// Stops after the current batch; waits for it until the deadline (an abandoned batch rolls
+    /// back when the process exits: its events are claimed again later).
+    public func stop(deadline: ShutdownDeadline) {
+        wakeups.stop()
+        if !finished.wait(deadline.remaining) {
+            logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
+        }
     }
 
     private func loop() {
         var work: PostgresConnection?
-        var listener: PostgresConnection?
         var backoff = 0.2
-        var lastPrune = Date.distantPast
-        while !stopping.isStopped {
+        while !wakeups.isStopped {
             do {
                 if work == nil || !(work!.isHealthy) {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
                 }
-                if listener == nil || !(listener!.isHealthy) {
-                    listener = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify listener") { c throws(PostgresError) in
-                        try c.listen(WorkerStatements.channel)
-                    }
-                    logger.debug("worker listening for new events")
-                }
-                if Date().timeIntervalSince(lastPrune) >= options.pruneInterval {
-                    lastPrune = Date()
-                    let pruned = try prune(on: work!)
-                    if pruned > 0 {
-                        logger.info("pruned done events", metadata: ["events": "\(pruned)", "older_than_days": "\(options.retentionDays)"])
-                    }
-                }
                 let processed = try processBatch(on: work!)
                 backoff = 0.2
-                if processed < options.batchSize && !stopping.isStopped {
-                    _ = try listener!.waitForNotifications(timeout: options.pollInterval)
+                if processed < options.batchSize {
+                    wakeups.wait(timeout: options.pollInterval)
                 }
             } catch {
                 logger.warning("worker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
                 work = nil
-                listener = nil
-                _ = stopping.wait(backoff)
+                wakeups.wait(timeout: backoff)
                 backoff = min(backoff * 2, 5)
             }
         }
         logger.info("worker stopped")
-    }
-
-    /// Deletes done and ignored events older than the retention, 1000 rows per short
-    /// transaction (no long locks); pending, failed and dead events are never touched. Returns
-    /// the number deleted.
-    @discardableResult
-    public func prune(on connection: PostgresConnection, maxBatches: Int = 100) throws(PostgresError) -> Int {
-        var total = 0
-        for _ in 0..<maxBatches {
-            let deleted = try connection.affected(WorkerStatements.prune, options.retentionDays)
-            total += deleted
-            if deleted < 1000 || stopping.isStopped { break }
-        }
-        return total
     }
 
     /// Claims and applies one batch in one transaction; returns how many events it handled.

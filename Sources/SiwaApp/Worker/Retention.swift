@@ -1,0 +1,34 @@
+import Logging
+import SiwaPostgres
+
+/// Deletes done and ignored events older than the retention (`SIWA_RETENTION_DAYS`), 1000 rows
+/// per short transaction (no long locks); pending, failed and dead events are never touched.
+public enum Retention {
+    /// One pruning pass; returns how many events it deleted.
+    @discardableResult
+    public static func prune(on connection: PostgresConnection, olderThanDays days: Int, maxBatches: Int = 100,
+                             stopping: StopSignal? = nil) throws(PostgresError) -> Int {
+        var total = 0
+        for _ in 0..<maxBatches {
+            let deleted = try connection.affected(WorkerStatements.prune, days)
+            total += deleted
+            if deleted < 1000 || stopping?.isStopped == true { break }
+        }
+        return total
+    }
+
+    /// The periodic service: a pass every `interval` seconds.
+    public static func service(conninfo: String, days: Int, interval: Double, logger: Logger) -> PeriodicTask {
+        PeriodicTask(name: "retention", interval: interval) { stopping in
+            do {
+                let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify retention")
+                let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
+                if pruned > 0 {
+                    logger.info("pruned old events", metadata: ["events": "\(pruned)", "older_than_days": "\(days)"])
+                }
+            } catch {
+                logger.warning("pruning failed; will try again", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}
