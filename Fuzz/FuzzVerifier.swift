@@ -36,7 +36,7 @@ enum FuzzSetup {
     static let verifyReasons: Set<RejectReason> = [
         .malformedJSON, .missingPayload, .malformedJWS, .malformedHeader, .malformedClaims, .missingJTI,
         .malformedEvents, .missingSub, .missingType, .unsupportedAlgorithm, .missingKid, .unknownKid,
-        .badSignature, .wrongIssuer, .wrongAudience, .expired, .issuedInFuture, .keysUnavailable,
+        .badSignature, .wrongIssuer, .wrongAudience, .expired, .issuedInFuture, .missingIAT, .badEventTime, .keysUnavailable,
     ]
     /// Reasons possible before the signature closure is called.
     static let preSignatureReasons: Set<RejectReason> = [
@@ -44,8 +44,8 @@ enum FuzzSetup {
     ]
     /// Reasons possible after a `.valid` signature.
     static let postSignatureReasons: Set<RejectReason> = [
-        .wrongIssuer, .wrongAudience, .malformedClaims, .expired, .issuedInFuture, .missingJTI,
-        .malformedEvents, .missingSub, .missingType,
+        .wrongIssuer, .wrongAudience, .malformedClaims, .expired, .issuedInFuture, .missingIAT, .missingJTI,
+        .malformedEvents, .missingSub, .missingType, .badEventTime,
     ]
     static let stepNames = ["structure", "header", "key", "signature", "issuer", "audience", "expiry", "issued-at", "jti", "events"]
 }
@@ -240,12 +240,16 @@ enum FuzzChecks {
                      "invariant: type length")
         if let email = n.event.email { precondition(email.unicodeScalars.count <= NotificationVerifier.maxEmailLength, "invariant: email length") }
         precondition(EventType(rawValue: n.event.type.rawValue) == n.event.type, "invariant: EventType rawValue round trip")
-        if let exp = n.expiresAt {
-            precondition(FuzzSetup.now <= NotificationVerifier.saturatingAdd(exp, policy.clockSkewSeconds), "invariant: expired token accepted")
-        }
-        if let iat = n.issuedAt {
-            precondition(iat <= NotificationVerifier.saturatingAdd(FuzzSetup.now, policy.clockSkewSeconds), "invariant: future iat accepted")
-        }
+        // iat is required; without exp the token lives iat + 86,400 s.
+        guard let iat = n.issuedAt else { preconditionFailure("invariant: token without iat accepted") }
+        precondition(iat <= NotificationVerifier.saturatingAdd(FuzzSetup.now, policy.clockSkewSeconds), "invariant: future iat accepted")
+        let expiry = n.expiresAt ?? NotificationVerifier.saturatingAdd(iat, NotificationVerifier.defaultLifetimeSeconds)
+        precondition(FuzzSetup.now <= NotificationVerifier.saturatingAdd(expiry, policy.clockSkewSeconds), "invariant: expired token accepted")
+        // event_time in [2019-01-01, iat + 1 h], in milliseconds (iat here is at most now + skew: no overflow).
+        let t = n.event.eventTimeMillis
+        precondition(t >= NotificationVerifier.minEventTimeMillis, "invariant: event_time before 2019 accepted: \(t)")
+        precondition(t <= iat * 1000 + NotificationVerifier.maxEventTimeAfterIssueMillis, "invariant: event_time after iat + 1 h accepted: \(t)")
+        precondition(NotificationVerifier.eventTimeProblem(Double(t), issuedAt: iat) == nil, "invariant: eventTimeProblem disagrees")
         for seconds in [n.expiresAt, n.issuedAt, n.event.eventTimeMillis / 1000] { if let seconds { checkUTC(seconds) } }
 
         // claimsJSON is what goes into the jsonb column: it must re-parse, to an object that still
@@ -261,7 +265,7 @@ enum FuzzChecks {
         precondition(claims["iss"] == .string(n.issuer) && claims["aud"] == .string(n.audience) && claims["jti"] == .string(n.jti),
                      "invariant: claimsJSON lost iss/aud/jti")
         precondition(claims["exp"]?.int64Value == n.expiresAt && claims["iat"]?.int64Value == n.issuedAt, "invariant: claimsJSON lost exp/iat")
-        precondition((try? NotificationVerifier.parseEvent(claims["events"])) == n.event, "invariant: claimsJSON events parse differently")
+        precondition((try? NotificationVerifier.parseEvent(claims["events"], issuedAt: iat)) == n.event, "invariant: claimsJSON events parse differently")
 
         // Re-signing the stored claims (fake signature) verifies to the very same notification.
         let token = Base64URL.encode(Array(#"{"alg":"RS256","kid":"fuzz"}"#.utf8)) + "." + Base64URL.encode(Array(n.claimsJSON.utf8)) + ".AA"
@@ -474,6 +478,14 @@ enum StructuredMutator {
         .number(Double(FuzzSetup.now + 60)), .number(Double(FuzzSetup.now + 61)), .number(1_752_572_190_719), .number(0),
         .number(-1), .number(9_007_199_254_740_992), .number(9_007_199_254_740_994), .number(-9_007_199_254_740_992),
         .number(1e19), .number(-1e19), .number(0.5), .number(1_752_572_200.5), .string("1752572200"),
+        .number(Double(FuzzSetup.now - 86_400)), .number(Double(FuzzSetup.now - 86_460)), .number(Double(FuzzSetup.now - 86_461)),
+    ]
+    /// `event_time` at and around its bounds for `iat` = now (and the corpus iat 1752572197).
+    static let eventTimes: [JSONValue] = [
+        .number(1_546_300_800_000), .number(1_546_300_799_999), .number(Double(FuzzSetup.now * 1000 + 3_600_000)),
+        .number(Double(FuzzSetup.now * 1000 + 3_600_001)), .number(1_752_575_797_000), .number(1_752_575_797_001),
+        .number(1_752_572_190), .number(1_752_572_190_719), .number(-1_752_572_190_719), .number(9_007_199_254_740_992),
+        .number(0x1p63), .number(-0x1p63), .number(1e300), .number(1_752_572_190_719.5),
     ]
     static let values: [String: [JSONValue]] = [
         "alg": [.string("RS256"), .string("none"), .string("HS256"), .string("rs256"), .string("RS256 "), .string("ES256"), .array([.string("RS256")])],
@@ -483,7 +495,7 @@ enum StructuredMutator {
         "aud": [.string("de.lunaone.sign-in-with-apple-example"), .string("com.example.app"), .string("com.example"),
                 .array([.string("com.example.app")])],
         "jti": [.string("8sIboCeUBQuZ0M7x91YKZQ"), .string(longA), .string(longA + "b")],
-        "exp": times, "iat": times, "event_time": times,
+        "exp": times, "iat": times, "event_time": eventTimes + times,
         "sub": [.string("000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105"), .string(longA), .string(longA + "b")],
         "type": [.string("email-disabled"), .string("email-enabled"), .string("consent-revoked"), .string("account-delete"),
                  .string("account-deleted"), .string("email-changed"), .string(String(repeating: "t", count: 64)),

@@ -87,7 +87,7 @@ seeds["valid-unknown-type"] = body(token(HEADER, claims(event("email-changed", e
 seeds["valid-private-email-bool"] = body(token(HEADER, claims(event("email-enabled", email=EMAIL, is_private_email=False))))
 seeds["valid-private-email-string-false"] = body(token(HEADER, claims(event("email-disabled", email="a@example.com",
                                                                                is_private_email="false"))))
-seeds["valid-no-exp-iat"] = body(token(HEADER, claims(event("consent-revoked"), exp=None, iat=None)))
+seeds["valid-no-exp"] = body(token(HEADER, claims(event("consent-revoked"), exp=None)))
 seeds["valid-second-audience-extra-members"] = body(token(
     {"alg": "RS256", "kid": "W6WcOKB", "typ": "JWT"},
     claims(event("email-enabled", email=EMAIL, is_private_email=True, extra={"a": [1, 2.5, None]}),
@@ -137,6 +137,13 @@ seeds["jwks-mixed"] = compact({"keys": [
     {"kty": "RSA", "kid": "ok", "alg": "RS256", "n": "AQAB", "e": "AAEAAQ"},
 ]}).encode()
 seeds["jwks-empty"] = b'{"keys":[]}'
+
+# Bounds on what a signed token may say: iat required; event_time (ms) in [2019-01-01, iat + 1 h].
+# (Last, so the random signatures of the seeds above stay as committed.)
+seeds["missing-iat"] = body(token(HEADER, claims(event("consent-revoked"), iat=None)))
+seeds["event-time-seconds"] = body(token(HEADER, claims(event("consent-revoked", event_time=EVENT_TIME // 1000))))
+seeds["event-time-after-iat"] = body(token(HEADER, claims(event("consent-revoked", event_time=IAT * 1000 + 3_600_001))))
+seeds["valid-event-time-2019"] = body(token(HEADER, claims(event("consent-revoked", event_time=1_546_300_800_000))))
 
 
 def main():

@@ -3,6 +3,17 @@
 /// Checks, first failure wins: structure, `alg` == RS256, `kid`, signature (via the caller's
 /// closure, called exactly once and only after the earlier checks passed), `iss`, `aud`, `exp`,
 /// `iat`, `jti`, `events`. Header members other than `alg` and `kid` are ignored.
+///
+/// Bounds on what a correctly signed token may say:
+/// - `iat` is required (`missing_iat`) and may lie at most the clock skew in the future
+///   (`issued_in_future`); `exp`/`iat` that are not integral numbers are `malformed_claims`.
+/// - `exp` is optional; a token without it expires at `iat` + `defaultLifetimeSeconds` (86,400 s,
+///   the lifetime of Apple's real tokens), plus the clock skew, like an explicit `exp`.
+/// - the event's `event_time` (milliseconds) must lie in [`minEventTimeMillis` (2019-01-01),
+///   `iat` * 1000 + `maxEventTimeAfterIssueMillis` (1 h)] (`bad_event_time`, checked in the `events`
+///   step after the event's shape). A value in seconds, a negative one, or one of 2^53 and beyond is
+///   out of bounds; a non-integral number, or not a number at all, is `malformed_events`.
+/// All arithmetic on claim values saturates; no input makes it trap.
 public struct NotificationVerifier: Sendable {
     public var policy: VerificationPolicy
 
@@ -14,6 +25,15 @@ public struct NotificationVerifier: Sendable {
     public static let maxTypeLength = 64
     /// Maximum length (Unicode scalars) of the event's `email`.
     public static let maxEmailLength = 320
+    /// Lifetime of a token without `exp`, counted from `iat`, in seconds (86,400: Apple's tokens
+    /// carry `exp` = `iat` + 86,400).
+    public static let defaultLifetimeSeconds: Int64 = 86_400
+    /// Earliest accepted `event_time`: 2019-01-01T00:00:00Z in milliseconds (before Sign in with
+    /// Apple existed; catches seconds sent as milliseconds, zero and negative values).
+    public static let minEventTimeMillis: Int64 = 1_546_300_800_000
+    /// How far `event_time` may lie after `iat`, in milliseconds (1 h): an event is not signed
+    /// long before it happens.
+    public static let maxEventTimeAfterIssueMillis: Int64 = 3_600_000
 
     public init(policy: VerificationPolicy) {
         self.policy = policy
@@ -133,7 +153,8 @@ public struct NotificationVerifier: Sendable {
 
         let skew = policy.clockSkewSeconds
 
-        // (7) expiry
+        // (7) expiry. Without `exp`, the token expires `defaultLifetimeSeconds` after `iat`; when
+        // `iat` is missing or not an integral number, the issued-at step below rejects the token.
         var expiresAt: Int64?
         if let exp = claims["exp"] {
             guard let value = exp.int64Value else {
@@ -144,24 +165,27 @@ public struct NotificationVerifier: Sendable {
             }
             expiresAt = value
             r.pass("expiry", "exp \(value) (\(Self.formatUTC(value)))")
+        } else if let iat = claims["iat"]?.int64Value {
+            let implied = Self.saturatingAdd(iat, Self.defaultLifetimeSeconds)
+            if now > Self.saturatingAdd(implied, skew) {
+                throw r.fail("expiry", .expired, "no exp claim; iat + \(Self.defaultLifetimeSeconds)s = \(implied) (\(Self.formatUTC(implied))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew")
+            }
+            r.pass("expiry", "no exp claim; expires at iat + \(Self.defaultLifetimeSeconds)s = \(implied) (\(Self.formatUTC(implied)))")
         } else {
-            r.pass("expiry", "no exp claim")
+            r.pass("expiry", "no exp claim; the expiry follows from iat (checked next)")
         }
 
-        // (8) issued-at
-        var issuedAt: Int64?
-        if let iat = claims["iat"] {
-            guard let value = iat.int64Value else {
-                throw r.fail("issued-at", .malformedClaims, "iat is \(Self.describe(iat)), expected an integral number")
-            }
-            if value > Self.saturatingAdd(now, skew) {
-                throw r.fail("issued-at", .issuedInFuture, "iat \(value) (\(Self.formatUTC(value))) is after now \(now) (\(Self.formatUTC(now))) plus \(skew)s skew")
-            }
-            issuedAt = value
-            r.pass("issued-at", "iat \(value) (\(Self.formatUTC(value)))")
-        } else {
-            r.pass("issued-at", "no iat claim")
+        // (8) issued-at: required.
+        guard let iat = claims["iat"] else {
+            throw r.fail("issued-at", .missingIAT, "iat is missing, expected the integral Unix time the token was issued")
         }
+        guard let issuedAt = iat.int64Value else {
+            throw r.fail("issued-at", .malformedClaims, "iat is \(Self.describe(iat)), expected an integral number")
+        }
+        if issuedAt > Self.saturatingAdd(now, skew) {
+            throw r.fail("issued-at", .issuedInFuture, "iat \(issuedAt) (\(Self.formatUTC(issuedAt))) is after now \(now) (\(Self.formatUTC(now))) plus \(skew)s skew")
+        }
+        r.pass("issued-at", "iat \(issuedAt) (\(Self.formatUTC(issuedAt)))")
 
         // (9) jti
         guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.unicodeScalars.count <= Self.maxJTILength else {
@@ -169,13 +193,17 @@ public struct NotificationVerifier: Sendable {
         }
         r.pass("jti", "jti is \(JSONValue.quoted(jti))")
 
-        // (10) events
-        let event: AppleEvent
+        // (10) events: the shape first, then event_time against its bounds.
+        let fields: EventFields
         do {
-            event = try Self.parseEvent(claims["events"])
+            fields = try Self.parseEventFields(claims["events"])
         } catch {
             throw r.fail("events", error, error.summary)
         }
+        if let problem = Self.eventTimeProblem(fields.eventTime, issuedAt: issuedAt) {
+            throw r.fail("events", .badEventTime, Self.describe(problem, eventTime: fields.eventTime, issuedAt: issuedAt))
+        }
+        let event = fields.event
         r.pass("events", Self.describe(event))
 
         return VerifiedNotification(
@@ -184,8 +212,25 @@ public struct NotificationVerifier: Sendable {
             claimsJSON: jws.claimsText.isEmpty ? JSONValue.object(claims).serialized() : jws.claimsText)
     }
 
-    /// Parses the `events` claim: an object, or a string holding a JSON object.
-    static func parseEvent(_ value: JSONValue?) throws(RejectReason) -> AppleEvent {
+    /// Parses the `events` claim (an object, or a string holding a JSON object) and checks its
+    /// `event_time` against the bounds for a token issued at `issuedAt` (Unix seconds).
+    static func parseEvent(_ value: JSONValue?, issuedAt: Int64) throws(RejectReason) -> AppleEvent {
+        let fields = try parseEventFields(value)
+        if eventTimeProblem(fields.eventTime, issuedAt: issuedAt) != nil { throw .badEventTime }
+        return fields.event
+    }
+
+    /// The event's members, shape-checked; `eventTime` is the integral JSON number as sent, not yet
+    /// bounds-checked.
+    struct EventFields {
+        var eventTime: Double
+        /// The event; its `eventTimeMillis` is meaningful only once `eventTime` passed the bounds.
+        var event: AppleEvent
+    }
+
+    /// Shape checks of the `events` claim, in order: object, `sub`, `type`, `event_time` an integral
+    /// number (any magnitude), `email`, `is_private_email`.
+    static func parseEventFields(_ value: JSONValue?) throws(RejectReason) -> EventFields {
         let object: [String: JSONValue]
         switch value {
         case .object(let o)?:
@@ -200,7 +245,8 @@ public struct NotificationVerifier: Sendable {
         guard sub.unicodeScalars.count <= maxSubLength else { throw .malformedEvents }
         guard let type = object["type"]?.stringValue, !type.isEmpty else { throw .missingType }
         guard type.unicodeScalars.count <= maxTypeLength else { throw .malformedEvents }
-        guard let eventTime = object["event_time"]?.int64Value else { throw .malformedEvents }
+        guard case .number(let eventTime)? = object["event_time"], eventTime.isFinite,
+              eventTime.rounded(.towardZero) == eventTime else { throw .malformedEvents }
         var email: String?
         if let value = object["email"] {
             guard let s = value.stringValue, s.unicodeScalars.count <= maxEmailLength else { throw .malformedEvents }
@@ -215,8 +261,52 @@ public struct NotificationVerifier: Sendable {
             default: throw .malformedEvents
             }
         }
-        return AppleEvent(type: EventType(rawValue: type), sub: sub, eventTimeMillis: eventTime,
-                          email: email, isPrivateEmail: isPrivateEmail)
+        // Exact for |eventTime| <= 2^53; larger magnitudes are out of bounds and never used.
+        let millis = JSONValue.exactInteger(eventTime) ?? 0
+        return EventFields(eventTime: eventTime,
+                           event: AppleEvent(type: EventType(rawValue: type), sub: sub, eventTimeMillis: millis,
+                                             email: email, isPrivateEmail: isPrivateEmail))
+    }
+
+    /// Why an integral `event_time` is out of bounds.
+    enum EventTimeProblem: Equatable {
+        /// Before `minEventTimeMillis` (also: negative, or seconds instead of milliseconds).
+        case beforeMinimum
+        /// After `iat` * 1000 + `maxEventTimeAfterIssueMillis` (`limit`), or beyond 2^53.
+        case afterIssue(limit: Int64)
+    }
+
+    /// The accepted `event_time` range is [`minEventTimeMillis`, `iat` * 1000 +
+    /// `maxEventTimeAfterIssueMillis`] (empty when `iat` is before 2019); saturating, never traps.
+    static func eventTimeProblem(_ eventTime: Double, issuedAt: Int64) -> EventTimeProblem? {
+        let (product, overflow) = issuedAt.multipliedReportingOverflow(by: 1000)
+        let issuedMillis = overflow ? (issuedAt > 0 ? Int64.max : Int64.min) : product
+        let limit = saturatingAdd(issuedMillis, maxEventTimeAfterIssueMillis)
+        guard let millis = JSONValue.exactInteger(eventTime) else {
+            // Integral but beyond ±2^53 (the caller checked integrality).
+            return eventTime < 0 ? .beforeMinimum : .afterIssue(limit: limit)
+        }
+        if millis < minEventTimeMillis { return .beforeMinimum }
+        if millis > limit { return .afterIssue(limit: limit) }
+        return nil
+    }
+
+    /// Inspection detail for an out-of-bounds `event_time`: the value and the bound, nothing else
+    /// of the event.
+    static func describe(_ problem: EventTimeProblem, eventTime: Double, issuedAt: Int64) -> String {
+        let value = JSONValue.number(eventTime).serialized()
+        switch problem {
+        case .beforeMinimum:
+            var text = "event_time \(value) is before 2019-01-01T00:00:00Z (\(minEventTimeMillis) ms)"
+            // Seconds sent where milliseconds belong land in [2019-01-01, iat + 1 h] once multiplied.
+            if let millis = JSONValue.exactInteger(eventTime), millis > 0,
+               eventTimeProblem(Double(millis) * 1000, issuedAt: issuedAt) == nil {
+                text += "; it looks like seconds, expected milliseconds"
+            }
+            return text
+        case .afterIssue(let limit):
+            return "event_time \(value) is after iat \(issuedAt) + \(maxEventTimeAfterIssueMillis / 1000)s = \(limit) ms (\(formatUTC(limit / 1000)))"
+        }
     }
 
     // MARK: - Helpers

@@ -13,13 +13,15 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     case malformedClaims = "malformed_claims"
     /// `jti` missing, empty, not a string, or longer than 255 characters.
     case missingJTI = "missing_jti"
-    /// `events` missing or malformed, or one of its fields has the wrong type or is too long.
+    /// `events` missing or malformed, or one of its fields has the wrong type or is too long
+    /// (`event_time` missing, or not an integral JSON number).
     case malformedEvents = "malformed_events"
     /// `sub` missing, empty, or not a string.
     case missingSub = "missing_sub"
     /// `type` missing, empty, or not a string.
     case missingType = "missing_type"
-    /// `event_time` outside [2019-01-01, `iat` + 1 h] (e.g. seconds instead of milliseconds).
+    /// `event_time` (milliseconds) outside [2019-01-01T00:00:00Z, `iat` + 1 h]: e.g. seconds instead
+    /// of milliseconds, zero, negative, or 2^53 and beyond.
     case badEventTime = "bad_event_time"
     // 401
     /// `alg` is not exactly `"RS256"`.
@@ -34,11 +36,12 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     case wrongIssuer = "wrong_issuer"
     /// `aud` missing, not a string, or not one of the configured audiences.
     case wrongAudience = "wrong_audience"
-    /// The token expired (beyond the allowed clock skew).
+    /// The token expired (beyond the allowed clock skew); a token without `exp` expires at
+    /// `iat` + 86,400 s.
     case expired = "expired"
     /// The token was issued in the future (beyond the allowed clock skew).
     case issuedInFuture = "issued_in_future"
-    /// The token has no `iat` claim.
+    /// The token has no `iat` claim (required).
     case missingIAT = "missing_iat"
     // transport-level
     /// 404: wrong path.

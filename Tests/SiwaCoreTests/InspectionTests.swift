@@ -78,10 +78,75 @@ import Testing
         expectFailure(inspect(Fixture.token(claims: claims)), at: "events", reason: .missingSub)
     }
 
+    @Test func missingIatFailsTheIssuedAtStep() {
+        var claims = Fixture.claims
+        claims["iat"] = nil
+        let steps = inspect(Fixture.token(claims: claims))
+        expectFailure(steps, at: "issued-at", reason: .missingIAT)
+        #expect(steps.last?.detail.contains("iat is missing") == true)
+        claims["exp"] = nil
+        let noTimes = inspect(Fixture.token(claims: claims), now: Fixture.exp + 100_000)
+        expectFailure(noTimes, at: "issued-at", reason: .missingIAT)
+        #expect(noTimes[6].detail.contains("no exp claim"))
+    }
+
+    @Test func withoutExpTheExpiryStepUsesIat() {
+        var claims = Fixture.claims
+        claims["exp"] = nil
+        let token = Fixture.token(claims: claims)
+        let steps = inspect(token)
+        #expect(steps.map(\.name) == Self.allNames)
+        #expect(steps.allSatisfy { $0.passed })
+        // iat + 86,400 s is the moment Apple's own exp names.
+        #expect(steps[6].detail.contains("iat + 86400s"))
+        #expect(steps[6].detail.contains("2025-07-16T09:36:37Z"))
+        let late = inspect(token, now: Fixture.iat + 86_461)
+        expectFailure(late, at: "expiry", reason: .expired)
+        #expect(late.last?.detail.contains("no exp claim") == true)
+        let lastMoment = inspect(token, now: Fixture.iat + 86_460)
+        #expect(lastMoment.count == Self.allNames.count && lastMoment.allSatisfy { $0.passed })
+    }
+
+    @Test func badEventTimeFailsTheEventsStep() {
+        let email = "secret-mail@privaterelay.appleid.com"
+        func steps(_ eventTime: JSONValue) -> [InspectionStep] {
+            var e = Fixture.eventMembers
+            e["type"] = .string("email-disabled")
+            e["email"] = .string(email)
+            e["event_time"] = eventTime
+            return inspect(Fixture.token(claims: Fixture.claims(events: e)))
+        }
+        let seconds = steps(.number(1_752_572_190))
+        expectFailure(seconds, at: "events", reason: .badEventTime)
+        #expect(seconds.last?.detail.contains("before 2019-01-01T00:00:00Z") == true)
+        #expect(seconds.last?.detail.contains("looks like seconds") == true)
+        let negative = steps(.number(-1))
+        expectFailure(negative, at: "events", reason: .badEventTime)
+        #expect(negative.last?.detail.contains("looks like seconds") == false)
+        let late = steps(.number(Double(Fixture.iat * 1000 + 3_600_001)))
+        expectFailure(late, at: "events", reason: .badEventTime)
+        #expect(late.last?.detail.contains("after iat \(Fixture.iat) + 3600s") == true)
+        let huge = steps(.number(0x1p63))
+        expectFailure(huge, at: "events", reason: .badEventTime)
+        expectFailure(steps(.number(1.5)), at: "events", reason: .malformedEvents)
+        for failed in [seconds, negative, late, huge] {
+            let detail = failed.last?.detail ?? ""
+            #expect(!detail.contains(email) && !detail.contains("secret-mail") && !detail.contains(Fixture.sub))
+        }
+    }
+
     @Test func agreesWithVerify() {
         var claims = Fixture.claims
         claims["aud"] = .string("x")
+        var noIat = Fixture.claims
+        noIat["iat"] = nil
+        var noExp = Fixture.claims
+        noExp["exp"] = nil
         let cases: [(String, Int64, SignatureCheck)] = [
+            (Fixture.token(claims: noIat), Fixture.now, .valid),
+            (Fixture.token(claims: noExp), Fixture.now, .valid),
+            (Fixture.token(claims: noExp), Fixture.iat + 86_461, .valid),
+            (Fixture.token(claims: Fixture.claims(events: ["type": .string("x"), "sub": .string("s"), "event_time": .number(1_752_572_190)])), Fixture.now, .valid),
             (Fixture.token(), Fixture.now, .valid),
             (Fixture.token(), Fixture.now, .invalid),
             (Fixture.token(claims: claims), Fixture.now, .valid),

@@ -52,13 +52,18 @@ import Testing
         #expect(n.event.type == .consentRevoked)
     }
 
-    @Test func expAndIatAreOptional() throws {
+    @Test func expIsOptionalIatIsRequired() throws {
         var claims = Fixture.claims
         claims["exp"] = nil
-        claims["iat"] = nil
-        let n = try verify(Fixture.token(claims: claims), now: Fixture.exp + 1_000_000)
+        let n = try verify(Fixture.token(claims: claims))
         #expect(n.expiresAt == nil)
-        #expect(n.issuedAt == nil)
+        #expect(n.issuedAt == Fixture.iat)
+        claims["iat"] = nil
+        #expect(reason(claims: claims) == .missingIAT)
+        claims = Fixture.claims
+        claims["iat"] = nil
+        #expect(reason(claims: claims) == .missingIAT)
+        #expect(RejectReason.missingIAT.httpStatus == 401)
     }
 
     @Test func otherHeaderMembersAreIgnored() throws {
@@ -271,6 +276,42 @@ import Testing
         var claims = Fixture.claims
         claims["iat"] = .string("bad")
         #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .expired)
+        claims["iat"] = nil
+        #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .expired)
+        // Without exp, an unusable iat leaves nothing to expire: the issued-at step decides.
+        claims["exp"] = nil
+        #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .missingIAT)
+        claims["iat"] = .string("bad")
+        #expect(reason(Fixture.token(claims: claims), now: Fixture.exp + 1000) == .malformedClaims)
+    }
+
+    @Test func tokenWithoutExpExpiresOneDayAfterIat() {
+        var claims = Fixture.claims
+        claims["exp"] = nil
+        let token = Fixture.token(claims: claims)
+        let exact = NotificationVerifier(policy: VerificationPolicy(audiences: [Fixture.audience], clockSkewSeconds: 0))
+        func outcome(_ v: NotificationVerifier, now: Int64) -> RejectReason? {
+            do {
+                _ = try v.verify(token: token, now: now) { _, _, _ in .valid }
+                return nil
+            } catch {
+                return error
+            }
+        }
+        // iat 86,399 / 86,400 / 86,401 s ago, no skew.
+        #expect(outcome(exact, now: Fixture.iat + 86_399) == nil)
+        #expect(outcome(exact, now: Fixture.iat + 86_400) == nil)
+        #expect(outcome(exact, now: Fixture.iat + 86_401) == .expired)
+        // The default 60 s skew applies as to an explicit exp.
+        #expect(outcome(verifier, now: Fixture.iat + 86_401) == nil)
+        #expect(outcome(verifier, now: Fixture.iat + 86_460) == nil)
+        #expect(outcome(verifier, now: Fixture.iat + 86_461) == .expired)
+        #expect(outcome(verifier, now: Int64.max) == .expired)
+        // Same moment as the explicit exp Apple sends (iat + 86,400).
+        #expect(self.reason(Fixture.token(), now: Fixture.exp + 61) == outcome(verifier, now: Fixture.exp + 61))
+        // iat + 86,400 + skew saturates instead of trapping.
+        let lenient = NotificationVerifier(policy: VerificationPolicy(audiences: [Fixture.audience], clockSkewSeconds: .max))
+        #expect(outcome(lenient, now: .max) == nil)
     }
 
     @Test func audienceIsCheckedBeforeExpiry() {
@@ -343,11 +384,85 @@ import Testing
     }
 
     @Test func eventTime() {
-        for t: JSONValue? in [nil, .string("1752572190719"), .number(1.5), .null, .number(1e20), .bool(true)] {
+        // Not an integral JSON number: malformed, whatever its magnitude.
+        for t: JSONValue? in [nil, .string("1752572190719"), .number(1.5), .number(-0.5), .number(1_752_572_190_719.5),
+                              .null, .bool(true), .array([.number(Double(Fixture.eventTime))]), .object([:])] {
             var e = Fixture.eventMembers
             e["event_time"] = t
             #expect(reason(events: e) == .malformedEvents, "event_time \(String(describing: t))")
         }
+    }
+
+    func eventTimeReason(_ text: String, iat: Int64 = Fixture.iat) -> RejectReason? {
+        var claims = Fixture.claims
+        claims["iat"] = .number(Double(iat))
+        claims["events"] = .string(#"{"type":"consent-revoked","sub":"\#(Fixture.sub)","event_time":\#(text)}"#)
+        return reason(claims: claims)
+    }
+
+    @Test func eventTimeBounds() throws {
+        let upper = Fixture.iat * 1000 + 3_600_000
+        // Lower bound: 2019-01-01T00:00:00Z.
+        #expect(eventTimeReason("1546300800000") == nil)
+        #expect(eventTimeReason("1546300799999") == .badEventTime)
+        // Upper bound: iat + 1 h.
+        #expect(eventTimeReason(String(upper)) == nil)
+        #expect(eventTimeReason(String(upper + 1)) == .badEventTime)
+        // Seconds instead of milliseconds, zero, negatives.
+        for text in ["1752572190", "1752572197", "0", "-0", "-0.0", "-1", "-1752572190719", "1", "1546300800"] {
+            #expect(eventTimeReason(text) == .badEventTime, "event_time \(text)")
+        }
+        // 2^53 and beyond (integral in JSON, beyond exact integers): bounds, not a trap.
+        for text in ["9007199254740992", "9007199254740993", "9007199254740994", "-9007199254740992", "-9007199254740994",
+                     "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
+                     "1e20", "1e300", "-1e300", "1E+19", "1752572190719e3"] {
+            #expect(eventTimeReason(text) == .badEventTime, "event_time \(text)")
+        }
+        // Exponent notation that is an exact integer in range is a number like any other.
+        #expect(eventTimeReason("1.752572190719e12") == nil)
+        // Not representable at all (the parser refuses), or fractional: malformed.
+        #expect(eventTimeReason("1e400") == .malformedEvents)
+        #expect(eventTimeReason("1752572190719.5") == .malformedEvents)
+        #expect(eventTimeReason("1e-7") == .malformedEvents)
+        // An iat before 2019 leaves no valid event_time; huge or negative iat never overflow.
+        #expect(eventTimeReason(String(Fixture.eventTime), iat: 0) == .badEventTime)
+        #expect(eventTimeReason(String(Fixture.eventTime), iat: -9_007_199_254_740_992) == .badEventTime)
+        #expect(eventTimeReason("1546300800000", iat: 1_546_300_800 - 3600) == nil)
+        #expect(eventTimeReason("1546300800000", iat: 1_546_300_800 - 3601) == .badEventTime)
+        // Accepted values arrive unchanged.
+        var e = Fixture.eventMembers
+        e["event_time"] = .number(Double(upper))
+        #expect(try verify(Fixture.token(claims: Fixture.claims(events: e))).event.eventTimeMillis == upper)
+        #expect(RejectReason.badEventTime.httpStatus == 400)
+    }
+
+    @Test func eventTimeBoundsComeAfterTheEventShape() {
+        var e = Fixture.eventMembers
+        e["event_time"] = .number(1_752_572_190)
+        e["email"] = .number(5)
+        #expect(reason(events: e) == .malformedEvents)
+        e["email"] = nil
+        e["is_private_email"] = .string("yes")
+        #expect(reason(events: e) == .malformedEvents)
+        e["is_private_email"] = nil
+        e["sub"] = nil
+        #expect(reason(events: e) == .missingSub)
+        e["sub"] = .string(Fixture.sub)
+        e["type"] = nil
+        #expect(reason(events: e) == .missingType)
+    }
+
+    @Test func eventTimeProblemSaturates() {
+        let t = Double(Fixture.eventTime)
+        #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: .max) == nil)
+        #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: .min) == .afterIssue(limit: .min + 3_600_000))
+        #expect(NotificationVerifier.eventTimeProblem(0x1p62, issuedAt: .max) == .afterIssue(limit: .max))
+        #expect(NotificationVerifier.eventTimeProblem(-0x1p62, issuedAt: .max) == .beforeMinimum)
+        #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: Int64.max / 1000 + 1) == nil)
+        #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: Fixture.iat) == nil)
+        #expect(NotificationVerifier.eventTimeProblem(1_546_300_799_999, issuedAt: Fixture.iat) == .beforeMinimum)
+        #expect(NotificationVerifier.eventTimeProblem(Double(Fixture.iat * 1000 + 3_600_001), issuedAt: Fixture.iat)
+                == .afterIssue(limit: Fixture.iat * 1000 + 3_600_000))
     }
 
     @Test func email() throws {

@@ -22,6 +22,8 @@ import Testing
         #expect(RejectReason.missingJTI.rawValue == "missing_jti")
         #expect(RejectReason.malformedJSON.rawValue == "malformed_json")
         #expect(RejectReason(rawValue: "bad_signature") == .badSignature)
+        #expect(RejectReason.missingIAT.rawValue == "missing_iat")
+        #expect(RejectReason.badEventTime.rawValue == "bad_event_time")
         #expect(Set(RejectReason.allCases.map(\.rawValue)).count == RejectReason.allCases.count)
         for reason in RejectReason.allCases {
             #expect(reason.rawValue.utf8.allSatisfy { ($0 >= 0x61 && $0 <= 0x7A) || $0 == UInt8(ascii: "_") })
