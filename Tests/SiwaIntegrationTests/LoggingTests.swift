@@ -214,8 +214,9 @@ struct LoggingTests {
     func badDescriptor() throws {
         let writer = LogWriter(fileDescriptor: -1)
         for i in 0..<3 { writer.enqueue("line \(i)\n") }
+        writer.enqueue("a text line whose message\nholds a newline\n")
         #expect(writer.flush(timeout: 30))
-        #expect(writer.statistics.droppedLines == 3)
+        #expect(writer.statistics.droppedLines == 4)
         writer.stop()
         let text = Metrics().render(gauges: [])
         #expect(text.contains("# TYPE siwa_log_lines_dropped_total counter\nsiwa_log_lines_dropped_total "))

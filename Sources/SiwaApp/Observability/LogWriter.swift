@@ -163,17 +163,18 @@ public final class LogWriter: Sendable {
                 }
                 let (written, calls) = writeAll(batch)
                 var lost = UInt64(batch[written...].reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 })
-                var unannounced = lost
+                var reannounce: UInt64 = 0
                 if written < noticeSize {
                     lost -= 1                 // the notice itself: announce its count again later
-                    unannounced = lost + notice
+                    reannounce = notice
                 }
+                lost = min(lost, UInt64(lines))   // a text-format message may hold its own newlines
                 state.withLock { s in
                     s.writeCalls += calls
                     s.finished += UInt64(lines)
                     s.written += UInt64(lines) - lost
                     s.dropped += lost
-                    s.unreported += unannounced
+                    s.unreported += lost + reannounce
                 }
             }
         }
