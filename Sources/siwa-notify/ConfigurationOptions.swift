@@ -104,11 +104,16 @@ struct CLIError: Error, CustomStringConvertible {
 }
 
 enum Bootstrap {
-    /// Installs the JSON (or text) log handler on stderr. Only `main` does this.
+    /// Installs the JSON (or text) log handler on stderr. Only `main` does this. Also ignores
+    /// SIGPIPE process-wide (a closed stderr or socket must give EPIPE, not kill the server) and
+    /// flushes queued log lines at exit, waiting at most 2 s for a stalled reader.
     static func logging(_ configuration: ServerConfiguration) -> Logger {
+        signal(SIGPIPE, SIG_IGN)
         let level = Logger.Level(configValue: configuration.logLevel) ?? .info
-        let format = JSONLogHandler.Format(rawValue: configuration.logFormat) ?? .json
-        LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level, format: format) }
+        let format = LineLogHandler.Format(rawValue: configuration.logFormat) ?? .json
+        LogWriter.standardError.noticeFormat = format
+        LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level, format: format) }
+        atexit { LogWriter.standardError.flush(timeout: 2) }
         return Logger(label: "siwa-notify")
     }
 }

@@ -86,8 +86,8 @@ struct ObservabilityTests {
 
     @Test("log timestamps are RFC 3339 UTC with milliseconds")
     func timestamps() {
-        #expect(JSONLogHandler.timestamp(Date(timeIntervalSince1970: 1_752_572_190.719)) == "2025-07-15T09:36:30.719Z")
-        #expect(JSONLogHandler.timestamp(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
+        #expect(LogLineFormatter.timestamp(Date(timeIntervalSince1970: 1_752_572_190.719)) == "2025-07-15T09:36:30.719Z")
+        #expect(LogLineFormatter.timestamp(Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00.000Z")
     }
 
     @Test("healthz and readyz; the admin listener is not the public one")

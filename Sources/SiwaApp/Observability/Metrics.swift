@@ -74,6 +74,7 @@ public final class Metrics: Sendable {
         }
         out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
         out += Self.render(name: "siwa_commit_seconds", help: "Time to commit a notification to the outbox.", s.commit)
+        out += Self.renderLogDrops(LogWriter.standardError.statistics.droppedLines)
         for gauge in gauges {
             out += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.format(gauge.value))\n"
         }
@@ -91,6 +92,12 @@ public final class Metrics: Sendable {
 
     private static func format(_ v: Double) -> String {
         v == v.rounded() && abs(v) < 1e15 ? String(Int64(v)) : String(v)
+    }
+
+    /// Log lines stderr could not take (queue full or write failed); see `LogWriter`.
+    private static func renderLogDrops(_ dropped: UInt64) -> String {
+        "# HELP siwa_log_lines_dropped_total Log lines dropped because stderr was full or closed.\n"
+            + "# TYPE siwa_log_lines_dropped_total counter\nsiwa_log_lines_dropped_total \(dropped)\n"
     }
 
     private static func escape(_ s: String) -> String {

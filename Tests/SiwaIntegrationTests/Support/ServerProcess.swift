@@ -8,6 +8,18 @@ final class ServerProcess {
     let process = Process()
     let logPath: String
 
+    /// Where the child's stderr goes.
+    enum StandardError {
+        /// A log file (`log`, `waitForLog`).
+        case logFile
+        /// A pipe the test never reads (it fills after 64 KiB); `closeStandardErrorPipe()` closes
+        /// its read end (the child's next write gets EPIPE). `log` stays empty.
+        case unreadPipe
+    }
+
+    /// The read end of the `unreadPipe` (close-on-exec: no other child inherits it); -1 once closed.
+    private var stderrReader: Int32 = -1
+
     static var binary: String {
         let candidates = [
             URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("siwa-notify").path,
@@ -18,16 +30,39 @@ final class ServerProcess {
     }
 
     /// Starts `siwa-notify <arguments>` with `environment` added to ours.
-    init(_ arguments: [String], environment: [String: String]) throws {
+    init(_ arguments: [String], environment: [String: String], standardError: StandardError = .logFile) throws {
         logPath = NSTemporaryDirectory() + "siwa-proc-\(UInt64.random(in: 0...UInt64.max)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        process.standardError = FileHandle(forWritingAtPath: logPath)
         process.standardOutput = FileHandle.nullDevice
         process.standardInput = FileHandle.nullDevice
-        try process.run()
+        switch standardError {
+        case .logFile:
+            process.standardError = FileHandle(forWritingAtPath: logPath)
+            try process.run()
+        case .unreadPipe:
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else { throw CocoaError(.fileWriteUnknown) }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            let writer = FileHandle(fileDescriptor: fds[1], closeOnDealloc: true)
+            process.standardError = writer
+            stderrReader = fds[0]
+            do {
+                try process.run()
+            } catch {
+                closeStandardErrorPipe()
+                throw error
+            }
+            try? writer.close()   // the child has its own copy
+        }
+    }
+
+    /// Closes the read end of the `unreadPipe` (no-op otherwise or when already closed).
+    func closeStandardErrorPipe() {
+        if stderrReader >= 0 { close(stderrReader) }
+        stderrReader = -1
     }
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
@@ -59,6 +94,7 @@ final class ServerProcess {
 
     deinit {
         if process.isRunning { kill9() }
+        closeStandardErrorPipe()
         try? FileManager.default.removeItem(atPath: logPath)
     }
 

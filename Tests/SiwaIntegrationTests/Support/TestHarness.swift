@@ -46,7 +46,7 @@ final class TestHarness: Sendable {
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
         options.worker.pollInterval = 0.2
         let sink = logs
-        let logger = Logger(label: "siwa-test") { JSONLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
+        let logger = Logger(label: "siwa-test") { LineLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
         app = Application(configuration: config, roles: roles, options: options, logger: logger)
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
