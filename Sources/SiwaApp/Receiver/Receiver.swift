@@ -16,11 +16,14 @@ public final class Receiver: HTTPHandler {
     private let logger: Logger
     private let metrics: Metrics
     private let requestCounter = Atomic<UInt64>(0)
-    /// Seconds Apple is asked to wait after a 503.
+    /// Seconds Apple is asked to wait after a 503 (unless the key store says otherwise).
     public let retryAfterSeconds: Int
+    /// Longest a request with an unknown `kid` waits for the key fetch it triggered before it is
+    /// answered 503. Default 10 s.
+    public let keyWaitLimit: Double
 
     public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: OutboxWriter,
-                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5) {
+                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, keyWaitLimit: Double = 10) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
@@ -28,6 +31,7 @@ public final class Receiver: HTTPHandler {
         self.logger = logger
         self.metrics = metrics
         self.retryAfterSeconds = retryAfterSeconds
+        self.keyWaitLimit = keyWaitLimit
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
@@ -42,16 +46,39 @@ public final class Receiver: HTTPHandler {
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        let requestID = nextRequestID()
+        process(request.body, arrivedAt: keys.now(), mayWait: true, requestID: nextRequestID(), responder: responder)
+    }
+
+    /// Verifies and submits. An unknown `kid` may make the request wait (suspended, holding no
+    /// thread) for the key fetch it triggered; it is then processed again with `mayWait: false`
+    /// from the thread that finished the fetch.
+    private func process(_ body: [UInt8], arrivedAt: Double, mayWait: Bool, requestID: UInt64, responder: HTTPResponder) {
         let started = DispatchTime.now()
         let notification: VerifiedNotification
+        var ticket: KeyStore.Ticket?
+        var retryAfter: Int?
         do throws(RejectReason) {
-            notification = try verifier.verify(body: request.body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
-                keys.check(kid: kid, signingInput: input, signature: signature)
+            notification = try verifier.verify(body: body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
+                switch keys.check(kid: kid, signingInput: input, signature: signature, arrivedAt: arrivedAt, mayWait: mayWait) {
+                case .checked(let result):
+                    return result
+                case .unavailable(let seconds):
+                    retryAfter = seconds
+                    return .keysUnavailable
+                case .wait(let pending):
+                    ticket = pending
+                    return .keysUnavailable
+                }
             }
         } catch {
+            if let ticket {
+                keys.wait(ticket, timeout: keyWaitLimit) { [self] in
+                    process(body, arrivedAt: arrivedAt, mayWait: false, requestID: requestID, responder: responder)
+                }
+                return
+            }
             metrics.observeVerification(seconds: Self.seconds(since: started))
-            responder.respond(reject(error, requestID: requestID))
+            responder.respond(reject(error, requestID: requestID, retryAfter: retryAfter))
             return
         }
         metrics.observeVerification(seconds: Self.seconds(since: started))
@@ -86,7 +113,7 @@ public final class Receiver: HTTPHandler {
         }
     }
 
-    private func reject(_ reason: RejectReason, requestID: UInt64) -> HTTPResponse {
+    private func reject(_ reason: RejectReason, requestID: UInt64, retryAfter: Int? = nil) -> HTTPResponse {
         metrics.request(status: reason.httpStatus, reason: reason.rawValue)
         let level: Logger.Level = reason.httpStatus >= 500 ? .warning : .info
         logger.log(level: level, "notification rejected", metadata: [
@@ -95,7 +122,7 @@ public final class Receiver: HTTPHandler {
         var headers: [HTTPHeader] = []
         switch reason {
         case .methodNotAllowed: headers.append(HTTPHeader("Allow", "POST"))
-        case .databaseUnavailable, .keysUnavailable: headers.append(HTTPHeader("Retry-After", String(retryAfterSeconds)))
+        case .databaseUnavailable, .keysUnavailable: headers.append(HTTPHeader("Retry-After", String(retryAfter ?? retryAfterSeconds)))
         default: break
         }
         return .json(reason.httpStatus, reason.responseBody, headers: headers)
