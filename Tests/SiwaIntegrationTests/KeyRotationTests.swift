@@ -12,14 +12,18 @@ struct KeyRotationTests {
             let rotated = NotificationSigner(key: try RSAPrivateKey.generate(), kid: "rotated-key-2")
             let token = try rotated.sign(claims: NotificationSigner.claims(audience: TestHarness.audience,
                                                                            type: "consent-revoked", sub: "sub.rotated"))
-            // Not published yet: one refresh, still unknown → 401.
+            // Not published yet: the fetch it triggers (no fetch within the min-refresh interval)
+            // still lacks it → 401.
+            h.waitForKeyFetchWindow()
             #expect(try h.post(token: token).code == "unknown_kid")
+            let refused = Date()
             // Apple rotates: the key set now holds both keys.
             let both = JWKSet.serialize([
                 JWK(kid: h.signer.kid, modulus: h.signer.key.modulus, exponent: h.signer.key.exponent),
                 JWK(kid: rotated.kid, modulus: rotated.key.modulus, exponent: rotated.key.exponent),
             ])
             try both.write(toFile: h.jwksPath, atomically: true, encoding: .utf8)
+            h.waitForKeyFetchWindow(since: refused)
             let reply = try h.post(token: token)
             #expect(reply.status == 200)
             #expect(reply.code == "accepted")

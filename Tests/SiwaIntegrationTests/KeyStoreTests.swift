@@ -5,6 +5,7 @@ import SiwaCore
 import SiwaCrypto
 import SiwaFetch
 import SiwaPostgres
+import Synchronization
 import Testing
 
 /// Key set management against a loopback JWKS server that rotates keys, fails and hangs.
@@ -82,17 +83,47 @@ struct KeyStoreTests {
         }
     }
 
-    @Test("made-up kids cannot force a fetch storm: at most one fetch per minimum interval")
+    @Test("made-up kids cannot force a fetch storm: at most one fetch start per minimum interval, and no 401 they are unsure of")
     func rateLimited() throws {
         try Self.withServer { server in
             let store = KeyStore(url: server.url, minRefreshInterval: 10, logger: Self.logger)
             try store.load()
             #expect(server.requestCount == 1)
             for i in 0..<50 {
+                // Inside the interval after the load no fetch can begin after these arrived: 503, not 401.
                 let stranger = NotificationSigner(key: TestHarness.sharedKey, kid: "made-up-\(i)")
-                #expect(try Self.check(store, stranger) == .unknownKey)
+                #expect(try Self.check(store, stranger) == .keysUnavailable)
             }
+            #expect(throws: (any Error).self) { try store.refresh() }
             #expect(server.requestCount == 1)
+            #expect(try Self.check(store, Self.keyA) == .valid)
+        }
+    }
+
+    @Test("an unknown kid does not block: the lookup says wait while the fetch runs, known kids are answered meanwhile")
+    func unknownKidWaitsWithoutBlocking() throws {
+        try Self.withServer { server in
+            let store = KeyStore(url: server.url, minRefreshInterval: 0, fetchTimeout: 5, logger: Self.logger)
+            try store.load()
+            server.set { $0.delay = 1 }
+            let token = try Self.keyB.sign(claims: NotificationSigner.claims(audience: "a", type: "consent-revoked", sub: "s"))
+            let jws = try CompactJWS.parse(token)
+            let arrived = store.now()
+            guard case .wait(let ticket) = store.check(kid: "key-b", signingInput: jws.signingInput, signature: jws.signature, arrivedAt: arrived) else {
+                Issue.record("expected to wait for a fetch")
+                return
+            }
+            #expect(try Self.check(store, Self.keyA) == .valid)   // not behind the fetch
+            let woken = Atomic<Bool>(false)
+            store.wait(ticket, timeout: 5) { woken.store(true, ordering: .relaxed) }
+            #expect(eventually(timeout: 5) { woken.load(ordering: .relaxed) })
+            guard case .checked(let result) = store.check(kid: "key-b", signingInput: jws.signingInput, signature: jws.signature,
+                                                           arrivedAt: arrived, mayWait: false) else {
+                Issue.record("expected a definite answer after the fetch")
+                return
+            }
+            #expect(result == .unknownKey)
+            #expect(server.requestCount == 2)
         }
     }
 
@@ -124,7 +155,8 @@ struct KeyStoreTests {
             let persistence = Application.keyPersistence(pool: pool, url: server.url, logger: Self.logger)
             let first = KeyStore(url: server.url, minRefreshInterval: 0, persistence: persistence, logger: Self.logger)
             try first.load()
-            #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "1")
+            // Saved right after the fetch, off the waiting callers' path.
+            #expect(try eventually { try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "1" })
 
             server.set { $0.status = 503 }
             let restarted = KeyStore(url: server.url, minRefreshInterval: 0, persistence: persistence, logger: Self.logger)

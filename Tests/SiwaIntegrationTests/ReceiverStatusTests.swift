@@ -124,6 +124,8 @@ struct ReceiverStatusTests {
                 ("iat in the future", try with { $0["iat"] = .number(Double(now + 3600)) }, "issued_in_future"),
             ]
             for (name, token, reason) in cases {
+                // A definite unknown_kid needs a key fetch that began after the request arrived.
+                if reason == "unknown_kid" { h.waitForKeyFetchWindow() }
                 let reply = try h.post(token: token)
                 #expect(reply.status == 401, "\(name)")
                 #expect(reply.code == reason, "\(name): \(reply.body)")

@@ -7,9 +7,14 @@ import Synchronization
 
 /// Apple's signing keys, by `kid`: fetched from `SIWA_JWKS_URL` (libcurl), cached in memory and
 /// persisted (the last good set survives a restart while Apple is unreachable), refreshed when the
-/// TTL runs out (`Cache-Control: max-age`, else an hour) and when a token names an unknown `kid` —
-/// at most once per `minRefreshInterval`, so a flood of made-up `kid`s cannot become a flood of
-/// fetches. A failed refresh keeps the old keys.
+/// TTL runs out (`Cache-Control: max-age`, else an hour) and when a token names an unknown `kid`.
+///
+/// Fetches run on a background queue, one at a time, at most one start per `minRefreshInterval`
+/// (`KeyFetchPolicy` decides; a flood of made-up `kid`s cannot become a flood of fetches), and no
+/// lock is held while one runs: known `kid`s are never delayed. An unknown `kid` is refused (401)
+/// only after a fetch that began after the request arrived; otherwise the request waits for the
+/// fetch it triggered, or is answered 503 with a fetch owed so that the retry finds the key.
+/// A failed refresh keeps the old keys.
 public final class KeyStore: Sendable {
     /// Where the last good key set is kept between runs.
     public struct Persistence: Sendable {
@@ -21,12 +26,43 @@ public final class KeyStore: Sendable {
         }
     }
 
+    /// What `check(kid:signingInput:signature:arrivedAt:mayWait:)` found.
+    public enum Lookup: Sendable {
+        /// The key was found (or definitely not found): the signature check result.
+        case checked(SignatureCheck)
+        /// 503 `keys_unavailable`; ask the client to retry after this many seconds.
+        case unavailable(retryAfter: Int)
+        /// A fetch that began after the request arrived is running: `wait` for it, then check
+        /// again with `mayWait: false`.
+        case wait(Ticket)
+    }
+
+    /// A fetch a request waits for.
+    public struct Ticket: Sendable, Equatable {
+        let fetchID: UInt64
+    }
+
+    /// The outcome of a fetch, handed to whoever waited for it.
+    enum FetchResult: Sendable {
+        case succeeded
+        case failed(KeyStoreError)
+        case timedOut
+    }
+
+    struct Waiter {
+        var fetchID: UInt64
+        var notify: @Sendable (FetchResult) -> Void
+    }
+
     struct State {
         var keys: [String: RSAPublicKey] = [:]
-        var loadedAt: Date?
-        var expiresAt: Date?
-        var lastAttempt: Date?
-        var lastAttemptFailed = false
+        var loaded = false
+        /// Monotonic seconds.
+        var expiresAt: Double?
+        var policy: KeyFetchPolicy
+        var lastError: KeyStoreError?
+        var waiters: [UInt64: Waiter] = [:]
+        var nextWaiterID: UInt64 = 0
     }
 
     public let url: String
@@ -39,14 +75,23 @@ public final class KeyStore: Sendable {
     public static let defaultTTL: Double = 3600
     private let extraKeys: [String: RSAPublicKey]
     private let persistence: Persistence?
-    private let state = Mutex(State())
-    private let refreshLock = Mutex(())
+    private let state: Mutex<State>
     private let logger: Logger
     private let metrics: Metrics?
+    private let clock: @Sendable () -> Double
+    /// Runs the fetches (one at a time).
+    private let fetchQueue = DispatchQueue(label: "siwa-keys-fetch")
 
-    /// - Parameter extraKeys: keys trusted besides the fetched set (the `--dev` key).
+    /// Monotonic seconds (`DispatchTime` uptime).
+    public static let monotonicSeconds: @Sendable () -> Double = { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    /// - Parameters:
+    ///   - extraKeys: keys trusted besides the fetched set (the `--dev` key).
+    ///   - minRefreshInterval: seconds between two fetch starts. Default 10.
+    ///   - clock: monotonic seconds. Default `KeyStore.monotonicSeconds`.
     public init(url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
-                fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil) {
+                fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
+                clock: @escaping @Sendable () -> Double = KeyStore.monotonicSeconds) {
         self.url = url
         self.fetchTimeout = fetchTimeout
         self.extraKeys = extraKeys
@@ -54,28 +99,35 @@ public final class KeyStore: Sendable {
         self.persistence = persistence
         self.logger = logger
         self.metrics = metrics
+        self.clock = clock
+        state = Mutex(State(policy: KeyFetchPolicy(minInterval: minRefreshInterval)))
     }
+
+    /// The store's monotonic clock, in seconds: what `arrivedAt` is measured with.
+    public func now() -> Double { clock() }
 
     /// True once a key set is loaded (or extra keys are trusted).
     public var isLoaded: Bool {
-        !extraKeys.isEmpty || state.withLock { $0.loadedAt != nil }
+        !extraKeys.isEmpty || state.withLock { $0.loaded }
     }
 
     /// Number of fetched keys held.
     public var keyCount: Int { state.withLock { $0.keys.count } }
 
     /// Seconds until the TTL runs out (nil before the first successful fetch).
-    public var expiresIn: Double? { state.withLock { $0.expiresAt.map { $0.timeIntervalSinceNow } } }
+    public var expiresIn: Double? {
+        let now = clock()
+        return state.withLock { $0.expiresAt.map { $0 - now } }
+    }
 
-    /// Seconds since the key set was loaded (nil when none is).
-    public var age: Double? { state.withLock { $0.loadedAt.map { Date().timeIntervalSince($0) } } }
-
-    /// True when the TTL has run out (and a refresh is allowed by the minimum interval).
+    /// True when the TTL has run out and a fetch may start now (none in flight, and the minimum
+    /// interval has passed).
     public var isRefreshDue: Bool {
-        state.withLock { s in
-            if let last = s.lastAttempt, Date().timeIntervalSince(last) < minRefreshInterval { return false }
+        let now = clock()
+        return state.withLock { s in
+            guard s.policy.mayStart(now: now) else { return false }
             guard let expires = s.expiresAt else { return true }
-            return Date() >= expires
+            return now >= expires
         }
     }
 
@@ -89,73 +141,171 @@ public final class KeyStore: Sendable {
             }
             state.withLock {
                 $0.keys = keys
-                $0.loadedAt = Date()
+                $0.loaded = true
             }
             logger.warning("using the persisted key set until Apple's can be fetched", metadata: ["keys": "\(keys.count)"])
         }
     }
 
-    /// Fetches the key set now. Throws when it cannot be fetched or holds no usable key.
+    /// Fetches the key set now (or joins the fetch in flight) and waits for it. Blocks the
+    /// calling thread: not for request threads. Throws when it cannot be fetched, holds no usable
+    /// key, or the minimum interval since the last fetch start has not passed.
     public func refresh() throws {
-        try refreshLock.withLock { _ in try fetchAndStore() }
-    }
-
-    /// For an unknown `kid`: fetches unless another thread already did within the minimum
-    /// interval (checked again under the lock, so a burst of made-up `kid`s costs one fetch and
-    /// the others use its result). Returns false when the key set could not be fetched.
-    private func refreshIfStillDue() -> Bool {
-        refreshLock.withLock { _ in
-            let recent = state.withLock { s -> Bool? in
-                guard let last = s.lastAttempt, Date().timeIntervalSince(last) < minRefreshInterval else { return nil }
-                return !s.lastAttemptFailed
-            }
-            if let recent { return recent }
-            return (try? fetchAndStore()) != nil
+        let now = clock()
+        let action = state.withLock { $0.policy.refreshRequested(now: now) }
+        let fetch: KeyFetchPolicy.Fetch
+        switch action {
+        case .rateLimited:
+            throw KeyStoreError(message: "key set fetched less than \(minRefreshInterval) s ago")
+        case .join(let f):
+            fetch = f
+        case .start(let f):
+            fetch = f
+        }
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Mutex<FetchResult>(.timedOut)
+        wait(forFetch: fetch.id, timeout: nil) { result in
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        if case .start(let f) = action { run(f) }
+        done.wait()
+        switch outcome.withLock({ $0 }) {
+        case .succeeded: return
+        case .failed(let error): throw error
+        case .timedOut: throw KeyStoreError(message: "key set fetch did not finish")
         }
     }
 
-    /// Call with `refreshLock` held.
-    private func fetchAndStore() throws {
-        state.withLock { $0.lastAttempt = Date() }
-        do {
-            let (keys, body, ttl) = try fetch()
-            state.withLock {
-                $0.keys = keys
-                $0.loadedAt = Date()
-                $0.expiresAt = Date().addingTimeInterval(ttl)
-                $0.lastAttemptFailed = false
-            }
-            persistence?.save(body)
-            metrics?.keyRefresh(succeeded: true)
-            logger.info("key set loaded", metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
-        } catch {
-            state.withLock { $0.lastAttemptFailed = true }
-            metrics?.keyRefresh(succeeded: false)
-            logger.warning("key set refresh failed", metadata: ["error": "\(error)"])
-            throw error
+    /// The signature check for a request that arrived at `arrivedAt` (`now()`); never blocks.
+    /// A known `kid` is verified at once. For an unknown one (see the type's description) the
+    /// answer is `unknownKey`, `.unavailable` (503), or `.wait` for a fetch that began after
+    /// the arrival (never when `mayWait` is false).
+    public func check(kid: String, signingInput: [UInt8], signature: [UInt8], arrivedAt: Double, mayWait: Bool = true) -> Lookup {
+        if let key = extraKeys[kid] {
+            return .checked(key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid)
+        }
+        let now = clock()
+        let (key, decision) = state.withLock { s -> (RSAPublicKey?, KeyFetchPolicy.Decision?) in
+            if let key = s.keys[kid] { return (key, nil) }
+            return (nil, s.policy.unknownKid(arrivedAt: arrivedAt, now: now, mayWait: mayWait))
+        }
+        if let key {
+            return .checked(key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid)
+        }
+        guard let decision else { return .checked(.unknownKey) }
+        if case .startFetch = decision.effect {
+            logger.info("unknown kid, fetching the key set", metadata: ["kid": "\(String(kid.prefix(64)).debugDescription)"])
+        }
+        perform(decision.effect)
+        switch decision.answer {
+        case .unknownKid: return .checked(.unknownKey)
+        case .unavailable(let retryAfter): return .unavailable(retryAfter: retryAfter)
+        case .waitFor(let id): return .wait(Ticket(fetchID: id))
         }
     }
 
-    /// The signature check the verifier calls: finds the key (refreshing once for an unknown
-    /// `kid` when allowed) and verifies RS256.
+    /// Blocking variant of `check(kid:signingInput:signature:arrivedAt:mayWait:)` for callers
+    /// off the request path (tools, tests): waits for the fetch an unknown `kid` needs.
     public func check(kid: String, signingInput: [UInt8], signature: [UInt8]) -> SignatureCheck {
-        if let key = extraKeys[kid] ?? state.withLock({ $0.keys[kid] }) {
-            return key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid
+        let arrivedAt = clock()
+        var lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt)
+        if case .wait(let ticket) = lookup {
+            let done = DispatchSemaphore(value: 0)
+            wait(ticket, timeout: fetchTimeout + 1) { done.signal() }
+            done.wait()
+            lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt, mayWait: false)
         }
-        let due = state.withLock { s -> Bool in
-            guard let last = s.lastAttempt else { return true }
-            return Date().timeIntervalSince(last) >= minRefreshInterval
+        switch lookup {
+        case .checked(let result): return result
+        case .unavailable, .wait: return .keysUnavailable
         }
-        if due {
-            logger.info("unknown kid, refreshing key set", metadata: ["kid": "\(String(kid.prefix(64)).debugDescription)"])
-            if !refreshIfStillDue() {
-                return .keysUnavailable
+    }
+
+    /// Calls `then` (from another thread) once the ticket's fetch has completed, or after
+    /// `timeout` seconds, whichever comes first; exactly once. Then check again with `mayWait: false`.
+    public func wait(_ ticket: Ticket, timeout: Double, then: @escaping @Sendable () -> Void) {
+        wait(forFetch: ticket.fetchID, timeout: timeout) { _ in then() }
+    }
+
+    // MARK: - Fetching
+
+    private func wait(forFetch id: UInt64, timeout: Double?, notify: @escaping @Sendable (FetchResult) -> Void) {
+        let waiterID = state.withLock { s -> UInt64? in
+            // Already completed (it raced us): answer at once.
+            guard s.policy.inFlight?.id == id else { return nil }
+            s.nextWaiterID += 1
+            s.waiters[s.nextWaiterID] = Waiter(fetchID: id, notify: notify)
+            return s.nextWaiterID
+        }
+        guard let waiterID else {
+            let error = state.withLock { s -> KeyStoreError? in
+                s.policy.lastCompletion?.fetch.id == id && s.policy.lastCompletion?.succeeded == true ? nil
+                    : (s.lastError ?? KeyStoreError(message: "key set fetch failed"))
             }
-        } else if state.withLock({ $0.lastAttemptFailed }) {
-            return .keysUnavailable
+            notify(error.map { .failed($0) } ?? .succeeded)
+            return
         }
-        guard let key = state.withLock({ $0.keys[kid] }) else { return .unknownKey }
-        return key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid
+        guard let timeout else { return }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
+            guard let waiter = self?.state.withLock({ $0.waiters.removeValue(forKey: waiterID) }) else { return }
+            waiter.notify(.timedOut)
+        }
+    }
+
+    /// Carries out a policy effect.
+    private func perform(_ effect: KeyFetchPolicy.Effect) {
+        switch effect {
+        case .none:
+            break
+        case .startFetch(let fetch):
+            run(fetch)
+        case .scheduleTimer(let at):
+            let delay = max(0, at - clock())
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self] in
+                guard let self else { return }
+                let now = clock()
+                perform(state.withLock { $0.policy.timerFired(now: now) })
+            }
+        }
+    }
+
+    /// Runs `fetch` on the fetch queue; stores the keys, wakes its waiters, carries out the follow-up.
+    private func run(_ fetch: KeyFetchPolicy.Fetch) {
+        fetchQueue.async { [self] in
+            var result: FetchResult
+            var body: String?
+            do {
+                let (keys, text, ttl) = try self.fetch()
+                let now = clock()
+                state.withLock {
+                    $0.keys = keys
+                    $0.loaded = true
+                    $0.expiresAt = now + ttl
+                    $0.lastError = nil
+                }
+                body = text
+                result = .succeeded
+                metrics?.keyRefresh(succeeded: true)
+                logger.info("key set loaded", metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
+            } catch {
+                let failure = error as? KeyStoreError ?? KeyStoreError(message: "\(error)")
+                result = .failed(failure)
+                state.withLock { $0.lastError = failure }
+                metrics?.keyRefresh(succeeded: false)
+                logger.warning("key set refresh failed", metadata: ["error": "\(error)"])
+            }
+            let now = clock()
+            let succeeded = if case .succeeded = result { true } else { false }
+            let (effect, waiters) = state.withLock { s -> (KeyFetchPolicy.Effect, [Waiter]) in
+                let effect = s.policy.fetchCompleted(id: fetch.id, succeeded: succeeded, now: now)
+                let ids = s.waiters.filter { $0.value.fetchID <= fetch.id }.map(\.key)
+                return (effect, ids.compactMap { s.waiters.removeValue(forKey: $0) })
+            }
+            for waiter in waiters { waiter.notify(result) }
+            perform(effect)
+            if let body { persistence?.save(body) }
+        }
     }
 
     private func fetch() throws -> ([String: RSAPublicKey], String, Double) {

@@ -16,13 +16,18 @@ public final class Receiver: HTTPHandler {
     private let logger: Logger
     private let metrics: Metrics
     private let requestCounter = Atomic<UInt64>(0)
-    /// Seconds Apple is asked to wait after a 503.
+    /// Seconds Apple is asked to wait after a 503 (unless the key store says otherwise).
     public let retryAfterSeconds: Int
-    /// Most seconds from a request's arrival to its answer (`SIWA_COMMIT_TIMEOUT`).
+    /// Most seconds from a request's arrival to its answer (`SIWA_COMMIT_TIMEOUT`), a key fetch
+    /// it waits for included.
     public let commitTimeout: Double
+    /// Longest a request with an unknown `kid` waits for the key fetch it triggered before it is
+    /// answered 503. Default: the commit timeout.
+    public let keyWaitLimit: Double
 
     public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: OutboxWriter,
-                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5) {
+                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5,
+                keyWaitLimit: Double? = nil) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
@@ -31,6 +36,7 @@ public final class Receiver: HTTPHandler {
         self.metrics = metrics
         self.retryAfterSeconds = retryAfterSeconds
         self.commitTimeout = commitTimeout
+        self.keyWaitLimit = min(keyWaitLimit ?? commitTimeout, commitTimeout)
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
@@ -45,23 +51,50 @@ public final class Receiver: HTTPHandler {
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        let requestID = nextRequestID()
+        process(request.body, arrivedAt: keys.now(), arrival: DispatchTime.now().uptimeNanoseconds, mayWait: true,
+                requestID: nextRequestID(), responder: responder)
+    }
+
+    /// Verifies and submits. An unknown `kid` may make the request wait (suspended, holding no
+    /// thread) for the key fetch it triggered; it is then processed again with `mayWait: false`
+    /// from the thread that finished the fetch.
+    /// `arrival` (`DispatchTime.uptimeNanoseconds`) starts the commit timeout.
+    private func process(_ body: [UInt8], arrivedAt: Double, arrival: UInt64, mayWait: Bool, requestID: UInt64,
+                         responder: HTTPResponder) {
         let started = DispatchTime.now()
         let notification: VerifiedNotification
+        var ticket: KeyStore.Ticket?
+        var retryAfter: Int?
         do throws(RejectReason) {
-            notification = try verifier.verify(body: request.body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
-                keys.check(kid: kid, signingInput: input, signature: signature)
+            notification = try verifier.verify(body: body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
+                switch keys.check(kid: kid, signingInput: input, signature: signature, arrivedAt: arrivedAt, mayWait: mayWait) {
+                case .checked(let result):
+                    return result
+                case .unavailable(let seconds):
+                    retryAfter = seconds
+                    return .keysUnavailable
+                case .wait(let pending):
+                    ticket = pending
+                    return .keysUnavailable
+                }
             }
         } catch {
+            if let ticket {
+                let left = Double(arrival + UInt64(commitTimeout * 1e9) - min(arrival + UInt64(commitTimeout * 1e9), DispatchTime.now().uptimeNanoseconds)) / 1e9
+                keys.wait(ticket, timeout: min(keyWaitLimit, left)) { [self] in
+                    process(body, arrivedAt: arrivedAt, arrival: arrival, mayWait: false, requestID: requestID, responder: responder)
+                }
+                return
+            }
             metrics.observeVerification(seconds: Self.seconds(since: started))
-            responder.respond(reject(error, requestID: requestID))
+            responder.respond(reject(error, requestID: requestID, retryAfter: retryAfter))
             return
         }
         metrics.observeVerification(seconds: Self.seconds(since: started))
 
         // Answered from a writer thread once the row is committed (the connection waits suspended).
         let committing = DispatchTime.now()
-        let deadline = started.uptimeNanoseconds + UInt64(commitTimeout * 1e9)
+        let deadline = arrival + UInt64(commitTimeout * 1e9)
         let submitted = writer.submit(notification, deadline: deadline) { [self] result in
             responder.respond(answer(result, notification: notification, requestID: requestID, since: committing))
         }
@@ -95,7 +128,7 @@ public final class Receiver: HTTPHandler {
         }
     }
 
-    private func reject(_ reason: RejectReason, requestID: UInt64) -> HTTPResponse {
+    private func reject(_ reason: RejectReason, requestID: UInt64, retryAfter: Int? = nil) -> HTTPResponse {
         metrics.request(status: reason.httpStatus, reason: reason.rawValue)
         let level: Logger.Level = reason.httpStatus >= 500 ? .warning : .info
         logger.log(level: level, "notification rejected", metadata: [
@@ -104,7 +137,7 @@ public final class Receiver: HTTPHandler {
         var headers: [HTTPHeader] = []
         switch reason {
         case .methodNotAllowed: headers.append(HTTPHeader("Allow", "POST"))
-        case .databaseUnavailable, .keysUnavailable: headers.append(HTTPHeader("Retry-After", String(retryAfterSeconds)))
+        case .databaseUnavailable, .keysUnavailable: headers.append(HTTPHeader("Retry-After", String(retryAfter ?? retryAfterSeconds)))
         default: break
         }
         return .json(reason.httpStatus, reason.responseBody, headers: headers)

@@ -18,6 +18,13 @@ final class JWKSServer {
     var url: String { "http://127.0.0.1:\(server.port)/auth/keys" }
     /// Requests served so far.
     var requestCount: Int { endpoint.requests.load(ordering: .relaxed) }
+    /// When each request arrived.
+    var requestTimes: [Date] { endpoint.times.withLock { $0 } }
+    /// When the last request arrived.
+    var lastRequest: Date? { requestTimes.last }
+
+    /// Publishes a new key set (Apple rotating its keys).
+    func rotate(to body: String) { set { $0.body = body } }
 
     func set(_ change: @Sendable (inout JWKSEndpoint.Behavior) -> Void) { endpoint.behavior.withLock { change(&$0) } }
 
@@ -29,12 +36,13 @@ final class JWKSEndpoint: HTTPHandler {
         var body: String
         var status = 200
         var cacheControl: String?
-        /// Seconds to wait before answering (a hanging endpoint).
+        /// Seconds to wait before answering (a hanging endpoint: longer than the fetch timeout).
         var delay: Double = 0
     }
 
     let behavior: Mutex<Behavior>
     let requests = Atomic<Int>(0)
+    let times = Mutex<[Date]>([])
 
     init(body: String) {
         behavior = Mutex(Behavior(body: body))
@@ -45,6 +53,7 @@ final class JWKSEndpoint: HTTPHandler {
     func bodyTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        times.withLock { $0.append(Date()) }
         requests.add(1, ordering: .relaxed)
         let b = behavior.withLock { $0 }
         var headers = [HTTPHeader("Content-Type", "application/json")]

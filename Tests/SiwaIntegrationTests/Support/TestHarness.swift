@@ -19,9 +19,15 @@ final class TestHarness: Sendable {
     let logs: LogSink
     let baseURL: String
     let adminURL: String
+    /// `SIWA_JWKS_MIN_REFRESH` in use.
+    let keyRefreshInterval: Int
+    /// When `start` returned (the start-up key fetch had finished).
+    let startedAt: Date
 
+    /// - Parameter jwksURL: where the keys are fetched from; default the file `jwksPath`.
     init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
-         jwks: String? = nil, keyRefreshInterval: Int = 0, maxAttempts: Int = 12, retryBaseDelay: Double = 1) throws {
+         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
+         retryBaseDelay: Double = 1) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
         signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
@@ -33,13 +39,14 @@ final class TestHarness: Sendable {
         var config = ServerConfiguration()
         config.databaseURL = conninfo
         config.audiences = [Self.audience]
-        config.jwksURL = "file://" + jwksPath
+        config.jwksURL = jwksURL ?? "file://" + jwksPath
         config.listen = ListenAddress(host: "127.0.0.1", port: 0)
         config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
         config.maxBody = maxBody
         config.connectionTimeout = 3
         config.httpThreads = 4
         config.keyRefreshInterval = keyRefreshInterval
+        self.keyRefreshInterval = keyRefreshInterval
         config.maxAttempts = maxAttempts
         var options = Application.Options()
         options.worker.retry.baseDelay = retryBaseDelay
@@ -51,6 +58,15 @@ final class TestHarness: Sendable {
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
         adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
+        startedAt = Date()
+    }
+
+    /// Waits until `SIWA_JWKS_MIN_REFRESH` has passed since `lastFetch` (default: the start-up
+    /// fetch), so that the next unknown `kid` may start a key fetch of its own.
+    func waitForKeyFetchWindow(since lastFetch: Date? = nil) {
+        let until = (lastFetch ?? startedAt).addingTimeInterval(Double(keyRefreshInterval) + 0.05)
+        let wait = until.timeIntervalSinceNow
+        if wait > 0 { Thread.sleep(forTimeInterval: wait) }
     }
 
     func stop() {

@@ -1,0 +1,167 @@
+/// When Apple's key set is fetched, and what a request naming an unknown `kid` is answered.
+///
+/// A pure state machine (no I/O, no clock): the key store feeds it events with the time read from
+/// a monotonic clock (seconds from any fixed origin) and carries out the `Effect`s it returns.
+/// Guarantees:
+/// - single flight: at most one fetch in flight, however many unknown `kid`s arrive;
+/// - at most one fetch start per `minInterval` (a flood of made-up `kid`s costs one fetch per
+///   interval);
+/// - `401 unknown_kid` only when a fetch that started at or after the request's arrival has
+///   completed successfully and still lacks the `kid` (a genuinely new key is never refused);
+/// - a `503` always comes with a fetch owed in the background, so the retry finds the key.
+public struct KeyFetchPolicy: Sendable, Equatable {
+    /// One key set fetch.
+    public struct Fetch: Sendable, Equatable {
+        /// Increasing from 1.
+        public var id: UInt64
+        /// Monotonic seconds.
+        public var startedAt: Double
+
+        public init(id: UInt64, startedAt: Double) {
+            self.id = id
+            self.startedAt = startedAt
+        }
+    }
+
+    /// A fetch that finished.
+    public struct Completion: Sendable, Equatable {
+        public var fetch: Fetch
+        public var finishedAt: Double
+        public var succeeded: Bool
+    }
+
+    /// What the key store must do next.
+    public enum Effect: Sendable, Equatable {
+        case none
+        /// Start this fetch now, off the request threads, and report `fetchCompleted`.
+        case startFetch(Fetch)
+        /// Call `timerFired` at this time (monotonic seconds).
+        case scheduleTimer(at: Double)
+    }
+
+    /// The answer for a request whose `kid` is not among the known keys.
+    public enum Answer: Sendable, Equatable {
+        /// 401 `unknown_kid`: a fetch that began after the request arrived succeeded without it.
+        case unknownKid
+        /// Hold the request (not its thread) until this fetch completes, then decide again
+        /// with `mayWait: false`.
+        case waitFor(fetchID: UInt64)
+        /// 503 `keys_unavailable` with `Retry-After` in seconds (>= 1).
+        case unavailable(retryAfter: Int)
+    }
+
+    /// An answer and the effect to carry out.
+    public struct Decision: Sendable, Equatable {
+        public var answer: Answer
+        public var effect: Effect
+    }
+
+    /// The result of an explicit refresh request (start-up load, TTL refresh).
+    public enum RefreshAction: Sendable, Equatable {
+        /// Start this fetch and wait for it.
+        case start(Fetch)
+        /// A fetch is already in flight: wait for it.
+        case join(Fetch)
+        /// The minimum interval has not passed since the last fetch start.
+        case rateLimited
+    }
+
+    /// Seconds that must pass between two fetch starts.
+    public let minInterval: Double
+    /// The fetch in flight, if any.
+    public private(set) var inFlight: Fetch?
+    /// The most recent completed fetch.
+    public private(set) var lastCompletion: Completion?
+    /// When the most recent fetch started.
+    public private(set) var lastStart: Double?
+    /// A request was answered 503 and a fetch starting after it is owed.
+    public private(set) var fetchOwed = false
+    /// The time an armed timer fires, if one is armed.
+    public private(set) var timerAt: Double?
+    private var lastID: UInt64 = 0
+
+    public init(minInterval: Double) {
+        self.minInterval = max(0, minInterval)
+    }
+
+    /// The earliest time the next fetch may start.
+    public var nextAllowedStart: Double? { lastStart.map { $0 + minInterval } }
+
+    /// True when no fetch is in flight and the minimum interval has passed.
+    public func mayStart(now: Double) -> Bool {
+        guard inFlight == nil else { return false }
+        guard let next = nextAllowedStart else { return true }
+        return now >= next
+    }
+
+    /// A request that arrived at `arrivedAt` names a `kid` no known key has.
+    /// `mayWait` is false when deciding again after a wait (the answer is then never `waitFor`).
+    public mutating func unknownKid(arrivedAt: Double, now: Double, mayWait: Bool = true) -> Decision {
+        if let done = lastCompletion, done.fetch.startedAt >= arrivedAt {
+            if done.succeeded { return Decision(answer: .unknownKid, effect: .none) }
+            return unavailable(now: now)
+        }
+        if let fetch = inFlight {
+            if fetch.startedAt >= arrivedAt && mayWait {
+                return Decision(answer: .waitFor(fetchID: fetch.id), effect: .none)
+            }
+            return unavailable(now: now)
+        }
+        if mayWait && mayStart(now: now) {
+            let fetch = start(now: now)
+            return Decision(answer: .waitFor(fetchID: fetch.id), effect: .startFetch(fetch))
+        }
+        return unavailable(now: now)
+    }
+
+    /// An explicit refresh (start-up load, TTL expiry).
+    public mutating func refreshRequested(now: Double) -> RefreshAction {
+        if let fetch = inFlight { return .join(fetch) }
+        guard mayStart(now: now) else { return .rateLimited }
+        return .start(start(now: now))
+    }
+
+    /// The fetch with `id` finished.
+    public mutating func fetchCompleted(id: UInt64, succeeded: Bool, now: Double) -> Effect {
+        guard let fetch = inFlight, fetch.id == id else { return .none }
+        inFlight = nil
+        lastCompletion = Completion(fetch: fetch, finishedAt: now, succeeded: succeeded)
+        return followUp(now: now)
+    }
+
+    /// The armed timer fired (a little early is fine: it is armed again).
+    public mutating func timerFired(now: Double) -> Effect {
+        timerAt = nil
+        return followUp(now: now)
+    }
+
+    // MARK: - Implementation
+
+    private mutating func start(now: Double) -> Fetch {
+        lastID += 1
+        let fetch = Fetch(id: lastID, startedAt: now)
+        inFlight = fetch
+        lastStart = now
+        fetchOwed = false   // this fetch starts after every request answered 503 so far
+        return fetch
+    }
+
+    /// 503, and a fetch owed so that the retry finds the key.
+    private mutating func unavailable(now: Double) -> Decision {
+        fetchOwed = true
+        let effect = followUp(now: now)
+        let next = max(nextAllowedStart ?? now, now)
+        let retryAfter = Int((next - now).rounded(.up)) + 1
+        return Decision(answer: .unavailable(retryAfter: max(1, retryAfter)), effect: effect)
+    }
+
+    /// Starts or schedules the owed fetch.
+    private mutating func followUp(now: Double) -> Effect {
+        guard fetchOwed, inFlight == nil else { return .none }   // a completing fetch calls again
+        if mayStart(now: now) { return .startFetch(start(now: now)) }
+        guard let next = nextAllowedStart else { return .none }
+        if let at = timerAt, at <= next { return .none }
+        timerAt = next
+        return .scheduleTimer(at: next)
+    }
+}
