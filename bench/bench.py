@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """siwa-notify benchmark modes (driven by bench/run, which builds and starts PostgreSQL).
 
-    bench.py throughput|latency|worker|lag|all
+    bench.py throughput|latency|worker|lag|workers|scale|compare|all
 
 Environment (set by bench/run): BENCH_SOCKDIR (PostgreSQL unix socket dir), BENCH_TMP (scratch),
 BENCH_BIN (release binary), BENCH_PGBIN (PostgreSQL bin dir). Tunables: see bench/README.md.
@@ -100,10 +100,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def server_env(port, admin_port, threads):
+def server_env(port, admin_port, threads, app_name=None):
     env = dict(os.environ)
     env.update({
-        "SIWA_DATABASE_URL": CONNINFO,
+        # A conninfo's application_name overrides the one the binary sets (it is expanded last):
+        # the workers mode tells its workers apart by it.
+        "SIWA_DATABASE_URL": CONNINFO + (f" application_name={app_name}" if app_name else ""),
         "SIWA_AUDIENCES": AUDIENCE,
         "SIWA_JWKS_URL": "file://" + os.path.join(CACHE, "jwks.json"),
         "SIWA_LISTEN": f"127.0.0.1:{port}",
@@ -115,17 +117,21 @@ def server_env(port, admin_port, threads):
 
 
 class Server:
-    def __init__(self, role, threads):
-        self.role, self.threads = role, threads
+    def __init__(self, role, threads, app_name=None):
+        self.role, self.threads, self.app_name = role, threads, app_name
         self.port, self.admin_port = free_port(), free_port()
-        self.log_path = os.path.join(TMP, f"server-{role}-{threads}-{int(time.time() * 1000)}.log")
+        self.log_path = os.path.join(TMP, f"server-{role}-{threads}-{time.time_ns()}.log")
         self.proc = None
 
-    def __enter__(self):
+    def launch(self):
+        """Starts the process without waiting (the workers mode starts several at once)."""
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([BIN, self.role], env=server_env(self.port, self.admin_port, self.threads),
+        self.proc = subprocess.Popen([BIN, self.role], env=server_env(self.port, self.admin_port, self.threads, self.app_name),
                                      stdout=self.log_file, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
+        return self
+
+    def wait_ready(self, timeout=60):
+        deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.role} exited with {self.proc.returncode}: {self.tail()}")
@@ -137,7 +143,10 @@ class Server:
                 pass
             time.sleep(0.05)
         self.stop()
-        raise RuntimeError(f"{self.role} not ready after 60 s: {self.tail()}")
+        raise RuntimeError(f"{self.role} not ready after {timeout} s: {self.tail()}")
+
+    def __enter__(self):
+        return self.launch().wait_ready()
 
     def __exit__(self, *exc):
         self.stop()
@@ -328,64 +337,79 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections):
     return result
 
 
-def throughput():
-    n = env_int("BENCH_N", 100000)
+def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_applied=False):
+    """wrk with n pre-signed bodies (kind) against `role` (receive or serve), each body sent once;
+    events/s = accepted answers / (last answer - first send), verified against the rows added."""
     seconds = env_int("BENCH_MAX_SECONDS", 120)
     wrk_threads = env_int("BENCH_WRK_THREADS", 2)
     connections = env_int("BENCH_CONNECTIONS", 64)
-    sweep = [int(x) for x in os.environ.get("BENCH_HTTP_THREADS", "4").replace(",", " ").split()]
     if n // wrk_threads < connections:
         raise SystemExit("BENCH_N / BENCH_WRK_THREADS must be at least BENCH_CONNECTIONS")
-    bodies = presign("throughput", n)
+    bodies = presign(kind, n)
+    psql("CHECKPOINT")
+    before = event_count()
+    log(f"ingest: {n} bodies, wrk -t{wrk_threads} -c{connections}, SIWA_HTTP_THREADS={http_threads}, {role}")
+    with Server(role, http_threads) as server:
+        sampler = RSSSampler(server)
+        sampler.start()
+        perf = perf_start(min(10, seconds)) if profile else None
+        w = run_wrk(server, bodies, n, seconds, wrk_threads, connections)
+        memory = sampler.finish()
+        report = perf_finish(perf)
+        warnings = server.warnings()
+        applied_after = None
+        if wait_applied:  # serve: let its worker finish before the next step (bounded)
+            t = time.perf_counter()
+            while pending_count() > 0 and time.perf_counter() - t < env_int("BENCH_WORKER_MAX_SECONDS", 300):
+                time.sleep(0.2)
+            applied_after = round(time.perf_counter() - t, 2)
+    after = event_count()
+    counts = w["counts"]
+    accepted = counts.get("accepted", 0)
+    non2xx = sum(v for k, v in counts.items() if k not in ("accepted", "duplicate", "ok_other"))
+    elapsed = max(1e-9, w["last_recv"] - w["first_send"])
+    pcts = w["latency_us"]["percentiles"]
+    run = {
+        "role": role, "http_threads": http_threads,
+        "bodies": n, "sent": w["sent"], "answered": w["received"], "counts": counts,
+        "non_2xx": non2xx, "socket_errors": w["errors"],
+        "seconds": round(elapsed, 3),
+        "events_per_s": round(accepted / elapsed, 1),
+        "ratio_to_pgbench": round(accepted / elapsed / baseline_tps, 3) if baseline_tps else None,
+        "latency_ms": {k: round(v / 1000, 3) for k, v in pcts.items()},
+        "latency_mean_ms": round(w["latency_us"]["mean"] / 1000, 3),
+        "latency_max_ms": round(w["latency_us"]["max"] / 1000, 3),
+        "memory": memory,
+        # ok: every answered "accepted" is stored, and any extra row belongs to a request whose
+        # answer wrk did not record (in flight when wrk was stopped) — never a row from nowhere.
+        "verify": {"accepted_answers": accepted, "rows_before": before, "rows_after": after,
+                   "rows_added": after - before,
+                   "unrecorded_answers": max(0, w["sent"] - w["received"]),
+                   "ok": accepted <= after - before <= accepted + max(0, w["sent"] - w["received"]),
+                   "every_accepted_stored": after - before >= accepted},
+        "server_warnings": warnings,
+        "worker_caught_up_after_s": applied_after,
+        "perf_report": report,
+        "wrk_output": w["wrk_text"],
+    }
+    log(f"ingest ({role}): {run['events_per_s']:.0f} events/s verified={run['verify']['ok']} "
+        f"({accepted} accepted, {after - before} rows), p50 {run['latency_ms']['50']} ms, "
+        f"p99 {run['latency_ms']['99']} ms, non-2xx {non2xx}"
+        + (f", {run['ratio_to_pgbench']}x pgbench" if baseline_tps else "")
+        + f", RSS peak {memory['rss_peak_sampled_mb']} MB")
+    return run
+
+
+def throughput():
+    n = env_int("BENCH_N", 100000)
+    sweep = [int(x) for x in os.environ.get("BENCH_HTTP_THREADS", "4").replace(",", " ").split()]
+    presign("throughput", n)
     migrate()
     baseline = pgbench_baseline()
     runs = []
     for http_threads in sweep:
         psql("TRUNCATE siwa.events")
-        psql("CHECKPOINT")
-        before = event_count()
-        log(f"throughput: {n} bodies, wrk -t{wrk_threads} -c{connections}, SIWA_HTTP_THREADS={http_threads}, receive")
-        with Server("receive", http_threads) as server:
-            sampler = RSSSampler(server)
-            sampler.start()
-            profile = perf_start(min(10, seconds)) if http_threads == sweep[0] else None
-            w = run_wrk(server, bodies, n, seconds, wrk_threads, connections)
-            memory = sampler.finish()
-            report = perf_finish(profile)
-            warnings = server.warnings()
-        after = event_count()
-        counts = w["counts"]
-        accepted = counts.get("accepted", 0)
-        non2xx = sum(v for k, v in counts.items() if k not in ("accepted", "duplicate", "ok_other"))
-        elapsed = max(1e-9, w["last_recv"] - w["first_send"])
-        pcts = w["latency_us"]["percentiles"]
-        run = {
-            "http_threads": http_threads,
-            "bodies": n, "sent": w["sent"], "answered": w["received"], "counts": counts,
-            "non_2xx": non2xx, "socket_errors": w["errors"],
-            "seconds": round(elapsed, 3),
-            "events_per_s": round(accepted / elapsed, 1),
-            "ratio_to_pgbench": round(accepted / elapsed / baseline["tps"], 3),
-            "latency_ms": {k: round(v / 1000, 3) for k, v in pcts.items()},
-            "latency_mean_ms": round(w["latency_us"]["mean"] / 1000, 3),
-            "latency_max_ms": round(w["latency_us"]["max"] / 1000, 3),
-            "memory": memory,
-            # ok: every answered "accepted" is stored, and any extra row belongs to a request whose
-            # answer wrk did not record (in flight when wrk was stopped) — never a row from nowhere.
-            "verify": {"accepted_answers": accepted, "rows_before": before, "rows_after": after,
-                       "rows_added": after - before,
-                       "unrecorded_answers": max(0, w["sent"] - w["received"]),
-                       "ok": accepted <= after - before <= accepted + max(0, w["sent"] - w["received"]),
-                       "every_accepted_stored": after - before >= accepted},
-            "server_warnings": warnings,
-            "perf_report": report,
-            "wrk_output": w["wrk_text"],
-        }
-        runs.append(run)
-        log(f"throughput: {run['events_per_s']:.0f} events/s verified={run['verify']['ok']} "
-            f"({accepted} accepted, {after - before} rows), p50 {run['latency_ms']['50']} ms, "
-            f"p99 {run['latency_ms']['99']} ms, non-2xx {non2xx}, {run['ratio_to_pgbench']}x pgbench, "
-            f"RSS peak {memory['rss_peak_sampled_mb']} MB")
+        runs.append(ingest("receive", "throughput", n, http_threads, baseline["tps"], profile=http_threads == sweep[0]))
     best = max(runs, key=lambda r: r["events_per_s"] if r["verify"]["ok"] else -1)
     return {"baseline_pgbench": baseline, "runs": runs,
             "summary": {"events_per_s": best["events_per_s"], "http_threads": best["http_threads"],
@@ -505,60 +529,420 @@ def latency():
 
 
 # ---------------------------------------------------------------------------------------------
-# Mode: worker (preload M pending events, time `work`)
+# Workers: draining a pending backlog
 
-def worker():
-    m = env_int("BENCH_WORKER_EVENTS", 200000)
+def pending_count():
+    return int(psql("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')"))
+
+
+def drain(workers=1, app_prefix=None, label="worker"):
+    """Starts `workers` `siwa-notify work` processes at once (launched back to back, none waits for
+    another to be ready) on the pending backlog already in siwa.events, and polls every 0.2 s until
+    none is left. events/s = applied / wall time from the first launch; also from the span of
+    processed_at (excludes start-up: connecting, preparing, the first pruning pass)."""
     timeout = env_int("BENCH_WORKER_MAX_SECONDS", 300)
-    migrate()
-    psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions")
-    log(f"worker: preloading {m} pending events (4 types round robin) and one live session per sub")
+    first_id = int(psql("SELECT coalesce(min(id), 0) FROM siwa.events WHERE status IN ('pending', 'failed')"))
+    backlog = pending_count()
+    servers = [Server("work", 1, app_name=f"{app_prefix}{k + 1}" if app_prefix else None) for k in range(workers)]
+    left = backlog
+    restarts = []
+    started_wall, started = time.time(), time.perf_counter()
+    try:
+        for server in servers:
+            server.launch()
+        sampler = RSSSampler(servers[0])
+        sampler.start()
+        while time.perf_counter() - started < timeout:
+            left = pending_count()
+            if left == 0:
+                break
+            for k, server in enumerate(servers):
+                if server.proc.poll() is not None:
+                    # Recorded, then started again (at most 3 times per worker): e.g. a worker that
+                    # starts while another is mid-batch has been seen to die in its start-up migration.
+                    reason = [l for l in server.tail().splitlines() if "rror" in l][-1:] or [f"exit {server.proc.returncode}"]
+                    restarts.append({"worker": k + 1, "after_s": round(time.perf_counter() - started, 2), "reason": reason[0][-300:]})
+                    log(f"{label}: worker {k + 1} exited ({reason[0][-200:]}); starting it again")
+                    if sum(r["worker"] == k + 1 for r in restarts) > 3:
+                        raise RuntimeError(f"work exited with {server.proc.returncode}: {server.tail()}")
+                    server.log_file.close()
+                    server.launch()
+            time.sleep(0.2)
+        elapsed = time.perf_counter() - started
+        memory = sampler.finish()
+    finally:
+        for server in servers:
+            server.stop()
+    warnings = [w for server in servers for w in server.warnings()]
+    row = psql(f"SELECT count(*), extract(epoch FROM min(processed_at)), extract(epoch FROM max(processed_at)) "
+               f"FROM siwa.events WHERE id >= {first_id} AND status = 'done' AND processed_at >= to_timestamp({started_wall})")
+    done_rows, first_at, last_at = row.split("|")
+    span = float(last_at) - float(first_at) if first_at else 0
+    applied = backlog - left
+    result = {"workers": workers, "backlog": backlog, "applied": applied, "left": left,
+              "done_rows": int(done_rows), "seconds_wall": round(elapsed, 3),
+              "events_per_s": round(applied / elapsed, 1),
+              "events_per_s_in_table": round(int(done_rows) / span, 1) if span > 0 else None,
+              "seconds_to_first_applied": round(float(first_at) - started_wall, 3) if first_at else None,
+              "memory_first_worker": memory, "worker_restarts": restarts, "server_warnings": warnings[-10:]}
+    log(f"{label}: {applied}/{backlog} applied by {workers} worker(s) in {elapsed:.1f} s -> "
+        f"{result['events_per_s']:.0f} events/s (processed_at span: {result['events_per_s_in_table']} events/s, "
+        f"first applied after {result['seconds_to_first_applied']} s)")
+    return result
+
+
+def insert_backlog(m, prefix="bench.worker."):
+    """m pending events (4 types round robin: consent-revoked, email-disabled, account-delete,
+    email-enabled), distinct subs, one live session per sub."""
     psql_script(f"""
         INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
-        SELECT 'bench-worker-' || g, '{AUDIENCE}', 'bench.worker.' || g, t.type,
+        SELECT '{prefix}' || g, '{AUDIENCE}', '{prefix}' || g, t.type,
                now() - interval '1 hour' + g * interval '1 millisecond',
                CASE WHEN t.type LIKE 'email-%' THEN 'w' || g || '@privaterelay.appleid.com' END,
                CASE WHEN t.type LIKE 'email-%' THEN true END,
                'pending',
-               jsonb_build_object('iss', 'https://appleid.apple.com', 'aud', '{AUDIENCE}', 'jti', 'bench-worker-' || g,
+               jsonb_build_object('iss', 'https://appleid.apple.com', 'aud', '{AUDIENCE}', 'jti', '{prefix}' || g,
                                   'iat', extract(epoch FROM now())::bigint,
-                                  'events', json_build_object('type', t.type, 'sub', 'bench.worker.' || g)::text)
+                                  'events', json_build_object('type', t.type, 'sub', '{prefix}' || g)::text)
         FROM generate_series(1, {m}) g
         CROSS JOIN LATERAL (SELECT (ARRAY['consent-revoked', 'email-disabled', 'account-delete', 'email-enabled'])[1 + g % 4] AS type) t;
         INSERT INTO siwa.sessions (apple_sub, created_at)
-        SELECT 'bench.worker.' || g, now() - interval '2 hours' FROM generate_series(1, {m}) g;
-        ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts;
-        CHECKPOINT;
+        SELECT '{prefix}' || g, now() - interval '2 hours' FROM generate_series(1, {m}) g;
     """)
-    pending = lambda: int(psql("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')"))
-    assert pending() == m
-    started = time.perf_counter()
-    with Server("work", 1) as server:
-        ready = time.perf_counter() - started
-        sampler = RSSSampler(server)
-        sampler.start()
-        left = m
-        while time.perf_counter() - started < timeout:
-            left = pending()
-            if left == 0:
-                break
-            time.sleep(0.2)
-        elapsed = time.perf_counter() - started
-        memory = sampler.finish()
-        warnings = server.warnings()
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode: worker (preload M pending events, time `work`)
+
+def worker():
+    m = env_int("BENCH_WORKER_EVENTS", 200000)
+    migrate()
+    psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions")
+    log(f"worker: preloading {m} pending events (4 types round robin) and one live session per sub")
+    insert_backlog(m)
+    psql_script("ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; CHECKPOINT;")
+    assert pending_count() == m
+    result = drain(1)
     stats = psql("SELECT status || ':' || coalesce(outcome, '-') || ':' || count(*) FROM siwa.events GROUP BY status, outcome ORDER BY 1")
-    span = float(psql("SELECT extract(epoch FROM max(processed_at) - min(processed_at)) FROM siwa.events") or 0)
     revoked = int(psql("SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NOT NULL"))
-    done = m - left
-    result = {"events": m, "applied": done, "left": left, "seconds_wall": round(elapsed, 3),
-              "seconds_to_ready": round(ready, 3),
-              "events_per_s": round(done / elapsed, 1),
-              "events_per_s_in_table": round(done / span, 1) if span > 0 else None,
-              "status_outcome_counts": stats.splitlines(), "sessions_revoked": revoked,
-              "memory": memory, "server_warnings": warnings, "aims": {"events_per_s": 20000}}
-    log(f"worker: {done}/{m} applied in {elapsed:.1f} s -> {result['events_per_s']:.0f} events/s "
-        f"(processed_at span: {result['events_per_s_in_table']} events/s), sessions revoked {revoked}")
+    result.update({"events": m, "status_outcome_counts": stats.splitlines(), "sessions_revoked": revoked,
+                   "aims": {"events_per_s": 20000}})
+    log(f"worker: sessions revoked {revoked}")
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode: workers (scale-out: 1, 2, 4 `work` processes started together on one backlog)
+
+SHARES_SQL = """
+    CREATE TABLE IF NOT EXISTS public.bench_shares (app text NOT NULL, pid int NOT NULL, events bigint NOT NULL);
+    CREATE OR REPLACE FUNCTION public.bench_count_done() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO public.bench_shares
+        SELECT current_setting('application_name'), pg_backend_pid(), count(*) FROM bench_new WHERE status = 'done'
+        HAVING count(*) > 0;
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER IF EXISTS bench_count_done ON siwa.events;
+    CREATE TRIGGER bench_count_done AFTER UPDATE ON siwa.events REFERENCING NEW TABLE AS bench_new
+        FOR EACH STATEMENT EXECUTE FUNCTION public.bench_count_done();
+"""
+
+
+def workers():
+    m = env_int("BENCH_WORKERS_EVENTS", 200000)
+    counts = [int(x) for x in os.environ.get("BENCH_WORKERS", "1 2 4").replace(",", " ").split()]
+    migrate()
+    runs = []
+    try:
+        # Shares: a statement-level trigger adds (application_name, backend pid, events set done)
+        # for every UPDATE of siwa.events, in the worker's own transaction (so a rolled-back batch
+        # counts nothing); each worker connects with application_name bench-worker-<k>.
+        psql_script(SHARES_SQL)
+        for k in counts:
+            psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, public.bench_shares")
+            log(f"workers: {m} pending events, one live session per sub; {k} worker(s) started together")
+            insert_backlog(m)
+            psql_script("ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; CHECKPOINT;")
+            result = drain(k, app_prefix="bench-worker-", label=f"workers x{k}")
+            shares = {}
+            for line in psql("SELECT app, sum(events) FROM public.bench_shares GROUP BY app ORDER BY app").splitlines():
+                app, n = line.split("|")
+                shares[app] = int(n)
+            exactly_once = psql("SELECT count(*) FILTER (WHERE status = 'done') || '|' || count(*) FILTER (WHERE attempts <> 1) "
+                                "FROM siwa.events").split("|")
+            result.update({
+                "shares": shares,
+                "share_fractions": {a: round(n / max(1, m), 3) for a, n in shares.items()},
+                "verify": {"done": int(exactly_once[0]), "attempts_not_1": int(exactly_once[1]),
+                           "shares_sum": sum(shares.values()),
+                           "ok": int(exactly_once[0]) == m and int(exactly_once[1]) == 0 and sum(shares.values()) == m},
+            })
+            log(f"workers x{k}: shares {shares}, verified={result['verify']['ok']}")
+            runs.append(result)
+    finally:
+        psql_script("DROP TRIGGER IF EXISTS bench_count_done ON siwa.events; DROP TABLE IF EXISTS public.bench_shares;")
+    base = runs[0]["events_per_s"] if runs else 0
+    return {"events": m, "runs": runs,
+            "summary": {f"x{r['workers']}": {"events_per_s": r["events_per_s"],
+                                             "speedup": round(r["events_per_s"] / base, 2) if base else None,
+                                             "shares": list(r["shares"].values()), "verified": r["verify"]["ok"]}
+                        for r in runs}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Mode: scale (the same ingest and worker figures on an empty database and on one bulk-loaded
+# with 1M accounts, 1M sessions, 5M done events, without fresh statistics)
+
+SCALE_FUNCTIONS = """
+    -- Apple-shaped subs, e.g. 000739.<32 hex>.2105; the 6-digit head follows `a`, so rows made in
+    -- order of `a` arrive in index order (a fast load); `salt` makes subs that were never loaded.
+    CREATE OR REPLACE FUNCTION public.bench_sub(a bigint, salt text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+        SELECT CASE WHEN a < 1000000 THEN lpad(a::text, 6, '0') ELSE a::text END
+               || '.' || md5(salt || a::text) || '.' || lpad((a % 10000)::text, 4, '0')
+    $$;
+"""
+
+
+def scale_accounts_sql(count, step):
+    """Accounts and one live session each for a = 0, step, 2*step, ... (count of them)."""
+    return f"""
+        INSERT INTO siwa.accounts (apple_sub, email, is_private_email, email_forwarding, status,
+                                   last_event_time, email_event_time, created_at, updated_at)
+        SELECT public.bench_sub(a, ''), substr(md5('mail' || a), 1, 10) || '@privaterelay.appleid.com', true, true,
+               'active', now() - interval '2 days', now() - interval '2 days',
+               now() - interval '400 days' + a * interval '10 seconds', now() - interval '2 days'
+        FROM generate_series(0, {count - 1}) i, LATERAL (SELECT i::bigint * {step} AS a) x;
+    """, f"""
+        INSERT INTO siwa.sessions (apple_sub, created_at, expires_at)
+        SELECT public.bench_sub(a, ''), now() - interval '3 days' + (a % 1000) * interval '1 second',
+               now() + interval '27 days'
+        FROM generate_series(0, {count - 1}) i, LATERAL (SELECT i::bigint * {step} AS a) x;
+    """
+
+
+def scale_events_sql(first, last, accounts, total):
+    """Done events g = first..last of `total`: account g % accounts, spread over the last 25 days
+    (inside the worker's 30-day retention, so pruning finds nothing to delete), 4 types."""
+    return f"""
+        INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, received_at, status,
+                                 attempts, next_attempt_at, processed_at, outcome, claims)
+        SELECT x.jti, '{AUDIENCE}', x.sub, x.type, x.t,
+               CASE WHEN x.type LIKE 'email-%' THEN x.mail END, CASE WHEN x.type LIKE 'email-%' THEN true END,
+               x.t + interval '1 second', 'done', 1, x.t + interval '1 second', x.t + interval '2 seconds', 'applied',
+               jsonb_build_object('iss', 'https://appleid.apple.com', 'aud', '{AUDIENCE}', 'jti', x.jti,
+                                  'iat', x.epoch + 1, 'exp', x.epoch + 86401,
+                                  'events', json_build_object('type', x.type, 'sub', x.sub, 'event_time', x.epoch * 1000)::text)
+        FROM (SELECT 'bench-pre-' || lpad(g::text, 10, '0') AS jti, public.bench_sub(g % {accounts}, '') AS sub,
+                     substr(md5('mail' || (g % {accounts})), 1, 10) || '@privaterelay.appleid.com' AS mail,
+                     (ARRAY['email-disabled', 'email-enabled', 'consent-revoked', 'email-enabled'])[1 + (g / {accounts}) % 4] AS type,
+                     now() - interval '25 days' + g * (interval '24 days' / {total}) AS t,
+                     extract(epoch FROM now() - interval '25 days' + g * (interval '24 days' / {total}))::bigint AS epoch
+              FROM generate_series({first}, {last}) g) x;
+    """
+
+
+def scale_backlog_sql(backlog, accounts):
+    """`backlog` pending events, 4 types round robin: even i for an existing account (spread over
+    all of them: it has a live session), odd i for a new sub."""
+    half = backlog // 2
+    step = max(1, accounts // max(1, half))
+    return f"""
+        INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
+        SELECT x.jti, '{AUDIENCE}', x.sub, x.type, x.t,
+               CASE WHEN x.type LIKE 'email-%' THEN 'b' || x.i || '@privaterelay.appleid.com' END,
+               CASE WHEN x.type LIKE 'email-%' THEN true END, 'pending',
+               jsonb_build_object('iss', 'https://appleid.apple.com', 'aud', '{AUDIENCE}', 'jti', x.jti,
+                                  'iat', extract(epoch FROM now())::bigint,
+                                  'events', json_build_object('type', x.type, 'sub', x.sub)::text)
+        FROM (SELECT i, 'bench-backlog-' || i AS jti,
+                     CASE WHEN i % 2 = 0 THEN public.bench_sub((i / 2) * {step}, '') ELSE public.bench_sub(i, 'new') END AS sub,
+                     (ARRAY['consent-revoked', 'email-disabled', 'account-delete', 'email-enabled'])[1 + (i / 2) % 4] AS type,
+                     now() - interval '1 hour' + i * interval '1 millisecond' AS t
+              FROM generate_series(0, {backlog - 1}) i) x;
+    """, half, step
+
+
+def drop_indexes(tables):
+    """Drops the unique/primary-key constraints and indexes of `tables` (a bulk import's usual
+    first step) and returns the statements that recreate them exactly (pg_get_*def)."""
+    names = ", ".join(f"'{t}'::regclass" for t in tables)
+    cons = psql(f"SELECT conrelid::regclass || '|' || conname || '|' || pg_get_constraintdef(oid) FROM pg_constraint "
+                f"WHERE conrelid IN ({names}) AND contype IN ('p', 'u') ORDER BY 1")
+    idx = psql(f"SELECT i.indexrelid::regclass || '|' || pg_get_indexdef(i.indexrelid) FROM pg_index i "
+               f"WHERE i.indrelid IN ({names}) AND NOT EXISTS (SELECT FROM pg_constraint c WHERE c.conindid = i.indexrelid) ORDER BY 1")
+    drop, create = [], []
+    for line in cons.splitlines():
+        table, name, definition = line.split("|", 2)
+        drop.append(f"ALTER TABLE {table} DROP CONSTRAINT {name};")
+        create.append(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition};")
+    for line in idx.splitlines():
+        name, definition = line.split("|", 1)
+        drop.append(f"DROP INDEX {name};")
+        create.append(definition + ";")
+    psql_script("\n".join(drop))
+    return create
+
+
+def table_stats():
+    rows = psql("SELECT c.relname || '|' || c.reltuples::bigint || '|' || coalesce(s.n_live_tup, 0) || '|' "
+                "|| coalesce(s.analyze_count + s.autoanalyze_count, 0) || '|' || coalesce(s.vacuum_count + s.autovacuum_count, 0) "
+                "|| '|' || pg_size_pretty(pg_total_relation_size(c.oid)) "
+                "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE c.relnamespace = 'siwa'::regnamespace AND c.relname IN ('accounts', 'sessions', 'events') ORDER BY 1")
+    out = {}
+    for line in rows.splitlines():
+        name, reltuples, live, analyzed, vacuumed, size = line.split("|")
+        out[name] = {"reltuples": int(reltuples), "n_live_tup": int(live), "analyzes": int(analyzed),
+                     "vacuums": int(vacuumed), "total_size": size}
+    return out
+
+
+def ingest_and_drain(label, n, http_threads, backlog_sql):
+    """The figures compared by the scale mode, on whatever the tables hold now."""
+    out = {}
+    out["receive"] = ingest("receive", "throughput", n, http_threads)
+    # `receive` leaves its events pending: remove them, so serve's worker and the backlog below
+    # start from the same queue in both phases.
+    psql("DELETE FROM siwa.events WHERE status IN ('pending', 'failed')")
+    out["serve"] = ingest("serve", "serve", n, http_threads, wait_applied=True)
+    sql, _, _ = backlog_sql
+    started = time.perf_counter()
+    psql_script(sql)
+    log(f"{label}: backlog inserted in {time.perf_counter() - started:.1f} s")
+    psql("CHECKPOINT")
+    out["worker"] = drain(1, label=f"{label} worker")
+    out["worker"]["sessions_revoked"] = int(psql("SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NOT NULL"))
+    out["tables"] = table_stats()
+    return out
+
+
+def scale():
+    accounts = env_int("SCALE_ACCOUNTS", 1000000)
+    sessions = env_int("SCALE_SESSIONS", accounts)
+    events = env_int("SCALE_EVENTS", 5 * accounts)
+    backlog = env_int("SCALE_BACKLOG", 100000)
+    n = env_int("SCALE_N", env_int("BENCH_N", 100000))
+    threads = env_int("BENCH_LATENCY_HTTP_THREADS", 4)
+    autovacuum = os.environ.get("SCALE_AUTOVACUUM", "0") == "1"
+    if sessions > accounts:
+        raise SystemExit("SCALE_SESSIONS must be at most SCALE_ACCOUNTS (one live session per account)")
+    presign("throughput", n)
+    presign("serve", n)
+    migrate()
+    psql_script(SCALE_FUNCTIONS)
+    tables = "siwa.accounts, siwa.sessions, siwa.events"
+    if not autovacuum:
+        # No statistics may arrive mid-run: autovacuum's ANALYZE would hide what a freshly loaded
+        # table does to the plans (SCALE_AUTOVACUUM=1 leaves it on).
+        for t in tables.split(", "):
+            psql(f"ALTER TABLE {t} SET (autovacuum_enabled = off)")
+    backlog_sql = scale_backlog_sql(backlog, accounts)
+    _, half, step = backlog_sql
+    try:
+        # 1. Empty database: only the backlog's existing half has accounts and sessions.
+        psql(f"TRUNCATE {tables}")
+        for sql in scale_accounts_sql(half, step):
+            psql_script(sql)
+        log(f"scale: empty database ({half} accounts with sessions for the backlog's existing half)")
+        empty = ingest_and_drain("empty", n, threads, backlog_sql)
+
+        # 2. Bulk-loaded: no ANALYZE, no VACUUM afterwards (autovacuum off on these tables).
+        psql(f"TRUNCATE {tables}")
+        log(f"scale: preloading {accounts} accounts, {sessions} sessions, {events} done events")
+        preload = {}
+        started = time.perf_counter()
+        account_sql, session_sql = scale_accounts_sql(accounts, 1)
+        # As a bulk import does: drop the indexes, load, build them again (sorted, so it takes
+        # seconds where 5M random index insertions take many minutes). CREATE INDEX records the
+        # tables' row counts (pg_class.reltuples) but no column statistics: no ANALYZE, no VACUUM.
+        recreate = drop_indexes(["siwa.accounts", "siwa.sessions", "siwa.events"])
+        t = time.perf_counter()
+        psql_script(account_sql)
+        preload["accounts_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        psql_script(scale_accounts_sql(sessions, 1)[1])
+        preload["sessions_s"] = round(time.perf_counter() - t, 1)
+        # Events in SCALE_LOAD_STREAMS concurrent sessions (2: one per core), each in chunks.
+        t = time.perf_counter()
+        streams = max(1, env_int("SCALE_LOAD_STREAMS", 2))
+        chunk = max(1, env_int("SCALE_LOAD_CHUNK", 500000))
+        ranges = [(a, min(a + chunk, events) - 1) for a in range(0, events, chunk)]
+        errors = []
+
+        def load(mine):
+            try:
+                for first, last in mine:
+                    psql_script(scale_events_sql(first, last, accounts, events))
+            except Exception as error:  # reported below
+                errors.append(error)
+
+        loaders = [threading.Thread(target=load, args=(ranges[k::streams],)) for k in range(streams)]
+        for th in loaders:
+            th.start()
+        for th in loaders:
+            th.join()
+        if errors:
+            raise errors[0]
+        preload["events_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        # Index builds on SCALE_LOAD_STREAMS sessions too (each CREATE INDEX is one statement).
+        built = []
+
+        def build(mine):
+            try:
+                for sql in mine:
+                    psql(sql)
+            except Exception as error:
+                built.append(error)
+
+        builders = [threading.Thread(target=build, args=(recreate[k::streams],)) for k in range(streams)]
+        for th in builders:
+            th.start()
+        for th in builders:
+            th.join()
+        if built:
+            raise built[0]
+        preload["indexes_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        psql("CHECKPOINT")
+        preload["checkpoint_s"] = round(time.perf_counter() - t, 1)
+        preload["total_s"] = round(time.perf_counter() - started, 1)
+        preload["tables"] = table_stats()
+        log(f"scale: preload {preload['total_s']} s (accounts {preload['accounts_s']} s, sessions "
+            f"{preload['sessions_s']} s, events {preload['events_s']} s on {streams} streams, indexes "
+            f"{preload['indexes_s']} s, checkpoint "
+            f"{preload['checkpoint_s']} s); tables {preload['tables']}")
+        loaded = ingest_and_drain("scale", n, threads, backlog_sql)
+    finally:
+        if not autovacuum:
+            for t in tables.split(", "):
+                psql(f"ALTER TABLE {t} RESET (autovacuum_enabled)")
+
+    def ratio(a, b):
+        return round(b / a, 3) if a and b else None
+
+    figures = {
+        "receive_events_per_s": (empty["receive"]["events_per_s"], loaded["receive"]["events_per_s"]),
+        "serve_events_per_s": (empty["serve"]["events_per_s"], loaded["serve"]["events_per_s"]),
+        "worker_events_per_s": (empty["worker"]["events_per_s"], loaded["worker"]["events_per_s"]),
+        "worker_events_per_s_in_table": (empty["worker"]["events_per_s_in_table"], loaded["worker"]["events_per_s_in_table"]),
+    }
+    summary = {k: {"empty": a, "scale": b, "ratio": ratio(a, b)} for k, (a, b) in figures.items()}
+    summary["preload_s"] = preload["total_s"]
+    summary["sizes"] = {"accounts": accounts, "sessions": sessions, "events": events, "backlog": backlog, "ingest_n": n}
+    summary["aim_ratio"] = 0.8
+    lines = [f"{'':32} {'empty':>10} {'scale':>10} {'ratio':>7}"]
+    for k, v in summary.items():
+        if isinstance(v, dict) and "ratio" in v:
+            lines.append(f"{k:32} {v['empty'] or 0:>10.0f} {v['scale'] or 0:>10.0f} {v['ratio'] or 0:>7.3f}")
+    log("scale (" + f"{accounts} accounts, {sessions} sessions, {events} done events, backlog {backlog}, "
+        f"preload {preload['total_s']} s; aim ratio >= 0.8):\n" + "\n".join(lines))
+    return {"settings": {"accounts": accounts, "sessions": sessions, "events": events, "backlog": backlog,
+                         "backlog_existing": half, "backlog_existing_step": step, "ingest_n": n,
+                         "http_threads": threads, "autovacuum": autovacuum},
+            "empty": empty, "preload": preload, "scale": loaded, "summary": summary}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,30 +1018,117 @@ def machine():
     return info
 
 
-MODES = {"throughput": throughput, "latency": latency, "worker": worker, "lag": lag}
+def compare():
+    """pgbench baseline, p99 at 2,000/s, then the scale mode (receive, serve and worker on an empty
+    and on a bulk-loaded database), all in one run; the table is written by main()."""
+    presign("throughput", env_int("SCALE_N", env_int("BENCH_N", 100000)))
+    migrate()
+    baseline = pgbench_baseline()
+    return {"baseline_pgbench": baseline, "latency": latency(), "scale": scale()}
+
+
+def compare_table(baseline, lat, sc):
+    """One markdown table: the issue's aims next to what this run measured."""
+    tps = baseline["tps"]
+    e, l = sc["empty"], sc["scale"]
+    acc = sc["settings"]["accounts"]
+
+    def yes(ok):
+        return "yes" if ok else "**no**"
+
+    def ratio(a, b):
+        return b / a if a and b else 0
+
+    rss = [("receive", e["receive"]["memory"]["rss_peak_sampled_mb"]), ("serve", e["serve"]["memory"]["rss_peak_sampled_mb"]),
+           ("receive at scale", l["receive"]["memory"]["rss_peak_sampled_mb"]),
+           ("serve at scale", l["serve"]["memory"]["rss_peak_sampled_mb"]),
+           ("work", e["worker"]["memory_first_worker"]["rss_peak_sampled_mb"]),
+           ("work at scale", l["worker"]["memory_first_worker"]["rss_peak_sampled_mb"])]
+    if lat:
+        rss.append(("serve at 2,000/s", lat["memory"]["rss_peak_sampled_mb"]))
+    worst = max(rss, key=lambda r: r[1])
+    recv, serve = e["receive"]["events_per_s"], e["serve"]["events_per_s"]
+    w0, w1 = e["worker"]["events_per_s"], l["worker"]["events_per_s"]
+    rows = [
+        ("pgbench, 16 clients, single-row `INSERT … ON CONFLICT DO NOTHING` (same run, same database)", "baseline",
+         f"{tps:,.0f} tps", "—"),
+        ("`receive` verified events/s (wrk, empty database)", f"≥ 1.5× pgbench ({1.5 * tps:,.0f})",
+         f"{recv:,.0f} ({recv / tps:.2f}×)", yes(recv >= 1.5 * tps)),
+        ("`serve` verified events/s (wrk, empty database)", f"≥ 1.1× pgbench ({1.1 * tps:,.0f})",
+         f"{serve:,.0f} ({serve / tps:.2f}×)", yes(serve >= 1.1 * tps)),
+    ]
+    if lat:
+        rows.append((f"p99 at {lat['target_rate']:,} requests/s (`{lat['role']}`, open loop)", "≤ 5 ms",
+                     f"{lat['latency_ms']['99']} ms (p50 {lat['latency_ms']['50']} ms, {lat['achieved_rate']:,.0f}/s reached)",
+                     yes(lat["latency_ms"]["99"] <= 5 and lat["non_2xx"] == 0)))
+    rows += [
+        (f"worker events/s, empty database ({e['worker']['backlog']:,} pending, half for existing accounts)", "≥ 20,000",
+         f"{w0:,.0f}", yes(w0 >= 20000)),
+        (f"worker events/s, {acc:,} freshly loaded accounts (+ {sc['settings']['sessions']:,} sessions, "
+         f"{sc['settings']['events']:,} done events, no ANALYZE)", f"≥ 80% of empty ({0.8 * w0:,.0f})",
+         f"{w1:,.0f} ({ratio(w0, w1):.0%})", yes(w1 >= 0.8 * w0)),
+        ("`receive` events/s at scale", "within 20% of empty",
+         f"{l['receive']['events_per_s']:,.0f} ({ratio(recv, l['receive']['events_per_s']):.0%})",
+         yes(ratio(recv, l["receive"]["events_per_s"]) >= 0.8)),
+        ("`serve` events/s at scale", "within 20% of empty",
+         f"{l['serve']['events_per_s']:,.0f} ({ratio(serve, l['serve']['events_per_s']):.0%})",
+         yes(ratio(serve, l["serve"]["events_per_s"]) >= 0.8)),
+        ("peak RSS of any server process under load", "≤ 40 MB", f"{worst[1]} MB ({worst[0]})", yes(worst[1] <= 40)),
+        ("preload (bulk load of the scale data)", "≤ ~3 min", f"{sc['preload']['total_s']} s", yes(sc["preload"]["total_s"] <= 180)),
+    ]
+    out = ["| metric | aim | measured | met |", "|---|---|---|---|"]
+    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return "\n".join(out) + "\n"
+
+
+MODES = {"throughput": throughput, "latency": latency, "worker": worker, "lag": lag, "workers": workers,
+         "scale": scale, "compare": compare}
+ALL = ["throughput", "latency", "worker", "lag", "workers", "scale"]
 
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "throughput"
-    modes = list(MODES) if mode == "all" else [mode]
+    modes = ALL if mode == "all" else [mode]
     if any(m not in MODES for m in modes):
         raise SystemExit(f"usage: bench/run [{'|'.join(MODES)}|all]")
     subprocess.run([sys.executable, os.path.join(HERE, "presign.py"), "key", CACHE], check=True, stdout=subprocess.DEVNULL)
     os.makedirs(RESULTS, exist_ok=True)
     common = {"machine": machine(), "postgres": durability_settings(), "binary": BIN}
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    summary = {}
+    summary, results = {}, {}
     for m in modes:
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        load = os.getloadavg()  # other work on the machine skews every figure: recorded
         result = MODES[m]()
-        doc = {"mode": m, "started_at": started, **common, "result": result}
+        results[m] = result
+        doc = {"mode": m, "started_at": started, "loadavg_at_start": load, "loadavg_at_end": os.getloadavg(),
+               **common, "result": result}
         path = os.path.join(RESULTS, f"{m}-{stamp}.json")
         with open(path, "w") as f:
             json.dump(doc, f, indent=2)
         log(f"{m}: results in {os.path.relpath(path, ROOT)}")
-        summary[m] = result.get("summary", {k: v for k, v in result.items()
-                                            if k in ("events_per_s", "lag_ms", "latency_ms", "achieved_rate", "non_2xx")})
+        if m == "compare":
+            summary[m] = {"pgbench_tps": result["baseline_pgbench"]["tps"], "scale": result["scale"]["summary"],
+                          "latency_ms": result["latency"]["latency_ms"]}
+        else:
+            summary[m] = result.get("summary", {k: v for k, v in result.items()
+                                                if k in ("events_per_s", "lag_ms", "latency_ms", "achieved_rate", "non_2xx")})
+    # The side-by-side table, when this run measured what it needs.
+    if "compare" in results:
+        r = results["compare"]
+        table = compare_table(r["baseline_pgbench"], r["latency"], r["scale"])
+    elif "throughput" in results and "scale" in results:
+        table = compare_table(results["throughput"]["baseline_pgbench"], results.get("latency"), results["scale"])
+    else:
+        table = None
     print(json.dumps(summary, indent=2))
+    if table:
+        path = os.path.join(RESULTS, f"compare-{stamp}.md")
+        with open(path, "w") as f:
+            f.write(f"siwa-notify bench, {stamp}, {common['machine'].get('cpu', '')} x{common['machine']['cpus']}, "
+                    f"PostgreSQL {common['postgres']['version']} (fsync=on, synchronous_commit=on)\n\n" + table)
+        print("\n" + table)
+        log(f"table in {os.path.relpath(path, ROOT)}")
 
 
 if __name__ == "__main__":

@@ -125,29 +125,49 @@ struct CrashSafetyTests {
         print("kill -9 worker: \(kills) kills over \(n) events (done after each kill: \(progress)), lost 0, double-applied 0")
     }
 
-    @Test("three workers on one backlog: all finish, none applied twice")
+    @Test("three workers started together on one large backlog: each does a share, every event applied exactly once")
     func threeWorkers() throws {
         let env = try Environment()
-        let n = 6000
+        // Each application of an event also sleeps in the hook (pg_sleep rounds up to 1 ms), so
+        // one worker alone would need ~30 s for the backlog: far longer than the others take to
+        // start, so the three must share it. Subs repeat every 10,000 events (three events each,
+        // in different batches), so concurrent batches seldom wait on one another's accounts.
+        let n = 30000
         _ = try TestDatabase.query(env.conninfo, """
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.hook_log VALUES (event.id, event.sub, event.type, account.status);
+                PERFORM pg_sleep(0.0005);
+            END $$;
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims)
-            SELECT 's-' || g, 'a', 's.' || (g % 500), (ARRAY['email-disabled', 'email-enabled', 'consent-revoked'])[1 + g % 3],
-                   now() - (g || ' ms')::interval, 'pending', '{}'
+            SELECT 's-' || g, 'a', 's.' || (g % 10000), (ARRAY['email-disabled', 'email-enabled', 'consent-revoked'])[1 + g % 3],
+                   now() - interval '1 hour' + (g || ' ms')::interval, 'pending', '{}'
             FROM generate_series(1, \(n)) g;
             """)
+        #expect(try env.count("SELECT count(*) FROM siwa.events WHERE status = 'pending'") == n)
+        // Started together (three launches a few ms apart), on the backlog already there.
         let workers = try (0..<3).map { _ in try env.start("work").0 }
         defer { workers.forEach { $0.terminate() } }
-        let finished = eventually(timeout: 90) { (try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")) == n }
-        #expect(finished)
-        #expect(try env.count("SELECT count(*) FROM public.hook_log") == n)
+        let finished = eventually(timeout: 180) { (try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")) == n }
+        #expect(finished, "done: \((try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")) ?? -1) of \(n)")
+        // Exactly once: one hook call per event (the hook runs in the transaction that marks the
+        // event done, so a double application would leave two rows), and one attempt each.
+        #expect(try env.count("SELECT count(*) FROM public.hook_log") == n, "an event was applied twice or not at all")
         #expect(try env.count("SELECT count(DISTINCT event_id) FROM public.hook_log") == n)
+        #expect(try env.count("SELECT count(*) FROM siwa.events WHERE attempts <> 1 OR outcome IS NULL") == 0)
         // Workers log an event once its transaction has committed: the last lines may trail the rows.
         var shares: [Int] = []
-        let logged = eventually(timeout: 10) {
-            shares = workers.map { $0.log.components(separatedBy: "event applied").count - 1 }
+        let logged = eventually(timeout: 20) {
+            shares = workers.map { $0.log.components(separatedBy: "\"event applied\"").count - 1 }
             return shares.reduce(0, +) == n
         }
-        #expect(logged, "applied events logged: \(shares)")
+        #expect(logged, "applied events logged: \(shares), expected \(n) in all")
+        let idle = workers.enumerated().filter { shares[$0.offset] == 0 }.map { worker in
+            "worker \(worker.offset) running=\(worker.element.process.isRunning): "
+                + worker.element.log.split(separator: "\n").filter { !$0.contains("\"event applied\"") }.suffix(8).joined(separator: "\n")
+        }
+        #expect(shares.count == 3 && shares.allSatisfy { $0 > 0 }, "every worker must apply a share: \(shares)\n\(idle.joined(separator: "\n"))")
         print("3 workers: \(n) events applied once each; shares \(shares)")
     }
 }
