@@ -8,6 +8,18 @@ SELECT pg_advisory_xact_lock(74657374);  -- one migration at a time
 
 CREATE SCHEMA IF NOT EXISTS siwa;
 
+-- Running workers lock siwa.events, then siwa.accounts, then siwa.sessions. Take this
+-- migration's table locks up front in that same order (as strong as the DDL below needs), so a
+-- migration during a rolling deploy waits for the current batch instead of deadlocking with it.
+DO $$
+BEGIN
+    IF to_regclass('siwa.events') IS NOT NULL AND to_regclass('siwa.accounts') IS NOT NULL
+       AND to_regclass('siwa.sessions') IS NOT NULL THEN
+        LOCK TABLE siwa.events, siwa.accounts, siwa.sessions IN SHARE ROW EXCLUSIVE MODE;
+    END IF;
+END
+$$;
+
 -- Roles are cluster-wide: several databases of one cluster may migrate at once, so a role
 -- created meanwhile by another migration is fine.
 DO $$

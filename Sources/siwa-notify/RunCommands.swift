@@ -50,7 +50,7 @@ struct Migrate: ParsableCommand {
             throw CLIError("SIWA_DATABASE_URL: required by migrate (serve applies the schema to its embedded database itself)")
         }
         do {
-            try Migrator.migrate(conninfo: url)
+            try Migrator.migrate(conninfo: url, force: true)
         } catch {
             throw CLIError("migrate failed: \(error) \(error.serverMessage)")
         }

@@ -86,6 +86,16 @@ enum OperatorStatements {
     static let replayIDs = Statement<[Int64], Void>(
         "replay_ids", requeue + " AND id = ANY($1::bigint[])", bind: { [SQLEncoding.array($0)] })
 
+    /// The version marker the last migration recorded (nil before any).
+    static let schemaVersion = Statement<Void, String?>(
+        "schema_version", "SELECT obj_description(to_regnamespace('siwa'), 'pg_namespace') AS version",
+        decode: { row throws(PostgresError) in try row.optionalText("version") })
+
+    /// Records `marker` (a constant of the binary, quoted here) as the applied schema version.
+    static func recordSchemaVersion(_ marker: String) -> String {
+        "COMMENT ON SCHEMA siwa IS '" + marker.replacingOccurrences(of: "'", with: "''") + "'"
+    }
+
     /// Keeps `migrate` quiet about objects that already exist.
     static let quietNotices = Statement<Void, Void>("quiet_notices", "SET client_min_messages = warning", bind: { _ in [] })
 }
