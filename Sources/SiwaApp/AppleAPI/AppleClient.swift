@@ -9,8 +9,10 @@ import Synchronization
 public struct AppleCallFailure: Sendable, Equatable, CustomStringConvertible {
     /// The HTTP status when Apple answered; nil for a network failure or a local one.
     public var status: Int?
-    /// A stable reason code: `http_503`, `timed_out`, `could_not_connect`, `apple_error`,
-    /// `malformed_response`, `client_secret`, ... (see `AppleClient`).
+    /// A stable reason code: `http_<status>` (429, 5xx, a 4xx without Apple's `error`), `apple_error`
+    /// (a 4xx with an `error` other than invalid_grant/invalid_client, in `detail`), `malformed_response`
+    /// (a 2xx that is not a token response), `client_secret` (we could not sign one), or a
+    /// `FetchError.Code` raw value for a network failure (`timedOut`, `couldNotConnect`, ...).
     public var reason: String
     /// Detail: Apple's `error` value, a fetch or response error code.
     public var detail: String?
