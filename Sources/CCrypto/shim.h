@@ -63,3 +63,36 @@ static inline int siwa_EVP_PKEY_get_rsa_n(const EVP_PKEY *pkey, BIGNUM **n) {
 static inline int siwa_EVP_PKEY_get_rsa_e(const EVP_PKEY *pkey, BIGNUM **e) {
     return EVP_PKEY_get_bn_param(pkey, OSSL_PKEY_PARAM_RSA_E, e);
 }
+
+// --- EC P-256 (ES256 client secrets) -------------------------------------
+
+static inline EVP_PKEY_CTX *siwa_EVP_PKEY_CTX_new_ec(void) {
+    return EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+}
+
+static inline int siwa_EVP_PKEY_is_ec(const EVP_PKEY *pkey) {
+    return EVP_PKEY_is_a(pkey, "EC");
+}
+
+/// Selects the NIST P-256 curve for key generation.
+static inline int siwa_EVP_PKEY_CTX_set_group_p256(EVP_PKEY_CTX *ctx) {
+    return EVP_PKEY_CTX_set_group_name(ctx, "P-256");
+}
+
+/// SHA-256 fetched from the default provider (caller frees with EVP_MD_free).
+static inline EVP_MD *siwa_EVP_MD_fetch_sha256(void) {
+    return EVP_MD_fetch(NULL, "SHA2-256", NULL);
+}
+
+/// AES-256-GCM fetched from the default provider (caller frees with EVP_CIPHER_free).
+static inline EVP_CIPHER *siwa_EVP_CIPHER_fetch_aes256gcm(void) {
+    return EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+}
+
+static inline int siwa_EVP_CIPHER_CTX_get_gcm_tag(EVP_CIPHER_CTX *ctx, unsigned char *tag, int length) {
+    return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, length, tag);
+}
+
+static inline int siwa_EVP_CIPHER_CTX_set_gcm_tag(EVP_CIPHER_CTX *ctx, unsigned char *tag, int length) {
+    return EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, length, tag);
+}

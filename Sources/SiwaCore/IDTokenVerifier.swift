@@ -1,0 +1,143 @@
+/// Why an `id_token` was refused. `rawValue` is a stable reason code.
+public enum IDTokenError: String, Error, Sendable, CaseIterable, CustomStringConvertible {
+    /// Not a compact JWS (three base64url segments, JSON header and claims) or a `crit` header.
+    case malformedToken = "malformed_token"
+    /// `alg` is not `RS256`.
+    case unsupportedAlgorithm = "unsupported_algorithm"
+    /// No non-empty string `kid` in the header.
+    case missingKid = "missing_kid"
+    /// No key with that `kid`.
+    case unknownKid = "unknown_kid"
+    /// The key set could not be obtained.
+    case keysUnavailable = "keys_unavailable"
+    /// The signature does not verify.
+    case badSignature = "bad_signature"
+    /// `iss` is not `https://appleid.apple.com`.
+    case wrongIssuer = "wrong_issuer"
+    /// `aud` is not the client id the code was exchanged for.
+    case wrongAudience = "wrong_audience"
+    /// `exp` is missing or not an integer.
+    case missingExpiry = "missing_exp"
+    /// `exp` has passed (beyond the clock skew).
+    case expired = "expired"
+    /// `iat` is missing or not an integer.
+    case missingIssuedAt = "missing_iat"
+    /// `iat` is in the future (beyond the clock skew).
+    case issuedInFuture = "issued_in_future"
+    /// A nonce was expected and `nonce` is missing or different.
+    case nonceMismatch = "nonce_mismatch"
+    /// `sub` is missing, empty or too long.
+    case missingSub = "missing_sub"
+    /// `email`, `is_private_email` or `email_verified` has the wrong type or is too long.
+    case malformedClaims = "malformed_claims"
+
+    public var description: String { "id_token refused: \(rawValue)" }
+}
+
+/// What a verified `id_token` says about the user.
+public struct IDTokenClaims: Sendable, Equatable {
+    /// `sub`: the user's stable identifier for the team.
+    public var sub: String
+    /// `aud`: the client id.
+    public var audience: String
+    public var email: String?
+    /// `is_private_email` (a string `"true"`/`"false"` or a boolean on the wire).
+    public var isPrivateEmail: Bool?
+    /// `email_verified` (a string or a boolean on the wire).
+    public var emailVerified: Bool?
+    /// `iat`, Unix seconds.
+    public var issuedAt: Int64
+    /// `exp`, Unix seconds.
+    public var expiresAt: Int64
+
+    public init(sub: String, audience: String, email: String? = nil, isPrivateEmail: Bool? = nil,
+                emailVerified: Bool? = nil, issuedAt: Int64, expiresAt: Int64) {
+        self.sub = sub
+        self.audience = audience
+        self.email = email
+        self.isPrivateEmail = isPrivateEmail
+        self.emailVerified = emailVerified
+        self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Verifies the `id_token` Apple returns from `/auth/token`.
+///
+/// Checks, first failure wins: structure, `alg` == RS256, `kid`, signature (the caller's closure,
+/// the same one `NotificationVerifier` takes: called once, after the earlier checks), no `crit`,
+/// `iss`, `aud` == the client id (byte-exact), `exp` (required, with skew), `iat` (required, not in
+/// the future beyond skew), `nonce` (when one is expected), `sub`, then the e-mail claims.
+public struct IDTokenVerifier: Sendable {
+    /// The expected `iss`. Default `https://appleid.apple.com`.
+    public var issuer: String
+    /// Allowed clock difference in seconds for `exp` and `iat`. Default 60.
+    public var clockSkewSeconds: Int64
+
+    public init(issuer: String = VerificationPolicy.appleIssuer, clockSkewSeconds: Int64 = 60) {
+        self.issuer = issuer
+        self.clockSkewSeconds = clockSkewSeconds
+    }
+
+    /// - Parameters:
+    ///   - clientID: the client id the code was exchanged for (the expected `aud`).
+    ///   - nonce: the nonce of the original authorization request, if the app used one.
+    ///   - now: Unix seconds.
+    public func verify(
+        token: String, clientID: String, nonce: String?, now: Int64,
+        checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
+    ) throws(IDTokenError) -> IDTokenClaims {
+        let jws: CompactJWS
+        do {
+            jws = try CompactJWS.parse(token)
+        } catch {
+            throw .malformedToken
+        }
+        guard jws.header["alg"]?.stringValue == "RS256" else { throw .unsupportedAlgorithm }
+        guard let kid = jws.header["kid"]?.stringValue, !kid.isEmpty else { throw .missingKid }
+        switch checkSignature(kid, jws.signingInput, jws.signature) {
+        case .valid: break
+        case .invalid: throw .badSignature
+        case .unknownKey: throw .unknownKid
+        case .keysUnavailable: throw .keysUnavailable
+        }
+        guard jws.header["crit"] == nil else { throw .malformedToken }
+
+        let claims = jws.claims
+        guard let iss = claims["iss"]?.stringValue, iss.utf8.elementsEqual(issuer.utf8) else { throw .wrongIssuer }
+        guard let aud = claims["aud"]?.stringValue, aud.utf8.elementsEqual(clientID.utf8) else { throw .wrongAudience }
+        guard let exp = claims["exp"]?.int64Value else { throw .missingExpiry }
+        guard now <= NotificationVerifier.saturatingAdd(exp, clockSkewSeconds) else { throw .expired }
+        guard let iat = claims["iat"]?.int64Value else { throw .missingIssuedAt }
+        guard iat <= NotificationVerifier.saturatingAdd(now, clockSkewSeconds) else { throw .issuedInFuture }
+        if let nonce {
+            guard let got = claims["nonce"]?.stringValue, got.utf8.elementsEqual(nonce.utf8) else { throw .nonceMismatch }
+        }
+        guard let sub = claims["sub"]?.stringValue, !sub.isEmpty,
+              sub.unicodeScalars.count <= NotificationVerifier.maxSubLength
+        else { throw .missingSub }
+
+        var email: String?
+        if let value = claims["email"], value != .null {
+            guard let s = value.stringValue, s.unicodeScalars.count <= NotificationVerifier.maxEmailLength else {
+                throw .malformedClaims
+            }
+            email = s
+        }
+        return IDTokenClaims(sub: sub, audience: aud, email: email,
+                             isPrivateEmail: try Self.flag(claims["is_private_email"]),
+                             emailVerified: try Self.flag(claims["email_verified"]),
+                             issuedAt: iat, expiresAt: exp)
+    }
+
+    /// Apple sends these flags as `"true"`/`"false"` strings or as booleans.
+    static func flag(_ value: JSONValue?) throws(IDTokenError) -> Bool? {
+        switch value {
+        case nil, .null?: return nil
+        case .bool(let b)?: return b
+        case .string("true")?: return true
+        case .string("false")?: return false
+        default: throw .malformedClaims
+        }
+    }
+}
