@@ -108,6 +108,54 @@ CREATE TABLE IF NOT EXISTS siwa.key_sets (
     fetched_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- App-initiated deletion (README "In-app account deletion"): the refresh token of each user and
+-- client id, from the code exchange (`POST /apple/tokens` on the admin listener). Encrypted by
+-- siwa-notify (AES-256-GCM, the key of SIWA_TOKEN_KEY_FILE named by `key_id`; the user and
+-- client id are the additional data); erased on revocation and on Apple's account-delete.
+-- No dashboard role may read it.
+CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
+    apple_sub   text COLLATE "C" NOT NULL,
+    client_id   text        NOT NULL,
+    key_id      text        NOT NULL,
+    ciphertext  bytea       NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (apple_sub, client_id)
+);
+
+-- Queues the revocation of a user's Apple tokens (then the account is deleted as for Apple's
+-- account-delete), in the caller's transaction: call it in the same transaction as your app's
+-- own delete. `aud` is the client id; NULL: every client id with a stored token for that user
+-- (or one job that will report the missing token). Returns how many jobs it queued. The jobs
+-- are rows of siwa.events with type 'deletion-requested': retried, dead-lettered and replayed
+-- like any event.
+CREATE OR REPLACE FUNCTION siwa.request_deletion(apple_sub text, aud text DEFAULT NULL) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    client_ids text[];
+    queued integer := 0;
+    c text;
+BEGIN
+    IF apple_sub IS NULL OR apple_sub = '' THEN
+        RAISE EXCEPTION 'siwa.request_deletion: apple_sub is required';
+    END IF;
+    IF aud IS NOT NULL THEN
+        client_ids := ARRAY[aud];
+    ELSE
+        SELECT coalesce(array_agg(t.client_id ORDER BY t.client_id), ARRAY['']) INTO client_ids
+        FROM siwa.apple_tokens t WHERE t.apple_sub = request_deletion.apple_sub;
+    END IF;
+    FOREACH c IN ARRAY client_ids LOOP
+        INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims)
+        VALUES ('siwa-deletion-' || gen_random_uuid(), c, request_deletion.apple_sub, 'deletion-requested',
+                clock_timestamp(), jsonb_build_object('source', 'siwa.request_deletion', 'client_id', c));
+        queued := queued + 1;
+    END LOOP;
+    RETURN queued;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.request_deletion(text, text) FROM PUBLIC;
+
 -- Wake the workers: one NOTIFY per inserting statement (deduplicated per transaction).
 CREATE OR REPLACE FUNCTION siwa.notify_new_events() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -193,6 +241,8 @@ GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
 GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.apple_tokens TO siwa_worker;
+GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;

@@ -126,6 +126,11 @@ public final class Application: Sendable {
             conninfo = embedded.conninfo
         }
         try migrate(conninfo)
+        // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
+        let revocation = try config.appleAPI.map { try Revocation.load($0, logger: logger) }
+        if let api = config.appleAPI {
+            logger.info("in-app deletion on", metadata: ["apple_url": "\(api.baseURL)", "team_id": "\(api.teamID)", "key_id": "\(api.keyID)"])
+        }
         let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
 
@@ -144,8 +149,11 @@ public final class Application: Sendable {
         }
 
         // 3. Admin listener (readiness turns 503 as soon as shutdown begins).
-        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics)
-        let adminListener = ListenerService(name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 1),
+        let exchange = revocation.flatMap { r in
+            keys.map { TokenExchange(revocation: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
+        }
+        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
+        let adminListener = ListenerService(name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
                                             handler: admin, prepareToStop: { admin.startDraining() })
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
@@ -174,7 +182,8 @@ public final class Application: Sendable {
             workerOptions.retry.maxAttempts = config.maxAttempts
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
-            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
+            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
+                                revocation: revocation)
             try group.start(worker)
             try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
             try group.start(Retention.service(conninfo: conninfo, days: config.retentionDays,

@@ -42,6 +42,28 @@ struct Replay: ParsableCommand {
     }
 }
 
+struct Revoke: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Queue the revocation of a user's Apple tokens; the worker then deletes the account.",
+        discussion: "Same as `select siwa.request_deletion(sub, aud)`. Without --aud: every client id with a stored token.")
+    @Option(help: "The user's Apple sub.")
+    var sub: String
+    @Option(help: "The client id (one of SIWA_AUDIENCES). Default: every client id with a stored token.")
+    var aud: String?
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(requireAudiences: false)
+        do {
+            let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
+            print("queued \(count) deletion job\(count == 1 ? "" : "s")"
+                  + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
+        } catch {
+            throw CLIError("revoke failed: \(error)")
+        }
+    }
+}
+
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Backlog, oldest pending, dead letters, recent events, key set age.")
@@ -53,7 +75,7 @@ struct Status: ParsableCommand {
         let config = try options.load(requireAudiences: false)
         let report: OutboxAdmin.Report
         do {
-            report = try OutboxAdmin.status(conninfo: try operatorDatabase(config))
+            report = try OutboxAdmin.status(conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil)
         } catch {
             throw CLIError("status failed: \(error)")
         }

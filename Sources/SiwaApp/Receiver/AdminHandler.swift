@@ -11,12 +11,15 @@ public final class AdminHandler: HTTPHandler {
     private let draining = Atomic<Bool>(false)
 
     private let writer: OutboxWriter?
+    private let tokenExchange: TokenExchange?
 
-    public init(pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics) {
+    public init(pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
+                tokenExchange: TokenExchange? = nil) {
         self.pool = pool
         self.keys = keys
         self.writer = writer
         self.metrics = metrics
+        self.tokenExchange = tokenExchange
     }
 
     /// Readiness turns 503 from now on (graceful shutdown).
@@ -25,6 +28,11 @@ public final class AdminHandler: HTTPHandler {
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
+        if head.path == TokenExchange.path {
+            guard head.method == "POST" else { return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "POST")]) }
+            guard tokenExchange != nil else { return .json(404, "{\"error\":\"in_app_deletion_off\"}") }
+            return nil
+        }
         guard head.method == "GET" || head.method == "HEAD" else {
             return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "GET")])
         }
@@ -37,6 +45,12 @@ public final class AdminHandler: HTTPHandler {
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         switch request.head.path {
+        case TokenExchange.path:
+            if let tokenExchange {
+                tokenExchange.handle(body: request.body, responder: responder)
+            } else {
+                responder.respond(.json(404, "{\"error\":\"in_app_deletion_off\"}"))
+            }
         case "/healthz":
             responder.respond(.text(200, "ok\n"))
         case "/readyz":

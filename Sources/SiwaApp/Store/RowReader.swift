@@ -75,6 +75,12 @@ struct RowReader {
         return value
     }
 
+    /// A `bytea` column.
+    func bytes(_ column: String) throws(PostgresError) -> [UInt8] {
+        guard let value = SQLEncoding.bytes(fromBytea: try text(column)) else { throw problem(column, "is not bytea in hex format") }
+        return value
+    }
+
     /// A text column holding the raw value of `T` (an enum of the schema's CHECK constraint).
     func value<T: RawRepresentable>(_ column: String, as type: T.Type) throws(PostgresError) -> T where T.RawValue == String {
         let text = try text(column)

@@ -40,13 +40,14 @@ enum WorkerStatements {
         "SET LOCAL enable_seqscan = DEFAULT; SET LOCAL enable_hashjoin = DEFAULT; SET LOCAL enable_mergejoin = DEFAULT",
         bind: { _ in [] })
 
-    /// Up to `$1` due events, oldest first, locked (`SKIP LOCKED`: workers share one queue).
+    /// Up to `$1` due events from Apple, oldest first, locked (`SKIP LOCKED`: workers share one
+    /// queue). Deletion jobs are claimed apart (`DeletionStatements.claim`).
     static let claim = Statement<Int, ClaimedEvent>(
         "claim_events",
         """
         SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts
         FROM siwa.events
-        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND type <> '\(DeletionStatements.jobType)'
         ORDER BY next_attempt_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED

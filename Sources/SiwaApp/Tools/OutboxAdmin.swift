@@ -20,6 +20,13 @@ public enum OutboxAdmin {
         }
     }
 
+    /// Queues the revocation of a user's Apple tokens and the deletion of the account
+    /// (`siwa.request_deletion`); returns how many jobs were queued.
+    public static func requestDeletion(sub: String, clientID: String?, conninfo: String) throws -> Int {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoke")
+        return try connection.row(DeletionStatements.request, (sub, clientID)) ?? 0
+    }
+
     /// What `status` shows.
     public struct Report: Sendable, Codable, Equatable {
         public struct Count: Sendable, Codable, Equatable {
@@ -44,9 +51,14 @@ public enum OutboxAdmin {
         public var keySetAgeSeconds: Double?
         public var counts: [Count]
         public var recent: [Recent]
+        /// In-app deletion (Apple's REST API) configured in this environment.
+        public var inAppDeletion: Bool?
+        /// Deletion jobs pending or failed (waiting), and dead.
+        public var deletionJobsWaiting: Int?
+        public var deletionJobsDead: Int?
     }
 
-    public static func status(conninfo: String) throws -> Report {
+    public static func status(conninfo: String, inAppDeletion: Bool = false) throws -> Report {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify status")
         let backlog = try c.row(OperatorStatements.backlog)
             ?? OperatorStatements.Backlog(pending: 0, failed: 0, dead: 0, oldestPendingAgeSeconds: 0)
@@ -57,9 +69,11 @@ public enum OutboxAdmin {
         let recent = try c.rows(OperatorStatements.recentEvents).map { r in
             Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
         }
+        let jobs = try c.row(DeletionStatements.jobCounts)
         return Report(pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
                       oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
-                      keySetAgeSeconds: keyAge, counts: counts, recent: recent)
+                      keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
+                      deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
     }
 
     /// The report as a readable table.
@@ -71,6 +85,9 @@ public enum OutboxAdmin {
             ["dead letters", String(r.dead)],
             ["oldest pending", duration(r.oldestPendingAgeSeconds)],
             ["key set age", r.keySetAgeSeconds.map(duration) ?? "none stored"],
+            ["in-app deletion", r.inAppDeletion == true ? "on" : "off (set SIWA_TEAM_ID, SIWA_KEY_ID, SIWA_PRIVATE_KEY_FILE, SIWA_TOKEN_KEY_FILE)"],
+            ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
+            ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
         ])
         out += "\n" + table(["type", "status", "last hour", "last day"],
                             r.counts.map { [$0.type, $0.status, String($0.lastHour), String($0.lastDay)] })

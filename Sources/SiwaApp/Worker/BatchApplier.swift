@@ -36,7 +36,10 @@ enum BatchApplier {
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
-        if !deleted.isEmpty { try c.affected(WorkerStatements.eraseEventEmails, deleted) }
+        if !deleted.isEmpty {
+            try c.affected(WorkerStatements.eraseEventEmails, deleted)
+            try c.affected(DeletionStatements.eraseTokens, deleted)
+        }
         let ids = events.map(\.id)
         try c.affected(WorkerStatements.markDone, zip(ids, decisions).map { ($0, $1.outcome.rawValue) })
         // The shipped hook does nothing: calling it 1000 times costs more than the rest of the

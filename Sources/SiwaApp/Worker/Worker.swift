@@ -26,15 +26,19 @@ public final class Worker: Service {
 
     public let name = "worker"
     private let conninfo: String
-    private let options: Options
-    private let logger: Logger
-    private let metrics: Metrics
+    let options: Options
+    let logger: Logger
+    let metrics: Metrics
+    /// Apple's REST API for deletion jobs; nil: in-app deletion is off (jobs wait).
+    let revocation: Revocation?
     /// Woken by new events and by `stop`.
     public let wakeups = WakeSignal()
     private let finished = StopSignal()
 
-    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
+    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
+                revocation: Revocation? = nil) {
         self.conninfo = conninfo
+        self.revocation = revocation
         self.options = options
         self.logger = logger
         self.metrics = metrics
@@ -68,8 +72,9 @@ public final class Worker: Service {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
                 }
                 let processed = try processBatch(on: work!)
+                let deletions = try processDeletions(on: work!)
                 backoff = 0.2
-                if processed < options.batchSize {
+                if processed < options.batchSize && deletions == 0 {
                     wakeups.wait(timeout: options.pollInterval)
                 }
             } catch {
@@ -86,9 +91,7 @@ public final class Worker: Service {
     @discardableResult
     public func processBatch(on connection: PostgresConnection) throws(PostgresError) -> Int {
         var report = BatchReport()
-        let begin = WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout,
-                                                lockTimeoutSeconds: options.lockTimeout)
-        let count = try connection.transaction(begin: begin) { c throws(PostgresError) in
+        let count = try connection.transaction(begin: beginBatch) { c throws(PostgresError) in
             report = BatchReport()
             let claimed = try c.rows(WorkerStatements.claim, options.batchSize)
             // Accounts are locked in one order by every path (sorted by sub): no deadlocks.
@@ -152,6 +155,11 @@ public final class Worker: Service {
 
         var applied: [(ClaimedEvent, AccountDecision)] = []
         var failed: [Failure] = []
+    }
+
+    /// The statements that open a batch transaction (timeouts, key lookups only).
+    var beginBatch: String {
+        WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout, lockTimeoutSeconds: options.lockTimeout)
     }
 
     /// The slow path: one event under its own savepoint; a failure is recorded for retry.

@@ -1,0 +1,83 @@
+import SiwaCore
+import SiwaPostgres
+
+/// App-initiated deletion: refresh tokens (encrypted by the caller) and deletion jobs
+/// (`siwa.request_deletion` queues them as `siwa.events` rows of type `deletion-requested`).
+enum DeletionStatements {
+    /// The `siwa.events.type` of a deletion job.
+    static let jobType = "deletion-requested"
+
+    struct StoredToken: Sendable, Equatable {
+        var keyID: String
+        var ciphertext: [UInt8]
+    }
+
+    /// Stores (or replaces) the encrypted refresh token of a user and client id.
+    static let saveToken = Statement<(sub: String, clientID: String, token: StoredToken), Void>(
+        "save_token",
+        """
+        INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ($1, $2, $3, $4::bytea)
+        ON CONFLICT (apple_sub, client_id) DO UPDATE
+            SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, updated_at = now()
+        """,
+        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext)] })
+
+    static let loadToken = Statement<(sub: String, clientID: String), StoredToken>(
+        "load_token", "SELECT key_id, ciphertext FROM siwa.apple_tokens WHERE apple_sub = $1 AND client_id = $2",
+        bind: { [$0.sub, $0.clientID] },
+        decode: { row throws(PostgresError) in StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")) })
+
+    /// Erases every stored token of these users (revoked, or deleted at Apple).
+    static let eraseTokens = Statement<[String], Void>(
+        "erase_tokens", "DELETE FROM siwa.apple_tokens WHERE apple_sub = ANY($1::text[])",
+        bind: { [SQLEncoding.array($0)] })
+
+    /// The account of a user who just signed in: created if new; email recorded unless deleted.
+    /// Returns true when it was created.
+    static let signedIn = Statement<(sub: String, email: String?, isPrivateEmail: Bool?), Bool>(
+        "account_signed_in",
+        """
+        INSERT INTO siwa.accounts AS a (apple_sub, email, is_private_email) VALUES ($1, $2, $3::boolean)
+        ON CONFLICT (apple_sub) DO UPDATE
+            SET email = coalesce(excluded.email, a.email),
+                is_private_email = coalesce(excluded.is_private_email, a.is_private_email), updated_at = now()
+            WHERE a.status <> 'deleted'
+        RETURNING (xmax = 0) AS created
+        """,
+        bind: { [$0.sub, $0.email, $0.isPrivateEmail.map(SQLEncoding.bool)] },
+        decode: { row throws(PostgresError) in try row.bool("created") })
+
+    /// `siwa.request_deletion(sub, aud)`: returns how many jobs were queued.
+    static let request = Statement<(sub: String, clientID: String?), Int>(
+        "request_deletion", "SELECT siwa.request_deletion($1, $2) AS queued",
+        bind: { [$0.sub, $0.clientID] },
+        decode: { row throws(PostgresError) in try row.int("queued") })
+
+    /// One due deletion job, locked for the worker's transaction.
+    static let claim = Statement<Void, ClaimedEvent>(
+        "claim_deletion",
+        """
+        SELECT id, aud, sub, \(SQLEncoding.millis("event_time")) AS event_ms, attempts
+        FROM siwa.events
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND type = '\(jobType)'
+        ORDER BY next_attempt_at, id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+        """,
+        decode: { row throws(PostgresError) in
+            ClaimedEvent(id: try row.int64("id"), audience: try row.text("aud"),
+                         event: AppleEvent(type: EventType(rawValue: jobType), sub: try row.text("sub"),
+                                           eventTimeMillis: try row.int64("event_ms")),
+                         attempts: try row.int("attempts"))
+        })
+
+    /// Deletion jobs waiting and dead (for `status`).
+    static let jobCounts = Statement<Void, (waiting: Int, dead: Int)>(
+        "deletion_job_counts",
+        """
+        SELECT count(*) FILTER (WHERE status IN ('pending', 'failed')) AS waiting,
+               count(*) FILTER (WHERE status = 'dead') AS dead
+        FROM siwa.events WHERE type = '\(jobType)' AND status IN ('pending', 'failed', 'dead')
+        """,
+        decode: { row throws(PostgresError) in (try row.int("waiting"), try row.int("dead")) })
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaPostgres
+
+/// Deletion jobs (`siwa.request_deletion`): one per transaction, because each waits on Apple.
+/// The job row stays locked while the worker calls `/auth/revoke`; on success the account is
+/// deleted exactly as for Apple's `account-delete` (sessions revoked, email erased, final), the
+/// tokens are erased and the job is `done`, all in that one transaction. A worker killed during
+/// the call leaves the job pending (its transaction rolls back); the next attempt calls Apple
+/// again, which is harmless: revoking a revoked token succeeds. So the revocation takes effect
+/// exactly once.
+extension Worker {
+    /// Most jobs handled between two event batches (each may wait on Apple up to its timeout).
+    static let deletionsPerRound = 20
+
+    /// Handles due deletion jobs (none while in-app deletion is off); returns how many.
+    func processDeletions(on connection: PostgresConnection) throws(PostgresError) -> Int {
+        guard let revocation else { return 0 }
+        var handled = 0
+        while handled < Self.deletionsPerRound, try processDeletion(on: connection, revocation: revocation) {
+            handled += 1
+        }
+        return handled
+    }
+
+    private enum JobResult {
+        case deleted(AccountDecision)
+        case failed(message: String, permanent: Bool, retryAfter: Int?)
+    }
+
+    /// One job in one transaction; false when none was due.
+    private func processDeletion(on connection: PostgresConnection, revocation: Revocation) throws(PostgresError) -> Bool {
+        var outcome: (job: ClaimedEvent, result: JobResult, attempts: Int, dead: Bool)?
+        try connection.transaction(begin: beginBatch) { c throws(PostgresError) in
+            outcome = nil
+            guard let job = try c.row(DeletionStatements.claim) else { return }
+            let result = try revoke(job, revocation: revocation, on: c)
+            switch result {
+            case .deleted(let decision):
+                outcome = (job, .deleted(decision), job.attempts + 1, false)
+            case .failed(let message, let permanent, let retryAfter):
+                let attempts = job.attempts + 1
+                let dead = permanent || options.retry.isExhausted(attempts: attempts)
+                var delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
+                if let retryAfter { delay = max(delay, Double(retryAfter)) }
+                try c.affected(WorkerStatements.markFailed, .init(id: job.id, status: dead ? .dead : .failed, error: message,
+                                                                   retryInSeconds: delay))
+                outcome = (job, result, attempts, dead)
+            }
+        }
+        guard let outcome else { return false }
+        let type = DeletionStatements.jobType
+        let subHash = SubjectHash.of(outcome.job.event.sub)
+        switch outcome.result {
+        case .deleted(let decision):
+            metrics.event(outcome: "applied", type: type)
+            logger.info("deletion applied: Apple tokens revoked, account deleted", metadata: [
+                "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                "client_id": "\(outcome.job.audience)", "outcome": "\(decision.outcome.rawValue)",
+            ])
+        case .failed(let message, _, _):
+            metrics.event(outcome: outcome.dead ? "dead" : "failed", type: type)
+            logger.warning(outcome.dead ? "deletion dead-lettered" : "deletion failed, will retry", metadata: [
+                "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                "client_id": "\(outcome.job.audience)", "attempts": "\(outcome.attempts)", "error": "\(message)",
+            ])
+        }
+        return true
+    }
+
+    /// Calls Apple with the stored token; on success applies the deletion in `c`'s transaction.
+    private func revoke(_ job: ClaimedEvent, revocation: Revocation, on c: PostgresConnection) throws(PostgresError) -> JobResult {
+        let sub = job.event.sub, clientID = job.audience
+        guard !clientID.isEmpty, let stored = try c.row(DeletionStatements.loadToken, (sub, clientID)) else {
+            return .failed(message: "missing_token: no refresh token is stored for this user and client id "
+                           + "(exchange the authorization code at sign-in: POST /apple/tokens)", permanent: true, retryAfter: nil)
+        }
+        let token: String
+        do {
+            token = try revocation.vault.open(stored, sub: sub, clientID: clientID)
+        } catch {
+            return .failed(message: "\(error)", permanent: true, retryAfter: nil)
+        }
+        switch revocation.client.revoke(refreshToken: token, clientID: clientID) {
+        case .success, .invalidGrant:
+            // invalid_grant: the token is no longer valid at Apple (revoked already): nothing left to revoke.
+            break
+        case .invalidClient:
+            return .failed(message: "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, "
+                           + "SIWA_KEY_ID, the .p8 key and that \(clientID) belongs to the team)", permanent: true, retryAfter: nil)
+        case .rejected(let failure):
+            return .failed(message: "rejected: \(failure)", permanent: true, retryAfter: nil)
+        case .transient(let failure):
+            return .failed(message: "transient: \(failure)", permanent: false, retryAfter: failure.retryAfter)
+        }
+        var deletion = job
+        deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
+        let decision = try BatchApplier.apply([deletion], on: c)[0]
+        try c.affected(DeletionStatements.eraseTokens, [sub])
+        return .deleted(decision)
+    }
+}
