@@ -47,10 +47,13 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
 
+        // Test-only helpers (e.g. HMAC-SHA256 to forge HS256 tokens): never in the product.
+        .target(name: "SiwaTestSupport", dependencies: ["CCrypto"], path: "Tests/SiwaTestSupport"),
+
         .testTarget(name: "SiwaCoreTests", dependencies: ["SiwaCore"]),
-        .testTarget(name: "SiwaCryptoTests", dependencies: ["SiwaCrypto", "SiwaFetch", "SiwaCore"]),
+        .testTarget(name: "SiwaCryptoTests", dependencies: ["SiwaCrypto", "SiwaFetch", "SiwaCore", "SiwaTestSupport"]),
         .testTarget(name: "SiwaIntegrationTests", dependencies: [
-            "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP",
+            "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ],

@@ -35,25 +35,6 @@ public enum SHA256 {
     }
 }
 
-public enum HMACSHA256 {
-    public static func authenticate(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        guard key.count <= Int(Int32.max) else { fatalError("SiwaCrypto: HMAC key too long") }
-        var mac = [UInt8](repeating: 0, count: SHA256.digestLength)
-        var length: UInt32 = 0
-        let result = mac.withUnsafeMutableBufferPointer { out in
-            withNonNullBytes(key) { k, kCount in
-                withNonNullBytes(message) { m, mCount in
-                    HMAC(EVP_sha256(), k, Int32(kCount), m, mCount, out.baseAddress, &length)
-                }
-            }
-        }
-        guard result != nil, Int(length) == SHA256.digestLength else {
-            fatalError("SiwaCrypto: HMAC-SHA256 failed")
-        }
-        return mac
-    }
-}
-
 public enum SecureRandom {
     /// `count` bytes from OpenSSL's CSPRNG. Traps if the CSPRNG fails (there is
     /// no safe fallback) or if `count` is negative.

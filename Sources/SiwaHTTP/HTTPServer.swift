@@ -40,9 +40,6 @@ public final class HTTPServer: Sendable {
         context.startSweeper()
     }
 
-    /// Requests received and not yet completed.
-    public var inFlight: Int { context.inFlight.load(ordering: .relaxed) }
-
     /// Stops accepting new connections, waits up to `grace` seconds for in-flight requests,
     /// then stops the daemon. Safe to call more than once.
     public func shutdown(grace: Double = 10) {
@@ -55,11 +52,8 @@ public final class HTTPServer: Sendable {
         let fd = MHD_quiesce_daemon(current)
         if fd >= 0 { close(fd) }
         defer { context.stopSweeper() }
+        context.waitUntilIdle(timeout: grace)
         var waited = 0.0
-        while context.inFlight.load(ordering: .relaxed) > 0 && waited < grace {
-            usleep(10_000)
-            waited += 0.01
-        }
         // Still waiting for an answer after the grace period: answer 503 (the client retries),
         // then give the polling threads a moment to send it — stopping with a suspended
         // connection would abort the process.
@@ -108,10 +102,31 @@ final class ServerContext: Sendable {
     /// Seconds a client may take to send one whole request, however it trickles it.
     let requestTimeout: Double
     let inFlight = Atomic<Int>(0)
+    /// Signalled when `inFlight` drops to 0 (graceful shutdown waits on it).
+    private let idle = NSCondition()
     let connections = Mutex<[UInt: Tracked]>([:])
     let suspended = SuspendedConnections()
     private let sweeping = Atomic<Bool>(false)
     private let sweeperDone = Mutex<Bool>(true)
+
+    /// A request completed: wakes a shutdown waiting for the last one.
+    func requestCompleted() {
+        if inFlight.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+            idle.lock()
+            idle.broadcast()
+            idle.unlock()
+        }
+    }
+
+    /// Waits until no request is in flight, or `timeout` seconds.
+    func waitUntilIdle(timeout: Double) {
+        let deadline = Date().addingTimeInterval(max(0, timeout))
+        idle.lock()
+        defer { idle.unlock() }
+        while inFlight.load(ordering: .acquiring) > 0 {
+            if !idle.wait(until: deadline) { return }
+        }
+    }
 
     init(handler: any HTTPHandler, maxBody: Int, requestTimeout: Double) {
         self.handler = handler
@@ -262,7 +277,7 @@ private func completedCallback(
     guard let conCls, let existing = conCls.pointee else { return }
     Unmanaged<ConnectionState>.fromOpaque(existing).release()
     conCls.pointee = nil
-    context.inFlight.subtract(1, ordering: .relaxed)
+    context.requestCompleted()
 }
 
 private func connectionCallback(

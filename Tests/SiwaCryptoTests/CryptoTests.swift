@@ -1,6 +1,7 @@
 import CCrypto
 import Foundation
 import SiwaCrypto
+import SiwaTestSupport
 import Synchronization
 import Testing
 

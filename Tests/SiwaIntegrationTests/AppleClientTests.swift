@@ -25,7 +25,7 @@ final class TestClock: Sendable {
         options.timeout = timeout
         let configuration = AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: "/unused.p8",
                                                   tokenKeyFile: "/unused.key", baseURL: baseURL ?? fake.baseURL)
-        let logger = Logger(label: "apple") { JSONLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
+        let logger = Logger(label: "apple") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
         if let clock {
             return AppleClient(configuration: configuration, privateKey: key, options: options, logger: logger,
                                clock: { clock.now })

@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
