@@ -84,6 +84,19 @@ static inline EVP_MD *siwa_EVP_MD_fetch_sha256(void) {
     return EVP_MD_fetch(NULL, "SHA2-256", NULL);
 }
 
+/// A verify context for RS256 on `pkey` (PKCS#1 v1.5 padding, SHA-256 digest): initialised once,
+/// then EVP_PKEY_verify may be called on it repeatedly (one thread at a time).
+static inline EVP_PKEY_CTX *siwa_rs256_verify_ctx(EVP_PKEY *pkey, const EVP_MD *sha256) {
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_from_pkey(NULL, pkey, NULL);
+    if (ctx == NULL) return NULL;
+    if (EVP_PKEY_verify_init(ctx) != 1 || EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PADDING) != 1
+        || EVP_PKEY_CTX_set_signature_md(ctx, sha256) != 1) {
+        EVP_PKEY_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 /// AES-256-GCM fetched from the default provider (caller frees with EVP_CIPHER_free).
 static inline EVP_CIPHER *siwa_EVP_CIPHER_fetch_aes256gcm(void) {
     return EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);

@@ -1,4 +1,5 @@
 internal import CCrypto
+import Synchronization
 
 /// Immutable RSA public key used to verify RS256 (RSASSA-PKCS1-v1_5 + SHA-256)
 /// signatures.
@@ -6,10 +7,12 @@ internal import CCrypto
 /// `@unchecked Sendable`: the only mutable-looking state is the `EVP_PKEY`
 /// pointer, which is created in `init`, never mutated afterwards, and freed in
 /// `deinit`. OpenSSL 3 documents `EVP_PKEY` objects as safe for concurrent
-/// read-only use from multiple threads; every verification creates its own
-/// `EVP_MD_CTX`, so no OpenSSL context is ever shared between threads.
+/// read-only use from multiple threads; a verification takes a context from the key's pool (or
+/// makes one) and returns it, so no OpenSSL context is used by two threads at once.
 public final class RSAPublicKey: @unchecked Sendable {
     private let pkey: OpaquePointer
+    /// Ready RS256 verify contexts for this key, reused across calls (each by one thread at a time).
+    private let contexts = Mutex<[VerifyContext]>([])
     /// Modulus size in bits.
     public let bits: Int
     /// Exact signature length in bytes for this key.
@@ -46,6 +49,7 @@ public final class RSAPublicKey: @unchecked Sendable {
     }
 
     deinit {
+        contexts.withLock { pool in pool.forEach { EVP_PKEY_CTX_free($0.pointer) } }
         EVP_PKEY_free(pkey)
     }
 
@@ -83,14 +87,38 @@ public final class RSAPublicKey: @unchecked Sendable {
     public func verifyRS256(message: [UInt8], signature: [UInt8]) -> Bool {
         defer { ERR_clear_error() }
         guard signature.count == signatureLength else { return false }
-        guard let ctx = EVP_MD_CTX_new() else { return false }
-        defer { EVP_MD_CTX_free(ctx) }
-        guard EVP_DigestVerifyInit(ctx, nil, EVP_sha256(), nil, pkey) == 1 else { return false }
-        let result = withNonNullBytes(signature) { sig, sigCount in
+        // SHA-256 with the algorithm fetched once; the verify context comes from a small pool
+        // (no provider lookup, no allocation per call).
+        var digest = [UInt8](repeating: 0, count: 32)
+        var digestLength: UInt32 = 0
+        let hashed = digest.withUnsafeMutableBufferPointer { out in
             withNonNullBytes(message) { msg, msgCount in
-                EVP_DigestVerify(ctx, sig, sigCount, msg, msgCount)
+                EVP_Digest(msg, msgCount, out.baseAddress, &digestLength, FetchedAlgorithms.shared.sha256, nil)
             }
         }
+        guard hashed == 1, digestLength == 32 else { return false }
+        guard let ctx = contexts.withLock({ $0.popLast()?.pointer }) ?? siwa_rs256_verify_ctx(pkey, FetchedAlgorithms.shared.sha256) else {
+            return false
+        }
+        let result = withNonNullBytes(signature) { sig, sigCount in
+            EVP_PKEY_verify(ctx, sig, sigCount, digest, 32)
+        }
+        let handle = VerifyContext(pointer: ctx)
+        let kept = contexts.withLock { pool -> Bool in
+            guard pool.count < Self.maxPooledContexts else { return false }
+            pool.append(handle)
+            return true
+        }
+        if !kept { EVP_PKEY_CTX_free(ctx) }
         return result == 1
     }
+
+    /// Verify contexts kept per key (one per concurrent verifier is enough).
+    static let maxPooledContexts = 16
+}
+
+/// One `EVP_PKEY_CTX` ready for RS256 verification. `@unchecked Sendable`: it moves between
+/// threads through the pool's lock and is used by one thread at a time.
+struct VerifyContext: @unchecked Sendable {
+    let pointer: OpaquePointer
 }
