@@ -21,7 +21,8 @@ final class TestHarness: Sendable {
     let adminURL: String
 
     init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
-         jwks: String? = nil, keyRefreshInterval: Int = 0, maxAttempts: Int = 12, retryBaseDelay: Double = 1) throws {
+         jwks: String? = nil, keyRefreshInterval: Int = 0, maxAttempts: Int = 12, retryBaseDelay: Double = 1,
+         timeouts: Timeouts = Timeouts()) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
         signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
@@ -41,6 +42,9 @@ final class TestHarness: Sendable {
         config.httpThreads = 4
         config.keyRefreshInterval = keyRefreshInterval
         config.maxAttempts = maxAttempts
+        if let t = timeouts.commit { config.commitTimeout = t }
+        if let t = timeouts.workerStatement { config.workerStatementTimeout = t }
+        if let t = timeouts.workerLock { config.workerLockTimeout = t }
         var options = Application.Options()
         options.worker.retry.baseDelay = retryBaseDelay
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
@@ -51,6 +55,19 @@ final class TestHarness: Sendable {
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
         adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
+    }
+
+    /// The database timeouts of `ServerConfiguration` (seconds); nil keeps the configuration's
+    /// default (commit 5, worker statement 30, worker lock 5).
+    struct Timeouts: Sendable {
+        var commit: Int?
+        var workerStatement: Int?
+        var workerLock: Int?
+        init(commit: Int? = nil, workerStatement: Int? = nil, workerLock: Int? = nil) {
+            self.commit = commit
+            self.workerStatement = workerStatement
+            self.workerLock = workerLock
+        }
     }
 
     func stop() {
