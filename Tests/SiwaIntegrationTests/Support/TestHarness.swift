@@ -27,7 +27,7 @@ final class TestHarness: Sendable {
     /// - Parameter jwksURL: where the keys are fetched from; default the file `jwksPath`.
     init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
          jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
-         retryBaseDelay: Double = 1) throws {
+         retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts()) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
         signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
@@ -48,6 +48,9 @@ final class TestHarness: Sendable {
         config.keyRefreshInterval = keyRefreshInterval
         self.keyRefreshInterval = keyRefreshInterval
         config.maxAttempts = maxAttempts
+        if let t = timeouts.commit { config.commitTimeout = t }
+        if let t = timeouts.workerStatement { config.workerStatementTimeout = t }
+        if let t = timeouts.workerLock { config.workerLockTimeout = t }
         var options = Application.Options()
         options.worker.retry.baseDelay = retryBaseDelay
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
@@ -67,6 +70,19 @@ final class TestHarness: Sendable {
         let until = (lastFetch ?? startedAt).addingTimeInterval(Double(keyRefreshInterval) + 0.05)
         let wait = until.timeIntervalSinceNow
         if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+    }
+
+    /// The database timeouts of `ServerConfiguration` (seconds); nil keeps the configuration's
+    /// default (commit 5, worker statement 30, worker lock 5).
+    struct Timeouts: Sendable {
+        var commit: Int?
+        var workerStatement: Int?
+        var workerLock: Int?
+        init(commit: Int? = nil, workerStatement: Int? = nil, workerLock: Int? = nil) {
+            self.commit = commit
+            self.workerStatement = workerStatement
+            self.workerLock = workerLock
+        }
     }
 
     func stop() {

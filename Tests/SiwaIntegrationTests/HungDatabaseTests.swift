@@ -1,0 +1,95 @@
+import Foundation
+import Logging
+import SiwaApp
+import SiwaPostgres
+import Testing
+
+/// A database that accepts nothing and answers nothing (SIGSTOP on the postmaster and its
+/// backends) is not a database that is down: connections hang instead of failing. The receiver
+/// must still answer every notification within the commit timeout.
+@Suite("Hung database")
+struct HungDatabaseTests {
+    @Test("PostgreSQL hung (SIGSTOP) under load: every request answered within commitTimeout + 1 s (503 + Retry-After during the hang), a 200 within 2 s of SIGCONT, nothing lost or doubled")
+    func hungUnderLoad() throws {
+        let commitTimeout = 2
+        let dir = NSTemporaryDirectory() + "siwa-hung-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let database = try EmbeddedPostgres(dataDirectory: dir, logger: Logger(label: "db") { _ in SwiftLogNoOpLogHandler() })
+        try database.start()
+        defer { database.stop() }
+        let h = try TestHarness(conninfo: database.conninfo, timeouts: .init(commit: commitTimeout))
+        defer { h.stop() }
+        let processes = PostgresProcesses(dataDirectory: database.clusterDirectory + "/data")
+        // Whatever happens below, the cluster is never left stopped (stop and cleanup need it).
+        defer { processes.thaw() }
+        _ = try h.query(RetryAndHookTests.hookLog)
+        #expect(processes.postmaster() != nil)
+
+        let sender = TestHarness.timedSender(h, prefix: "hung")
+        sender.start(clients: 8)
+        // Load is flowing: some answers are in before the hang.
+        #expect(eventually(timeout: 10) { sender.all.contains { $0.status == 200 } })
+        let stoppedCount = processes.freeze()
+        let stopAt = Date()
+        #expect(stoppedCount >= 2, "stopped \(stoppedCount) processes")
+        // Hang for 5 s (the condition under test lasts a fixed time; nothing is asserted by sleeping).
+        Thread.sleep(forTimeInterval: 5)
+        let contAt = Date()
+        processes.thaw()
+        // Load goes on after the resume until a 200 arrives (or 10 s pass), then 1 s more.
+        _ = eventually(timeout: 10) { sender.all.contains { $0.status == 200 && $0.sent > contAt } }
+        Thread.sleep(forTimeInterval: 1)
+        #expect(sender.stop(timeout: 60), "sender threads still blocked 60 s after stop")
+
+        let exchanges = sender.all
+        let limit = Double(commitTimeout) + 1
+        // Every request answered, each within commitTimeout + 1 s of being sent.
+        let unanswered = exchanges.filter { $0.status == nil }
+        #expect(unanswered.isEmpty, "\(unanswered.count) requests got no answer")
+        let slow = exchanges.filter { $0.seconds > limit }
+        #expect(slow.isEmpty, "\(slow.count) answers took longer than \(limit) s; slowest \(slow.map(\.seconds).max() ?? 0) s")
+        // Answers given while the database was hung (sent after the stop, answered before the
+        // resume) are 503 database_unavailable with Retry-After — and there are such answers.
+        let duringHang = exchanges.filter { $0.sent > stopAt.addingTimeInterval(0.05) && $0.answered < contAt }
+        #expect(!duringHang.isEmpty, "no request was answered during the 5 s hang")
+        let wrong = duringHang.filter { $0.status != 503 || $0.code != "database_unavailable" || $0.retryAfter == nil }
+        #expect(wrong.isEmpty, "during the hang: \(Set(wrong.map { "\($0.status.map(String.init) ?? "none") \($0.code ?? "-") retry-after=\($0.retryAfter ?? "none")" }))")
+        // Only statuses the contract allows at all.
+        let statuses = Set(exchanges.compactMap(\.status))
+        #expect(statuses.isSubset(of: [200, 503]), "statuses \(statuses)")
+        // Recovery: a 200 for a request sent after the resume, within 2 s of the resume.
+        let firstOK = exchanges.filter { $0.status == 200 && $0.sent >= contAt }.map(\.answered).min()
+        let recovery = firstOK.map { $0.timeIntervalSince(contAt) } ?? .infinity
+        #expect(recovery <= 2.0, "first 200 after SIGCONT came \(recovery) s after the resume")
+
+        // Nothing lost: every 200 has its row, exactly once. (A 503 may still have committed:
+        // Apple's retry would then be a duplicate; such rows are applied once like any other.)
+        let accepted = exchanges.filter { $0.status == 200 }.map(\.jti)
+        let list = "{" + accepted.sorted().joined(separator: ",") + "}"
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE jti = ANY($1::text[])", [list]) == String(accepted.count))
+        #expect(try h.scalar("SELECT count(*) = count(DISTINCT jti) FROM siwa.events") == "t")
+        // Nothing doubled: once the worker catches up, every event is done and applied once.
+        #expect(try h.waitForWorker(timeout: 30))
+        let events = try h.scalar("SELECT count(*) FROM siwa.events") ?? "?"
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE status = 'done'") == events)
+        #expect(try h.scalar("SELECT count(*) FROM public.hook_log") == events)
+        #expect(try h.scalar("SELECT count(DISTINCT event_id) FROM public.hook_log") == events)
+        #expect(try h.scalar("""
+            SELECT count(*) FROM siwa.events e WHERE jti = ANY($1::text[])
+            AND (SELECT count(*) FROM public.hook_log l WHERE l.event_id = e.id) = 1
+            """, [list]) == String(accepted.count))
+
+        let maxDuringHang = exchanges.filter { $0.answered > stopAt && $0.sent < contAt }.map(\.seconds).max() ?? 0
+        print("hung database: \(exchanges.count) requests, \(duringHang.count) answered during the 5 s hang "
+              + "(\(duringHang.filter { $0.status == 503 }.count) × 503), max answer time around the hang "
+              + "\(String(format: "%.3f", maxDuringHang)) s (limit \(limit) s), first 200 "
+              + "\(String(format: "%.3f", recovery)) s after SIGCONT, \(accepted.count) accepted, \(events) stored")
+    }
+}
+
+extension TestHarness {
+    /// A `TimedSender` aimed at this harness's notification endpoint, signing with its key.
+    static func timedSender(_ h: TestHarness, prefix: String) -> TimedSender {
+        TimedSender(url: h.baseURL + "/apple/notifications", prefix: prefix, signer: h.signer)
+    }
+}
