@@ -8,7 +8,7 @@ import Glibc
 
 /// Idle and slow (slowloris) clients are cut off by the connection timeout (3 s in the harness),
 /// and idle connections do not keep the listener from answering real notifications.
-@Suite("Public listener: connection timeout and idle connections")
+@Suite("Public listener: connection timeout and idle connections", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct ConnectionLimitTests {
     /// The harness's `connectionTimeout`.
     static let timeout = 3.0
