@@ -22,7 +22,6 @@ final class PgBouncer {
 
     let directory: String
     let port: UInt16
-    let process = Process()
 
     /// Starts PgBouncer in `poolMode` (`session` or `transaction`) with `poolSize` server
     /// connections per database/user, forwarding every database name to the PostgreSQL whose
@@ -56,28 +55,26 @@ final class PgBouncer {
             admin_users = postgres
 
             """.write(toFile: directory + "/pgbouncer.ini", atomically: true, encoding: .utf8)
-        let asRoot = geteuid() == 0
-        if asRoot {
+        if geteuid() == 0 {
             for name in ["", "/users.txt", "/pgbouncer.ini"] {
                 try fm.setAttributes([.ownerAccountName: "postgres"], ofItemAtPath: directory + name)
             }
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--", binary, directory + "/pgbouncer.ini"]
-        } else {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = [directory + "/pgbouncer.ini"]
         }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let ready = eventually(timeout: 15) {
+        // Daemonized (-d), like pg_ctl starts PostgreSQL: the launcher exits at once and the
+        // daemon is stopped by `SHUTDOWN` on its admin console (signals are no good: a child
+        // of the test process inherits a mask that blocks SIGTERM). Started with posix_spawn
+        // and waitpid: Foundation's `Process` waits for the daemon too (it inherits the pipe
+        // `Process` watches), so `waitUntilExit` would never return.
+        let command = (geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : [])
+            + [binary, "-d", directory + "/pgbouncer.ini"]
+        let launched = Self.run(command)
+        let ready = launched == 0 && eventually(timeout: 15) {
             (try? PostgresConnection(conninfo: conninfo(dbname: "postgres")).execute("SELECT 1").scalar) == "1"
-                || !process.isRunning
         }
-        guard ready, process.isRunning else {
+        guard ready else {
+            let log = self.log
             stop()
-            throw Failure(description: "pgbouncer did not start: \(log.suffix(800))")
+            throw Failure(description: "pgbouncer did not start (launcher exit \(launched)): \(log.suffix(800))")
         }
     }
 
@@ -88,18 +85,49 @@ final class PgBouncer {
 
     var log: String { (try? String(contentsOfFile: directory + "/pgbouncer.log", encoding: .utf8)) ?? "" }
 
-    /// SIGTERM to pgbouncer itself (its pid file: runuser in between may not pass signals on),
-    /// waits for it, removes the directory.
+    /// The daemon's pid (its pid file), while that process is alive and not a zombie.
+    var pid: pid_t? {
+        guard let text = try? String(contentsOfFile: directory + "/pgbouncer.pid", encoding: .utf8),
+              let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
+              let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              stat.contains("(pgbouncer)"), !stat.contains(") Z ") else { return nil }
+        return pid
+    }
+
+    /// `SHUTDOWN` on the admin console; SIGKILL (which no mask blocks) if it is still there after
+    /// 3 s. Removes the directory.
     func stop() {
-        if let text = try? String(contentsOfFile: directory + "/pgbouncer.pid", encoding: .utf8),
-           let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0 {
-            kill(pid, SIGTERM)
+        if pid != nil {
+            _ = try? PostgresConnection(conninfo: "host=127.0.0.1 port=\(port) user=postgres dbname=pgbouncer")
+                .execute("SHUTDOWN")
+            if !eventually(timeout: 3, { pid == nil }), let pid { kill(pid, SIGKILL) }
         }
-        if process.isRunning && !eventually(timeout: 10, { !process.isRunning }) {
-            kill(process.processIdentifier, SIGKILL)
-        }
-        if process.isRunning { process.waitUntilExit() }
         try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Runs `command` to completion (posix_spawn, waitpid), output discarded; returns the exit
+    /// code, or -1 when it could not run or was killed.
+    static func run(_ command: [String]) -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for fd: Int32 in [0, 1, 2] {
+            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        // Nothing else of the test process goes to the daemon (a pipe that Foundation's
+        // `Process` watches for another child, held by pgbouncer, would hide that child's exit).
+        // (glibc ≥ 2.34 has posix_spawn_file_actions_addclosefrom_np; Swift's Glibc module does not export it.)
+        typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") {
+            _ = unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3)
+        }
+        var argv: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, command[0], &actions, nil, &argv, environ) == 0 else { return -1 }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return (status & 0x7f) == 0 ? (status >> 8) & 0xff : -1
     }
 
     /// `key=value` pairs of a keyword/value conninfo.
