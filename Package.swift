@@ -56,6 +56,11 @@ let package = Package(
             "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // In-process tier: the receiver's decisions and the lifecycle, no sockets, no database.
+        .testTarget(name: "SiwaAppTests", dependencies: [
+            "SiwaApp", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -4,6 +4,7 @@
 -- processes at once. Names and meanings of tables, columns and views are a stable contract.
 
 BEGIN;
+SET LOCAL client_min_messages = warning;  -- quiet about objects that already exist
 SELECT pg_advisory_xact_lock(74657374);  -- one migration at a time
 
 CREATE SCHEMA IF NOT EXISTS siwa;

@@ -15,14 +15,23 @@ public protocol HTTPHandler: Sendable {
 
 /// Answers one request exactly once, from any thread.
 public final class HTTPResponder: Sendable {
-    private let state: ConnectionState
+    private let delivery: @Sendable (HTTPResponse) -> Void
+    private let answered = Atomic<Bool>(false)
 
     init(state: ConnectionState) {
-        self.state = state
+        delivery = { state.deliver($0) }
+    }
+
+    /// A responder that hands its one response to `delivery` instead of a connection: for
+    /// running an `HTTPHandler` in-process (tests, tools) without a listener or sockets.
+    /// `delivery` is called at most once, on the thread that calls `respond`.
+    public init(delivery: @escaping @Sendable (HTTPResponse) -> Void) {
+        self.delivery = delivery
     }
 
     /// Queues `response`; later calls are ignored.
     public func respond(_ response: HTTPResponse) {
-        state.deliver(response)
+        guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        delivery(response)
     }
 }

@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// The real binary: `serve --dev` with its embedded database, and `simulate`.
-@Suite("Command line", .serialized)
+@Suite("Command line", .serialized, .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct CommandLineTests {
     static var binary: String { ServerProcess.binary }
 

@@ -10,7 +10,7 @@ import Glibc
 /// Fault injection against the real binary and a real PostgreSQL: kill -9 at random moments,
 /// several workers on one queue. Exactly-once is measured with a hook that logs every
 /// application of an event in the same transaction (a double application would log twice).
-@Suite("Crash safety and scale-out", .serialized)
+@Suite("Crash safety and scale-out", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct CrashSafetyTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 
@@ -54,18 +54,31 @@ struct CrashSafetyTests {
     func killReceiverUnderLoad() throws {
         let env = try Environment()
         var answered = 0
+        var answeredBeforeKills: [Int] = []
         var unanswered: [(jti: String, token: String)] = []
         let trials = 6
         for trial in 0..<trials {
             let (server, url) = try env.start("serve")
             #expect(server.waitForLog("worker started"), "\(server.log.suffix(500))")
             let sender = LoadSender(url: url, tokens: try Self.tokens(300, prefix: "kill\(trial)"))
-            let pid = server.process.processIdentifier
-            let killer = Thread { Thread.sleep(forTimeInterval: Double.random(in: 0.1...0.6)); kill(pid, SIGKILL) }
-            killer.start()
-            sender.run(threads: 4)
+            let sent = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                sender.run(threads: 4)
+                sent.signal()
+            }
+            // Killed mid-load: once a random number of notifications (of 300) were answered 200,
+            // whatever the machine's speed.
+            let target = Int.random(in: 10...120)
+            let reached = eventually(timeout: 60) { sender.accepted.count >= target }
+            let beforeKill = sender.accepted.count
             server.kill9()
+            sent.wait()
+            answeredBeforeKills.append(beforeKill)
+            #expect(reached, "trial \(trial): \(beforeKill) answered 200 of the \(target) awaited before the kill")
+            #expect(beforeKill > 0, "trial \(trial): nothing was answered 200 before the kill")
+            #expect(!sender.unanswered.isEmpty, "trial \(trial): the load was over before the kill: it interrupted nothing")
             let accepted = sender.accepted
+            #expect(accepted.count >= beforeKill)
             answered += accepted.count
             // Every notification answered 200 is in the outbox.
             let list = "{" + accepted.sorted().joined(separator: ",") + "}"
@@ -90,7 +103,9 @@ struct CrashSafetyTests {
         #expect(try env.count("SELECT count(DISTINCT event_id) FROM public.hook_log") == total)
         #expect(try env.count("SELECT count(*) FROM siwa.events WHERE attempts <> 1") == 0)
         #expect(try env.count("SELECT count(*) FROM siwa.accounts WHERE status = 'consent_revoked'") == total)
-        print("kill -9 receiver: \(trials) trials, \(answered) answered 200 before the kills, \(unanswered.count) resent, lost 0, double-applied 0")
+        #expect(answered > 0)
+        #expect(!unanswered.isEmpty, "no kill interrupted the load")
+        print("kill -9 receiver: \(trials) trials, \(answered) answered 200 before the kills (per kill: \(answeredBeforeKills)), \(unanswered.count) resent, lost 0, double-applied 0")
     }
 
     @Test("worker killed -9 mid-batch, many times: every event applied exactly once, none stuck")
@@ -105,15 +120,28 @@ struct CrashSafetyTests {
             """)
         var kills = 0
         var progress: [Int] = []
-        for _ in 0..<8 {
+        for k in 0..<8 {
+            let before = progress.last ?? 0
             let (worker, _) = try env.start("work")
-            _ = worker.waitForLog("admin listener up", timeout: 20)
-            Thread.sleep(forTimeInterval: Double.random(in: 0.05...0.5))
+            #expect(worker.waitForLog("worker started", timeout: 20), "\(worker.log.suffix(500))")
+            // Killed while applying: once it has moved past a point spread over the backlog
+            // (about k+1 tenths, jittered), whatever the machine's speed.
+            let target = max(before + 1, n * (k + 1) / 10 + Int.random(in: 0..<(n / 20)))
+            let moved = eventually(timeout: 60) {
+                (try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")).map { $0 >= target } ?? false
+            }
             worker.kill9()
             kills += 1
-            progress.append(try env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'"))
-            if try env.count("SELECT count(*) FROM siwa.events WHERE status <> 'done'") == 0 { break }
+            let done = try env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")
+            progress.append(done)
+            // The preconditions of the test: the worker was killed mid-run, with progress made
+            // since the last kill and work left (so batches were in flight).
+            #expect(moved, "kill \(kills): done \(done), awaited \(target)")
+            #expect(done > before, "kill \(kills): no progress since the last kill (\(before) done)")
+            #expect(done < n, "kill \(kills): the worker had finished the backlog before the kill")
+            if done >= n { break }
         }
+        #expect(kills == 8)
         let (worker, _) = try env.start("work")
         defer { worker.terminate() }
         let finished = eventually(timeout: 60) { (try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")) == n }

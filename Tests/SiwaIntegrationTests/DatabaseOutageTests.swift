@@ -5,7 +5,7 @@ import SiwaPostgres
 import Testing
 
 /// A database of its own (embedded PostgreSQL in a temp dir) that the test stops and starts.
-@Suite("Database outage")
+@Suite("Database outage", .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct DatabaseOutageTests {
     @Test("database stopped: 503 + Retry-After; started again: the same notification is accepted and applied once")
     func outageAndRecovery() throws {

@@ -7,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-@Suite("Embedded PostgreSQL")
+@Suite("Embedded PostgreSQL", .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct EmbeddedPostgresTests {
     static let logger = Logger(label: "embedded") { _ in SwiftLogNoOpLogHandler() }
 

@@ -7,7 +7,7 @@ import Testing
 /// A database that accepts nothing and answers nothing (SIGSTOP on the postmaster and its
 /// backends) is not a database that is down: connections hang instead of failing. The receiver
 /// must still answer every notification within the commit timeout.
-@Suite("Hung database")
+@Suite("Hung database", .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct HungDatabaseTests {
     @Test("PostgreSQL hung (SIGSTOP) under load: every request answered within commitTimeout + 1 s (503 + Retry-After during the hang), a 200 within 2 s of SIGCONT, nothing lost or doubled")
     func hungUnderLoad() throws {

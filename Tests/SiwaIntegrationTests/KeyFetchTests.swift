@@ -9,7 +9,7 @@ import Testing
 /// Unknown `kid`s over real HTTP against a loopback JWKS server that rotates and hangs: a genuine
 /// new key is never refused with a 401, fetches are single-flight and rate limited, and known
 /// keys never wait for a fetch.
-@Suite("Key fetches: waiting, single flight, 503 for an unknown kid")
+@Suite("Key fetches: waiting, single flight, 503 for an unknown kid", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct KeyFetchTests {
     /// Runs `body` with a JWKS server publishing the harness key and a harness fetching from it.
     static func withServer(interval: Int, _ body: (TestHarness, JWKSServer) throws -> Void) throws {

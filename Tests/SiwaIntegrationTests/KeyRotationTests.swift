@@ -4,7 +4,7 @@ import SiwaCore
 import SiwaCrypto
 import Testing
 
-@Suite("Key set: rotation and refresh")
+@Suite("Key set: rotation and refresh", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct KeyRotationTests {
     @Test("a kid that appears in the key set after a refresh is accepted")
     func rotatedKeyAccepted() throws {

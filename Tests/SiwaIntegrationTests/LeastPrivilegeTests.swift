@@ -2,7 +2,7 @@ import Foundation
 import SiwaApp
 import Testing
 
-@Suite("Least privilege")
+@Suite("Least privilege", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct LeastPrivilegeTests {
     @Test("receive runs as a member of siwa_receiver and work as a member of siwa_worker")
     func splitRoles() throws {

@@ -3,7 +3,7 @@ import Foundation
 import SiwaCore
 import Testing
 
-@Suite("Observability: metrics, health, logs")
+@Suite("Observability: metrics, health, logs", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct ObservabilityTests {
     struct Sample: Decodable, Equatable {
         var name: String

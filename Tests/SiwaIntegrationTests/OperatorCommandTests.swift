@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// `status`, `replay`, `inspect`, `migrate` and graceful shutdown, through the real binary.
-@Suite("Operator commands and graceful shutdown", .serialized)
+@Suite("Operator commands and graceful shutdown", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct OperatorCommandTests {
     static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> (status: Int32, output: String) {
         let process = Process()

@@ -4,7 +4,7 @@ import SiwaApp
 import SiwaPostgres
 import Testing
 
-@Suite("Database restart under load")
+@Suite("Database restart under load", .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct OutageUnderLoadTests {
     @Test("PostgreSQL restarted under load: 503 during the outage, recovery by itself within 2 s, nothing lost or doubled")
     func restartUnderLoad() throws {

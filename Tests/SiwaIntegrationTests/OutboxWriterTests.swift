@@ -3,7 +3,7 @@ import Foundation
 import SiwaCore
 import Testing
 
-@Suite("Outbox writer: batched commits")
+@Suite("Outbox writer: batched commits", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct OutboxWriterTests {
     @Test("array literals escape quotes and backslashes and keep NULLs")
     func arrayLiteral() {

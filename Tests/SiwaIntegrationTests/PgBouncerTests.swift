@@ -8,7 +8,7 @@ import Testing
 /// gets a possibly different server connection for every transaction: named prepared statements,
 /// session `SET`s and `LISTEN` do not survive between transactions, so the service must use none
 /// of them (or not depend on them) — the worker finds new events by polling.
-@Suite("Behind PgBouncer", .serialized, .enabled(if: PgBouncer.isInstalled, "pgbouncer is not installed (scripts/setup installs it)"))
+@Suite("Behind PgBouncer", .serialized, .enabled(if: PgBouncer.isInstalled, "pgbouncer is not installed (scripts/setup installs it)"), .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct PgBouncerTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 

@@ -6,7 +6,7 @@ import SiwaTestSupport
 import Testing
 
 /// Every row of the contract's HTTP table, over real HTTP on loopback, against a real database.
-@Suite("Public listener: status codes and reason codes")
+@Suite("Public listener: status codes and reason codes", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct ReceiverStatusTests {
     @Test("valid notification: 200 accepted only after the row is committed")
     func acceptedIsCommitted() throws {

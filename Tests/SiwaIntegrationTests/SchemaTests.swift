@@ -3,7 +3,7 @@ import SiwaApp
 import SiwaPostgres
 import Testing
 
-@Suite("Schema and migrations")
+@Suite("Schema and migrations", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct SchemaTests {
     @Test("the binary carries exactly schema.sql")
     func embeddedSchemaMatchesFile() throws {

@@ -8,7 +8,7 @@ import Testing
 
 /// The store against a real PostgreSQL: dedupe keys, erasure, the hook's view of decisions, row
 /// decoding, and plans that stay key lookups on tables bulk-loaded without fresh statistics.
-@Suite("Store: statements against PostgreSQL")
+@Suite("Store: statements against PostgreSQL", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct StoreTests {
     static let quiet = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 

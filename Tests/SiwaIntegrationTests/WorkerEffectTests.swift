@@ -5,7 +5,7 @@ import Testing
 
 /// What each event type does to `siwa.accounts` and `siwa.sessions`, through the whole path:
 /// HTTP → outbox → worker.
-@Suite("Worker: event effects on accounts and sessions")
+@Suite("Worker: event effects on accounts and sessions", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct WorkerEffectTests {
     static let hour: Int64 = 3_600_000
 

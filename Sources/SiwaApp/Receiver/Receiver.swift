@@ -12,7 +12,8 @@ public final class Receiver: HTTPHandler {
     private let gate: RequestGate
     private let verifier: NotificationVerifier
     private let keys: KeyStore
-    private let writer: OutboxWriter
+    private let writer: any OutboxSink
+    private let wallClock: @Sendable () -> Int64
     private let logger: Logger
     private let metrics: Metrics
     private let requestCounter = Atomic<UInt64>(0)
@@ -25,13 +26,17 @@ public final class Receiver: HTTPHandler {
     /// answered 503. Default: the commit timeout.
     public let keyWaitLimit: Double
 
-    public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: OutboxWriter,
+    /// - Parameter now: the wall clock tokens are checked against (`iat`, `exp`), in Unix
+    ///   seconds. Default: the system clock.
+    public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: any OutboxSink,
                 logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5,
-                keyWaitLimit: Double? = nil) {
+                keyWaitLimit: Double? = nil,
+                now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
         self.writer = writer
+        wallClock = now
         self.logger = logger
         self.metrics = metrics
         self.retryAfterSeconds = retryAfterSeconds
@@ -66,7 +71,7 @@ public final class Receiver: HTTPHandler {
         var ticket: KeyStore.Ticket?
         var retryAfter: Int?
         do throws(RejectReason) {
-            notification = try verifier.verify(body: body, now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
+            notification = try verifier.verify(body: body, now: wallClock()) { kid, input, signature in
                 switch keys.check(kid: kid, signingInput: input, signature: signature, arrivedAt: arrivedAt, mayWait: mayWait) {
                 case .checked(let result):
                     return result

@@ -15,7 +15,6 @@ public enum Migrator {
     public static func migrate(conninfo: String, force: Bool = false) throws(PostgresError) {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
         if !force, try connection.row(OperatorStatements.schemaVersion) == .some(versionMarker) { return }
-        try connection.affected(OperatorStatements.quietNotices, ())
         try connection.execute(schemaSQL)
         try connection.execute(OperatorStatements.recordSchemaVersion(versionMarker))
     }

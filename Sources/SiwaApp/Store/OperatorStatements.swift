@@ -95,7 +95,4 @@ enum OperatorStatements {
     static func recordSchemaVersion(_ marker: String) -> String {
         "COMMENT ON SCHEMA siwa IS '" + marker.replacingOccurrences(of: "'", with: "''") + "'"
     }
-
-    /// Keeps `migrate` quiet about objects that already exist.
-    static let quietNotices = Statement<Void, Void>("quiet_notices", "SET client_min_messages = warning", bind: { _ in [] })
 }

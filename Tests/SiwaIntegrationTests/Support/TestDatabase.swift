@@ -11,6 +11,18 @@ enum TestDatabase {
         }
     }
 
+    /// True when `SIWA_TEST_DATABASE_URL` is set: suites that need the shared cluster are
+    /// enabled on it (`.enabled(if: TestDatabase.isAvailable, ...)`) instead of failing.
+    static var isAvailable: Bool {
+        !(ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"] ?? "").isEmpty
+    }
+
+    /// True when the PostgreSQL server binaries (`initdb`, `pg_ctl`) are installed: suites that
+    /// start an embedded cluster of their own need only these.
+    static var hasServerBinaries: Bool {
+        EmbeddedPostgres.findBinaries() != nil
+    }
+
     static func adminURL() throws -> String {
         guard let url = ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"], !url.isEmpty else {
             throw Missing()

@@ -1,0 +1,100 @@
+import Foundation
+import SiwaCore
+import Testing
+
+/// The README's configuration table against the code: the same variables, each with its flag.
+@Suite("Documentation matches the code")
+struct DocumentationTests {
+    /// The repository root (this file is Tests/SiwaAppTests/DocumentationTests.swift).
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    static func read(_ relativePath: String) throws -> String {
+        try String(contentsOf: root.appendingPathComponent(relativePath), encoding: .utf8)
+    }
+
+    /// The variables named in the first column of the table under `## Configuration` (a row may
+    /// name several: "| `SIWA_LOG_LEVEL`, `SIWA_LOG_FORMAT` | ...").
+    static func documentedVariables() throws -> [String] {
+        let readme = try read("README.md")
+        let section = try #require(readme.components(separatedBy: "\n## Configuration\n").dropFirst().first,
+                                   "README.md has no \"## Configuration\" section")
+        let body = section.components(separatedBy: "\n## ").first ?? section
+        var variables: [String] = []
+        for line in body.split(separator: "\n") where line.hasPrefix("|") {
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false)
+            guard cells.count > 2 else { continue }
+            for name in cells[1].split(separator: "`") where name.hasPrefix("SIWA_") {
+                variables.append(String(name))
+            }
+        }
+        return variables
+    }
+
+    /// `SIWA_JWKS_MIN_REFRESH` -> `jwks-min-refresh`.
+    static func flag(for variable: String) -> String {
+        variable.dropFirst("SIWA_".count).lowercased().replacingOccurrences(of: "_", with: "-")
+    }
+
+    @Test("the README's configuration table lists exactly ServerConfiguration.variables, once each")
+    func tableMatchesVariables() throws {
+        let documented = try Self.documentedVariables()
+        #expect(!documented.isEmpty)
+        #expect(documented.count == Set(documented).count, "a variable is listed twice")
+        let code = Set(ServerConfiguration.variables)
+        #expect(code.count == ServerConfiguration.variables.count)
+        let readme = Set(documented)
+        #expect(readme.subtracting(code).sorted() == [], "in the README, not in the code")
+        #expect(code.subtracting(readme).sorted() == [], "in the code, not in the README")
+    }
+
+    @Test("every variable has a command-line flag of the same name in ConfigurationOptions")
+    func everyVariableHasAFlag() throws {
+        let source = try Self.read("Sources/siwa-notify/ConfigurationOptions.swift")
+        var declared: Set<String> = []
+        for piece in source.components(separatedBy: ".customLong(\"").dropFirst() {
+            if let end = piece.firstIndex(of: "\"") { declared.insert(String(piece[..<end])) }
+        }
+        let expected = Set(ServerConfiguration.variables.map(Self.flag(for:)))
+        #expect(expected.subtracting(declared).sorted() == [], "variables without a flag")
+        #expect(declared.subtracting(expected).sorted() == [], "flags without a variable")
+        // Each flag's help names its variable.
+        for variable in ServerConfiguration.variables {
+            let flag = Self.flag(for: variable)
+            guard let declaration = source.components(separatedBy: ".customLong(\"\(flag)\")").dropFirst().first else { continue }
+            let line = declaration.prefix { $0 != "\n" }
+            #expect(line.contains(variable), "the help of --\(flag) does not name \(variable)")
+        }
+    }
+
+    /// The built `siwa-notify` (next to the test bundle, or in .build/debug).
+    static var binary: String? {
+        let candidates = [
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("siwa-notify").path,
+            root.appendingPathComponent(".build/debug/siwa-notify").path,
+        ]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
+    }
+
+    @Test("`siwa-notify serve --help` offers every flag",
+          .enabled(if: DocumentationTests.binary != nil, "needs the built siwa-notify (swift build)"))
+    func helpOffersEveryFlag() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: try #require(Self.binary))
+        process.arguments = ["serve", "--help"]
+        process.environment = ["PATH": "/usr/bin:/bin", "COLUMNS": "200"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let help = String(decoding: data, as: UTF8.self)
+        #expect(process.terminationStatus == 0, "serve --help failed: \(help.prefix(500))")
+        for variable in ServerConfiguration.variables {
+            let flag = "--" + Self.flag(for: variable)
+            #expect(help.contains(flag + " ") || help.contains(flag + "\n"), "serve --help lacks \(flag)")
+        }
+    }
+}
