@@ -27,6 +27,22 @@ enum DeletionStatements {
         bind: { [$0.sub, $0.clientID] },
         decode: { row throws(PostgresError) in StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")) })
 
+    /// The user's stored tokens of the other client ids (the account deletion erases them all, so
+    /// the job revokes them first).
+    static let loadOtherTokens = Statement<(sub: String, clientID: String), (clientID: String, token: StoredToken)>(
+        "load_other_tokens",
+        "SELECT client_id, key_id, ciphertext FROM siwa.apple_tokens WHERE apple_sub = $1 AND client_id <> $2 ORDER BY client_id",
+        bind: { [$0.sub, $0.clientID] },
+        decode: { row throws(PostgresError) in
+            (try row.text("client_id"), StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
+        })
+
+    /// True when the user's account exists and is deleted.
+    static let accountDeleted = Statement<String, Bool>(
+        "account_deleted", "SELECT status = 'deleted' AS deleted FROM siwa.accounts WHERE apple_sub = $1",
+        bind: { [$0] },
+        decode: { row throws(PostgresError) in try row.bool("deleted") })
+
     /// Erases every stored token of these users (revoked, or deleted at Apple).
     static let eraseTokens = Statement<[String], Void>(
         "erase_tokens", "DELETE FROM siwa.apple_tokens WHERE apple_sub = ANY($1::text[])",

@@ -69,13 +69,35 @@ extension Worker {
         return true
     }
 
-    /// Calls Apple with the stored token; on success applies the deletion in `c`'s transaction.
+    /// Calls Apple with the stored token (then with the user's tokens of other client ids, which
+    /// the account deletion erases); on success applies the deletion in `c`'s transaction.
+    /// No token but an account already deleted (a sibling job of `request_deletion(sub)` revoked
+    /// every token, or Apple's account-delete erased them): nothing is left to revoke, the job is
+    /// done (outcome `final_deleted`).
     private func revoke(_ job: ClaimedEvent, revocation: Revocation, on c: PostgresConnection) throws(PostgresError) -> JobResult {
         let sub = job.event.sub, clientID = job.audience
-        guard !clientID.isEmpty, let stored = try c.row(DeletionStatements.loadToken, (sub, clientID)) else {
+        let stored = clientID.isEmpty ? nil : try c.row(DeletionStatements.loadToken, (sub, clientID))
+        if let stored {
+            if let failure = revokeAtApple(stored, sub: sub, clientID: clientID, revocation: revocation) { return failure }
+            for other in try c.rows(DeletionStatements.loadOtherTokens, (sub, clientID)) {
+                if let failure = revokeAtApple(other.token, sub: sub, clientID: other.clientID, revocation: revocation) {
+                    return failure
+                }
+            }
+        } else if try c.row(DeletionStatements.accountDeleted, sub) != true {
             return .failed(message: "missing_token: no refresh token is stored for this user and client id "
                            + "(exchange the authorization code at sign-in: POST /apple/tokens)", permanent: true, retryAfter: nil)
         }
+        var deletion = job
+        deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
+        let decision = try BatchApplier.apply([deletion], on: c)[0]
+        try c.affected(DeletionStatements.eraseTokens, [sub])
+        return .deleted(decision)
+    }
+
+    /// Revokes one stored token at Apple; nil on success (or `invalid_grant`: already revoked).
+    private func revokeAtApple(_ stored: DeletionStatements.StoredToken, sub: String, clientID: String,
+                               revocation: Revocation) -> JobResult? {
         let token: String
         do {
             token = try revocation.vault.open(stored, sub: sub, clientID: clientID)
@@ -85,7 +107,7 @@ extension Worker {
         switch revocation.client.revoke(refreshToken: token, clientID: clientID) {
         case .success, .invalidGrant:
             // invalid_grant: the token is no longer valid at Apple (revoked already): nothing left to revoke.
-            break
+            return nil
         case .invalidClient:
             return .failed(message: "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, "
                            + "SIWA_KEY_ID, the .p8 key and that \(clientID) belongs to the team)", permanent: true, retryAfter: nil)
@@ -94,10 +116,5 @@ extension Worker {
         case .transient(let failure):
             return .failed(message: "transient: \(failure)", permanent: false, retryAfter: failure.retryAfter)
         }
-        var deletion = job
-        deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
-        let decision = try BatchApplier.apply([deletion], on: c)[0]
-        try c.affected(DeletionStatements.eraseTokens, [sub])
-        return .deleted(decision)
     }
 }
