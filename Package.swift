@@ -5,7 +5,7 @@ let package = Package(
     name: "siwa-notify",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "siwa-notify", targets: ["siwa-notify"]),
+        .executable(name: "siwa-notify", targets: ["siwa-notify"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -13,14 +13,18 @@ let package = Package(
     ],
     targets: [
         // C libraries: one system-library target each (module map + shim header).
-        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd",
-                       providers: [.apt(["libmicrohttpd-dev"])]),
-        .systemLibrary(name: "CPostgres", pkgConfig: "libpq",
-                       providers: [.apt(["libpq-dev"])]),
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl",
-                       providers: [.apt(["libcurl4-openssl-dev"])]),
-        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto",
-                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CMicroHTTPD", pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(
+            name: "CPostgres", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(
+            name: "CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(
+            name: "CCrypto", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]),
 
         // Pure core: parsing, verification rules, event rules. No C, no I/O.
         .target(name: "SiwaCore"),
@@ -32,35 +36,44 @@ let package = Package(
         .target(name: "SiwaFetch", dependencies: ["CCurl"]),
 
         // Composition: receiver, worker, key store, outbox, embedded database.
-        .target(name: "SiwaApp", dependencies: [
-            "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch",
-            .product(name: "Logging", package: "swift-log"),
-        ], resources: [
-            // schema.sql (a symlink to the repository root's) compiled into the binary.
-            .embedInCode("Resources/schema.sql"),
-        ]),
+        .target(
+            name: "SiwaApp",
+            dependencies: [
+                "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            resources: [
+                // schema.sql (a symlink to the repository root's) compiled into the binary.
+                .embedInCode("Resources/schema.sql")
+            ]),
 
         // The one executable.
-        .executableTarget(name: "siwa-notify", dependencies: [
-            "SiwaApp",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .executableTarget(
+            name: "siwa-notify",
+            dependencies: [
+                "SiwaApp",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
 
         // Test-only helpers (e.g. HMAC-SHA256 to forge HS256 tokens): never in the product.
         .target(name: "SiwaTestSupport", dependencies: ["CCrypto"], path: "Tests/SiwaTestSupport"),
 
         .testTarget(name: "SiwaCoreTests", dependencies: ["SiwaCore"]),
         .testTarget(name: "SiwaCryptoTests", dependencies: ["SiwaCrypto", "SiwaFetch", "SiwaCore", "SiwaTestSupport"]),
-        .testTarget(name: "SiwaIntegrationTests", dependencies: [
-            "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "SiwaIntegrationTests",
+            dependencies: [
+                "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // In-process tier: the receiver's decisions and the lifecycle, no sockets, no database.
-        .testTarget(name: "SiwaAppTests", dependencies: [
-            "SiwaApp", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "SiwaAppTests",
+            dependencies: [
+                "SiwaApp", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -112,8 +112,9 @@ public final class Application: Sendable {
         let config = configuration
         Fetcher.initialize()
         if config.dev {
-            logger.warning("DEVELOPMENT MODE: trusting the local dev signing key, listening on loopback only. Never use --dev in production.",
-                           metadata: ["listen": "\(config.listen)", "admin_listen": "\(config.adminListen)"])
+            logger.warning(
+                "DEVELOPMENT MODE: trusting the local dev signing key, listening on loopback only. Never use --dev in production.",
+                metadata: ["listen": "\(config.listen)", "admin_listen": "\(config.adminListen)"])
         }
 
         // 1. Database: external, or embedded (a service: stopped last).
@@ -140,9 +141,10 @@ public final class Application: Sendable {
         if roles.contains(.receive) {
             let store = try keyStore(pool: pool)
             keys = store
-            try group.start(PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
-                if store.isRefreshDue { try? store.refresh() }
-            })
+            try group.start(
+                PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
+                    if store.isRefreshDue { try? store.refresh() }
+                })
             let outbox = OutboxWriter(conninfo: conninfo, options: options.writer, logger: logger)
             try group.start(outbox)
             writer = outbox
@@ -153,27 +155,32 @@ public final class Application: Sendable {
             keys.map { TokenExchange(revocation: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
         }
         let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
-        let adminListener = ListenerService(name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
-                                            handler: admin, prepareToStop: { admin.startDraining() })
+        let adminListener = ListenerService(
+            name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
+            handler: admin, prepareToStop: { admin.startDraining() })
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
 
         // 4. Public listener.
         var publicListener: ListenerService?
         if let keys, let writer {
-            let receiver = Receiver(gate: RequestGate(path: config.path, maxBody: config.maxBody),
-                                    verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
-                                    keys: keys, writer: writer, logger: logger, metrics: metrics,
-                                    commitTimeout: Double(config.commitTimeout))
-            let listener = ListenerService(name: "public listener",
-                                           configuration: listenerConfiguration(config.listen, threads: config.httpThreads),
-                                           handler: receiver)
+            let receiver = Receiver(
+                gate: RequestGate(path: config.path, maxBody: config.maxBody),
+                verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
+                keys: keys, writer: writer, logger: logger, metrics: metrics,
+                commitTimeout: Double(config.commitTimeout))
+            let listener = ListenerService(
+                name: "public listener",
+                configuration: listenerConfiguration(config.listen, threads: config.httpThreads),
+                handler: receiver)
             try startListener(listener, in: group)
             publicListener = listener
-            logger.notice("receiving notifications", metadata: [
-                "url": "http://\(config.listen.host):\(listener.port ?? 0)\(config.path)",
-                "audiences": "\(config.audiences.joined(separator: ","))",
-            ])
+            logger.notice(
+                "receiving notifications",
+                metadata: [
+                    "url": "http://\(config.listen.host):\(listener.port ?? 0)\(config.path)",
+                    "audiences": "\(config.audiences.joined(separator: ","))",
+                ])
         }
 
         // 5. Worker, its wake-ups, retention (work role).
@@ -182,12 +189,15 @@ public final class Application: Sendable {
             workerOptions.retry.maxAttempts = config.maxAttempts
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
-            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
-                                revocation: revocation)
+            let worker = Worker(
+                conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
+                revocation: revocation)
             try group.start(worker)
             try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
-            try group.start(Retention.service(conninfo: conninfo, days: config.retentionDays,
-                                              interval: options.retentionInterval, logger: logger))
+            try group.start(
+                Retention.service(
+                    conninfo: conninfo, days: config.retentionDays,
+                    interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
@@ -196,7 +206,7 @@ public final class Application: Sendable {
     private func migrate(_ conninfo: String) throws {
         do {
             try Migrator.migrate(conninfo: conninfo)
-        } catch where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
+        } catch  where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
             // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
             // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
             logger.notice("not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)")
@@ -212,23 +222,26 @@ public final class Application: Sendable {
         if config.dev {
             extra[DevKey.kid] = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory).publicKey()
         }
-        let store = KeyStore(url: config.jwksURL, extraKeys: extra,
-                             minRefreshInterval: Double(config.keyRefreshInterval),
-                             persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
-                             logger: logger, metrics: metrics)
+        let store = KeyStore(
+            url: config.jwksURL, extraKeys: extra,
+            minRefreshInterval: Double(config.keyRefreshInterval),
+            persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
+            logger: logger, metrics: metrics)
         do {
             try store.load()
         } catch {
-            logger.warning("starting without Apple's key set; will fetch on the first notification",
-                           metadata: ["jwks_url": "\(Self.redacted(config.jwksURL))"])
+            logger.warning(
+                "starting without Apple's key set; will fetch on the first notification",
+                metadata: ["jwks_url": "\(Self.redacted(config.jwksURL))"])
         }
         return store
     }
 
     private func listenerConfiguration(_ address: ListenAddress, threads: Int) -> HTTPServerConfiguration {
-        HTTPServerConfiguration(host: address.host == "localhost" ? "127.0.0.1" : address.host, port: address.port,
-                                threads: threads, connectionTimeout: configuration.connectionTimeout,
-                                connectionLimit: configuration.maxConnections, maxBody: configuration.maxBody)
+        HTTPServerConfiguration(
+            host: address.host == "localhost" ? "127.0.0.1" : address.host, port: address.port,
+            threads: threads, connectionTimeout: configuration.connectionTimeout,
+            connectionLimit: configuration.maxConnections, maxBody: configuration.maxBody)
     }
 
     private func startListener(_ listener: ListenerService, in group: ServiceGroup) throws {

@@ -23,8 +23,10 @@ public struct AccountState: Sendable, Equatable {
     /// A never-seen account: active, everything else nil.
     public static let new = AccountState(status: .active)
 
-    public init(status: AccountStatus, email: String? = nil, isPrivateEmail: Bool? = nil, emailForwarding: Bool? = nil,
-                lastEventTime: Int64? = nil, emailEventTime: Int64? = nil, statusEventTime: Int64? = nil) {
+    public init(
+        status: AccountStatus, email: String? = nil, isPrivateEmail: Bool? = nil, emailForwarding: Bool? = nil,
+        lastEventTime: Int64? = nil, emailEventTime: Int64? = nil, statusEventTime: Int64? = nil
+    ) {
         self.status = status
         self.email = email
         self.isPrivateEmail = isPrivateEmail

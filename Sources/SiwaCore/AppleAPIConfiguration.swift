@@ -17,8 +17,10 @@ public struct AppleAPIConfiguration: Sendable, Equatable {
 
     public static let defaultBaseURL = "https://appleid.apple.com"
 
-    public init(teamID: String, keyID: String, privateKeyFile: String, tokenKeyFile: String,
-                baseURL: String = AppleAPIConfiguration.defaultBaseURL) {
+    public init(
+        teamID: String, keyID: String, privateKeyFile: String, tokenKeyFile: String,
+        baseURL: String = AppleAPIConfiguration.defaultBaseURL
+    ) {
         self.teamID = teamID
         self.keyID = keyID
         self.privateKeyFile = privateKeyFile
@@ -41,11 +43,13 @@ public struct AppleAPIConfiguration: Sendable, Equatable {
         if values.allSatisfy({ $0 == nil }) { return nil }
         if let missing = zip(names, values).first(where: { $0.1 == nil }) {
             let set = zip(names, values).filter { $0.1 != nil }.map(\.0).joined(separator: ", ")
-            throw ConfigurationError(variable: missing.0,
-                                     problem: "is required for app-initiated deletion (set with \(set)); set all four or none")
+            throw ConfigurationError(
+                variable: missing.0,
+                problem: "is required for app-initiated deletion (set with \(set)); set all four or none")
         }
-        return AppleAPIConfiguration(teamID: values[0]!, keyID: values[1]!, privateKeyFile: values[2]!,
-                                     tokenKeyFile: values[3]!, baseURL: baseURL)
+        return AppleAPIConfiguration(
+            teamID: values[0]!, keyID: values[1]!, privateKeyFile: values[2]!,
+            tokenKeyFile: values[3]!, baseURL: baseURL)
     }
 
     /// nil if `url` is an acceptable base URL: `https://` to any host, `http://` to loopback only.

@@ -26,8 +26,10 @@ public struct AppleTokenResponse: Sendable, Equatable {
     /// `id_token`: an RS256 JWT about the user; verify with `IDTokenVerifier`.
     public var idToken: String
 
-    public init(accessToken: String? = nil, tokenType: String? = nil, expiresIn: Int64? = nil,
-                refreshToken: String, idToken: String) {
+    public init(
+        accessToken: String? = nil, tokenType: String? = nil, expiresIn: Int64? = nil,
+        refreshToken: String, idToken: String
+    ) {
         self.accessToken = accessToken
         self.tokenType = tokenType
         self.expiresIn = expiresIn
@@ -53,9 +55,10 @@ public struct AppleTokenResponse: Sendable, Equatable {
             guard let n = value.int64Value else { throw .malformedField }
             expiresIn = n
         }
-        return AppleTokenResponse(accessToken: try optionalString("access_token"),
-                                  tokenType: try optionalString("token_type"),
-                                  expiresIn: expiresIn, refreshToken: refreshToken, idToken: idToken)
+        return AppleTokenResponse(
+            accessToken: try optionalString("access_token"),
+            tokenType: try optionalString("token_type"),
+            expiresIn: expiresIn, refreshToken: refreshToken, idToken: idToken)
     }
 }
 

@@ -39,8 +39,10 @@ public struct ClientSecret: Sendable, Equatable {
     /// - Parameters:
     ///   - now: Unix seconds, becomes `iat`.
     ///   - lifetime: seconds until `exp`, 1 ... `maxLifetime`; default `defaultLifetime` (30 days).
-    public init(teamID: String, keyID: String, clientID: String, now: Int64,
-                lifetime: Int64 = ClientSecret.defaultLifetime) throws(ClientSecretError) {
+    public init(
+        teamID: String, keyID: String, clientID: String, now: Int64,
+        lifetime: Int64 = ClientSecret.defaultLifetime
+    ) throws(ClientSecretError) {
         guard !teamID.isEmpty, !keyID.isEmpty, !clientID.isEmpty else { throw .missingIdentifier }
         guard lifetime >= 1, lifetime <= Self.maxLifetime else { throw .invalidLifetime }
         let (exp, overflow) = now.addingReportingOverflow(lifetime)
@@ -59,14 +61,17 @@ public struct ClientSecret: Sendable, Equatable {
 
     /// The claims.
     public var claims: [String: JSONValue] {
-        ["iss": .string(teamID), "iat": .number(Double(issuedAt)), "exp": .number(Double(expiresAt)),
-         "aud": .string(Self.audience), "sub": .string(clientID)]
+        [
+            "iss": .string(teamID), "iat": .number(Double(issuedAt)), "exp": .number(Double(expiresAt)),
+            "aud": .string(Self.audience), "sub": .string(clientID),
+        ]
     }
 
     /// ASCII bytes of `base64url(header) "." base64url(claims)`: what ES256 signs.
     public var signingInput: [UInt8] {
-        Array((Base64URL.encode(Array(JSONValue.object(header).serialized().utf8)) + "."
-               + Base64URL.encode(Array(JSONValue.object(claims).serialized().utf8))).utf8)
+        Array(
+            (Base64URL.encode(Array(JSONValue.object(header).serialized().utf8)) + "."
+                + Base64URL.encode(Array(JSONValue.object(claims).serialized().utf8))).utf8)
     }
 
     /// The compact JWS: `signingInput "." base64url(signature)` (`signature` in the 64-byte JOSE form).
@@ -126,7 +131,7 @@ public struct ClientSecretCache: Sendable {
     /// The cached secret for `clientID` if it may still be used at `now`.
     public func valid(for clientID: String, now: Int64) -> Entry? {
         guard let entry = entries[clientID],
-              !policy.mustRenew(issuedAt: entry.issuedAt, expiresAt: entry.expiresAt, now: now)
+            !policy.mustRenew(issuedAt: entry.issuedAt, expiresAt: entry.expiresAt, now: now)
         else { return nil }
         return entry
     }

@@ -10,8 +10,10 @@ public struct CompactJWS: Sendable {
     /// UTF-8 with no `\u0000`); empty when the value was built in code.
     public var claimsText: String
 
-    public init(header: [String: JSONValue], claims: [String: JSONValue], signingInput: [UInt8], signature: [UInt8],
-                claimsText: String = "") {
+    public init(
+        header: [String: JSONValue], claims: [String: JSONValue], signingInput: [UInt8], signature: [UInt8],
+        claimsText: String = ""
+    ) {
         self.header = header
         self.claims = claims
         self.signingInput = signingInput
@@ -33,13 +35,14 @@ public struct CompactJWS: Sendable {
         let claimsSegment = utf8[(dots[0] + 1)..<dots[1]]
         let signatureSegment = utf8[(dots[1] + 1)...]
         guard !headerSegment.isEmpty, !claimsSegment.isEmpty,
-              let headerBytes = Base64URL.decode(String(decoding: headerSegment, as: UTF8.self)),
-              let claimsBytes = Base64URL.decode(String(decoding: claimsSegment, as: UTF8.self)),
-              let signature = Base64URL.decode(String(decoding: signatureSegment, as: UTF8.self))
+            let headerBytes = Base64URL.decode(String(decoding: headerSegment, as: UTF8.self)),
+            let claimsBytes = Base64URL.decode(String(decoding: claimsSegment, as: UTF8.self)),
+            let signature = Base64URL.decode(String(decoding: signatureSegment, as: UTF8.self))
         else { throw .malformedJWS }
         guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { throw .malformedHeader }
         guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { throw .malformedClaims }
-        return CompactJWS(header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature,
-                          claimsText: String(decoding: claimsBytes, as: UTF8.self))
+        return CompactJWS(
+            header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature,
+            claimsText: String(decoding: claimsBytes, as: UTF8.self))
     }
 }

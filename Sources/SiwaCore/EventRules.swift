@@ -18,8 +18,9 @@ public enum EventRules {
         }
 
         func decision(_ state: AccountState, _ revoke: SessionRevocation, _ reason: String?, _ outcome: ApplyOutcome) -> AccountDecision {
-            AccountDecision(newState: state, accountChanged: current == nil || state != old,
-                            revokeSessions: revoke, revokeReason: reason, outcome: outcome)
+            AccountDecision(
+                newState: state, accountChanged: current == nil || state != old,
+                revokeSessions: revoke, revokeReason: reason, outcome: outcome)
         }
 
         var state = old

@@ -23,8 +23,8 @@ public enum FormURLEncoding {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "*"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "*"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"):
                 out.append(byte)
             case UInt8(ascii: " "):
                 out.append(UInt8(ascii: "+"))
@@ -44,7 +44,7 @@ public enum FormURLEncoding {
         for segment in body.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true) {
             let parts = segment.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
             guard let name = unescape(parts[0]),
-                  let value = parts.count > 1 ? unescape(parts[1]) : ""
+                let value = parts.count > 1 ? unescape(parts[1]) : ""
             else { return nil }
             fields.append((name, value))
         }
@@ -72,7 +72,7 @@ public enum FormURLEncoding {
                 i += 1
             } else if b == UInt8(ascii: "%") {
                 guard i + 2 < bytes.endIndex,
-                      let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2])
+                    let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2])
                 else { return nil }
                 out.append(hi << 4 | lo)
                 i += 3

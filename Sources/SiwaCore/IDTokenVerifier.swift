@@ -50,8 +50,10 @@ public struct IDTokenClaims: Sendable, Equatable {
     /// `exp`, Unix seconds.
     public var expiresAt: Int64
 
-    public init(sub: String, audience: String, email: String? = nil, isPrivateEmail: Bool? = nil,
-                emailVerified: Bool? = nil, issuedAt: Int64, expiresAt: Int64) {
+    public init(
+        sub: String, audience: String, email: String? = nil, isPrivateEmail: Bool? = nil,
+        emailVerified: Bool? = nil, issuedAt: Int64, expiresAt: Int64
+    ) {
         self.sub = sub
         self.audience = audience
         self.email = email
@@ -114,7 +116,7 @@ public struct IDTokenVerifier: Sendable {
             guard let got = claims["nonce"]?.stringValue, got.utf8.elementsEqual(nonce.utf8) else { throw .nonceMismatch }
         }
         guard let sub = claims["sub"]?.stringValue, !sub.isEmpty,
-              sub.unicodeScalars.count <= NotificationVerifier.maxSubLength
+            sub.unicodeScalars.count <= NotificationVerifier.maxSubLength
         else { throw .missingSub }
 
         var email: String?
@@ -124,10 +126,11 @@ public struct IDTokenVerifier: Sendable {
             }
             email = s
         }
-        return IDTokenClaims(sub: sub, audience: aud, email: email,
-                             isPrivateEmail: try Self.flag(claims["is_private_email"]),
-                             emailVerified: try Self.flag(claims["email_verified"]),
-                             issuedAt: iat, expiresAt: exp)
+        return IDTokenClaims(
+            sub: sub, audience: aud, email: email,
+            isPrivateEmail: try Self.flag(claims["is_private_email"]),
+            emailVerified: try Self.flag(claims["email_verified"]),
+            issuedAt: iat, expiresAt: exp)
     }
 
     /// Apple sends these flags as `"true"`/`"false"` strings or as booleans.

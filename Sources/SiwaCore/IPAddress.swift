@@ -54,8 +54,9 @@ enum IPAddress {
         }
         if let dc = doubleColon {
             guard let head = groups(bytes[..<dc], allowIPv4Tail: false),
-                  let tail = groups(bytes[(dc + 2)...], allowIPv4Tail: true),
-                  head.count + tail.count <= 14 else { return nil }
+                let tail = groups(bytes[(dc + 2)...], allowIPv4Tail: true),
+                head.count + tail.count <= 14
+            else { return nil }
             return head + [UInt8](repeating: 0, count: 16 - head.count - tail.count) + tail
         }
         guard let all = groups(bytes[...], allowIPv4Tail: true), all.count == 16 else { return nil }

@@ -58,9 +58,15 @@ private struct Parser {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
         default: throw error("unexpected character")
         }
@@ -82,7 +88,7 @@ private struct Parser {
 
     mutating func parseObject() throws(JSONError) -> JSONValue {
         try enterContainer()
-        index += 1 // '{'
+        index += 1  // '{'
         var members: [String: JSONValue] = [:]
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
@@ -122,7 +128,7 @@ private struct Parser {
 
     mutating func parseArray() throws(JSONError) -> JSONValue {
         try enterContainer()
-        index += 1 // '['
+        index += 1  // '['
         var elements: [JSONValue] = []
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
@@ -151,7 +157,7 @@ private struct Parser {
     // MARK: Strings
 
     mutating func parseString() throws(JSONError) -> String {
-        index += 1 // opening quote
+        index += 1  // opening quote
         scratch.removeAll(keepingCapacity: true)
         while true {
             guard index < bytes.count else { throw error("unterminated string") }
@@ -182,12 +188,20 @@ private struct Parser {
         var secondHigh: UInt8 = 0xBF
         switch lead {
         case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; secondLow = 0xA0
+        case 0xE0:
+            length = 3
+            secondLow = 0xA0
         case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; secondHigh = 0x9F
-        case 0xF0: length = 4; secondLow = 0x90
+        case 0xED:
+            length = 3
+            secondHigh = 0x9F
+        case 0xF0:
+            length = 4
+            secondLow = 0x90
         case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; secondHigh = 0x8F
+        case 0xF4:
+            length = 4
+            secondHigh = 0x8F
         default: throw error("invalid UTF-8")
         }
         guard index + length <= bytes.count else { throw error("invalid UTF-8") }
@@ -204,7 +218,7 @@ private struct Parser {
 
     mutating func parseEscape() throws(JSONError) {
         let start = index
-        index += 1 // backslash
+        index += 1  // backslash
         guard index < bytes.count else { throw error("unterminated string") }
         let c = bytes[index]
         index += 1

@@ -43,7 +43,7 @@ public enum JSONValue: Sendable, Equatable {
         return nil
     }
 
-    static let maxSafeInteger: Double = 9_007_199_254_740_992 // 2^53
+    static let maxSafeInteger: Double = 9_007_199_254_740_992  // 2^53
 
     static func exactInteger(_ d: Double) -> Int64? {
         guard d.isFinite, d.rounded(.towardZero) == d, d.magnitude <= maxSafeInteger else { return nil }
@@ -110,9 +110,11 @@ public enum JSONValue: Sendable, Equatable {
         for byte in s.utf8 {
             switch byte {
             case UInt8(ascii: "\""):
-                out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
+                out.append(UInt8(ascii: "\\"))
+                out.append(UInt8(ascii: "\""))
             case UInt8(ascii: "\\"):
-                out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
+                out.append(UInt8(ascii: "\\"))
+                out.append(UInt8(ascii: "\\"))
             case 0x00:
                 out.append(contentsOf: "\\ufffd".utf8)
             case 0x01..<0x20:

@@ -51,10 +51,11 @@ public enum JWKSLocation {
                 hostPart = authority[...]
             }
             guard !hostPart.isEmpty,
-                  hostPart.allSatisfy({ b in
-                      (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || IPAddress.isDecimal(b)
-                          || b == UInt8(ascii: "-") || b == UInt8(ascii: ".")
-                  }) else { return nil }
+                hostPart.allSatisfy({ b in
+                    (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || IPAddress.isDecimal(b)
+                        || b == UInt8(ascii: "-") || b == UInt8(ascii: ".")
+                })
+            else { return nil }
         }
         if let portPart, !portPart.isEmpty {
             guard IPAddress.parsePort(String(decoding: portPart, as: UTF8.self)) != nil else { return nil }

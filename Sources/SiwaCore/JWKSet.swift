@@ -16,10 +16,10 @@ public enum JWKSet {
         var result: [JWK] = []
         for entry in keys {
             guard let key = entry.objectValue,
-                  key["kty"]?.stringValue == "RSA",
-                  let kid = key["kid"]?.stringValue, !kid.isEmpty,
-                  let nText = key["n"]?.stringValue, let n = Base64URL.decode(nText),
-                  let eText = key["e"]?.stringValue, let e = Base64URL.decode(eText)
+                key["kty"]?.stringValue == "RSA",
+                let kid = key["kid"]?.stringValue, !kid.isEmpty,
+                let nText = key["n"]?.stringValue, let n = Base64URL.decode(nText),
+                let eText = key["e"]?.stringValue, let e = Base64URL.decode(eText)
             else { continue }
             if let alg = key["alg"], alg.stringValue != "RS256" { continue }
             if let use = key["use"], use.stringValue != "sig" { continue }

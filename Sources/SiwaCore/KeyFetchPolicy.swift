@@ -142,7 +142,7 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         let fetch = Fetch(id: lastID, startedAt: now)
         inFlight = fetch
         lastStart = now
-        fetchOwed = false   // this fetch starts after every request answered 503 so far
+        fetchOwed = false  // this fetch starts after every request answered 503 so far
         return fetch
     }
 
@@ -157,7 +157,7 @@ public struct KeyFetchPolicy: Sendable, Equatable {
 
     /// Starts or schedules the owed fetch.
     private mutating func followUp(now: Double) -> Effect {
-        guard fetchOwed, inFlight == nil else { return .none }   // a completing fetch calls again
+        guard fetchOwed, inFlight == nil else { return .none }  // a completing fetch calls again
         if mayStart(now: now) { return .startFetch(start(now: now)) }
         guard let next = nextAllowedStart else { return .none }
         if let at = timerAt, at <= next { return .none }

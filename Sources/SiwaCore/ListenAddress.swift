@@ -15,10 +15,12 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
         let utf8 = Array(text.utf8)
         if utf8.first == UInt8(ascii: "[") {
             guard let close = utf8.firstIndex(of: UInt8(ascii: "]")),
-                  close + 1 < utf8.count, utf8[close + 1] == UInt8(ascii: ":") else { return nil }
+                close + 1 < utf8.count, utf8[close + 1] == UInt8(ascii: ":")
+            else { return nil }
             let host = String(decoding: utf8[1..<close], as: UTF8.self)
             guard IPAddress.parseIPv6(host) != nil,
-                  let port = IPAddress.parsePort(String(decoding: utf8[(close + 2)...], as: UTF8.self)) else { return nil }
+                let port = IPAddress.parsePort(String(decoding: utf8[(close + 2)...], as: UTF8.self))
+            else { return nil }
             return ListenAddress(host: host.lowercased(), port: port)
         }
         guard let colon = utf8.lastIndex(of: UInt8(ascii: ":")) else { return nil }

@@ -145,7 +145,8 @@ public struct NotificationVerifier: Sendable {
 
         // (6) audience
         guard let audience = claims["aud"]?.stringValue,
-              policy.audiences.contains(where: { $0.utf8.elementsEqual(audience.utf8) }) else {
+            policy.audiences.contains(where: { $0.utf8.elementsEqual(audience.utf8) })
+        else {
             let expected = policy.audiences.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
             throw r.fail("audience", .wrongAudience, "aud is \(Self.describe(claims["aud"])), expected one of [\(expected)]")
         }
@@ -161,14 +162,18 @@ public struct NotificationVerifier: Sendable {
                 throw r.fail("expiry", .malformedClaims, "exp is \(Self.describe(exp)), expected an integral number")
             }
             if now > Self.saturatingAdd(value, skew) {
-                throw r.fail("expiry", .expired, "exp \(value) (\(Self.formatUTC(value))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew")
+                throw r.fail(
+                    "expiry", .expired, "exp \(value) (\(Self.formatUTC(value))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew")
             }
             expiresAt = value
             r.pass("expiry", "exp \(value) (\(Self.formatUTC(value)))")
         } else if let iat = claims["iat"]?.int64Value {
             let implied = Self.saturatingAdd(iat, Self.defaultLifetimeSeconds)
             if now > Self.saturatingAdd(implied, skew) {
-                throw r.fail("expiry", .expired, "no exp claim; iat + \(Self.defaultLifetimeSeconds)s = \(implied) (\(Self.formatUTC(implied))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew")
+                throw r.fail(
+                    "expiry", .expired,
+                    "no exp claim; iat + \(Self.defaultLifetimeSeconds)s = \(implied) (\(Self.formatUTC(implied))) is before now \(now) (\(Self.formatUTC(now))) minus \(skew)s skew"
+                )
             }
             r.pass("expiry", "no exp claim; expires at iat + \(Self.defaultLifetimeSeconds)s = \(implied) (\(Self.formatUTC(implied)))")
         } else {
@@ -183,13 +188,17 @@ public struct NotificationVerifier: Sendable {
             throw r.fail("issued-at", .malformedClaims, "iat is \(Self.describe(iat)), expected an integral number")
         }
         if issuedAt > Self.saturatingAdd(now, skew) {
-            throw r.fail("issued-at", .issuedInFuture, "iat \(issuedAt) (\(Self.formatUTC(issuedAt))) is after now \(now) (\(Self.formatUTC(now))) plus \(skew)s skew")
+            throw r.fail(
+                "issued-at", .issuedInFuture,
+                "iat \(issuedAt) (\(Self.formatUTC(issuedAt))) is after now \(now) (\(Self.formatUTC(now))) plus \(skew)s skew")
         }
         r.pass("issued-at", "iat \(issuedAt) (\(Self.formatUTC(issuedAt)))")
 
         // (9) jti
         guard let jti = claims["jti"]?.stringValue, !jti.isEmpty, jti.unicodeScalars.count <= Self.maxJTILength else {
-            throw r.fail("jti", .missingJTI, "jti is \(Self.describe(claims["jti"], limit: 40)), expected a non-empty string of at most \(Self.maxJTILength) characters")
+            throw r.fail(
+                "jti", .missingJTI,
+                "jti is \(Self.describe(claims["jti"], limit: 40)), expected a non-empty string of at most \(Self.maxJTILength) characters")
         }
         r.pass("jti", "jti is \(JSONValue.quoted(jti))")
 
@@ -246,7 +255,8 @@ public struct NotificationVerifier: Sendable {
         guard let type = object["type"]?.stringValue, !type.isEmpty else { throw .missingType }
         guard type.unicodeScalars.count <= maxTypeLength else { throw .malformedEvents }
         guard case .number(let eventTime)? = object["event_time"], eventTime.isFinite,
-              eventTime.rounded(.towardZero) == eventTime else { throw .malformedEvents }
+            eventTime.rounded(.towardZero) == eventTime
+        else { throw .malformedEvents }
         var email: String?
         if let value = object["email"] {
             guard let s = value.stringValue, s.unicodeScalars.count <= maxEmailLength else { throw .malformedEvents }
@@ -263,9 +273,11 @@ public struct NotificationVerifier: Sendable {
         }
         // Exact for |eventTime| <= 2^53; larger magnitudes are out of bounds and never used.
         let millis = JSONValue.exactInteger(eventTime) ?? 0
-        return EventFields(eventTime: eventTime,
-                           event: AppleEvent(type: EventType(rawValue: type), sub: sub, eventTimeMillis: millis,
-                                             email: email, isPrivateEmail: isPrivateEmail))
+        return EventFields(
+            eventTime: eventTime,
+            event: AppleEvent(
+                type: EventType(rawValue: type), sub: sub, eventTimeMillis: millis,
+                email: email, isPrivateEmail: isPrivateEmail))
     }
 
     /// Why an integral `event_time` is out of bounds.
@@ -300,7 +312,8 @@ public struct NotificationVerifier: Sendable {
             var text = "event_time \(value) is before 2019-01-01T00:00:00Z (\(minEventTimeMillis) ms)"
             // Seconds sent where milliseconds belong land in [2019-01-01, iat + 1 h] once multiplied.
             if let millis = JSONValue.exactInteger(eventTime), millis > 0,
-               eventTimeProblem(Double(millis) * 1000, issuedAt: issuedAt) == nil {
+                eventTimeProblem(Double(millis) * 1000, issuedAt: issuedAt) == nil
+            {
                 text += "; it looks like seconds, expected milliseconds"
             }
             return text
@@ -338,9 +351,11 @@ public struct NotificationVerifier: Sendable {
     }
 
     static func describe(_ event: AppleEvent) -> String {
-        var parts = ["type \(JSONValue.quoted(event.type.rawValue))\(event.type.isKnown ? "" : " (unknown, will be ignored)")",
-                     "sub \(JSONValue.quoted(event.sub))",
-                     "event_time \(event.eventTimeMillis) (\(formatUTC(event.eventTimeMillis / 1000)))"]
+        var parts = [
+            "type \(JSONValue.quoted(event.type.rawValue))\(event.type.isKnown ? "" : " (unknown, will be ignored)")",
+            "sub \(JSONValue.quoted(event.sub))",
+            "event_time \(event.eventTimeMillis) (\(formatUTC(event.eventTimeMillis / 1000)))",
+        ]
         if let email = event.email { parts.append("email \(JSONValue.quoted(email))") }
         if let p = event.isPrivateEmail { parts.append("is_private_email \(p)") }
         return parts.joined(separator: ", ")
@@ -352,7 +367,10 @@ public struct NotificationVerifier: Sendable {
         guard seconds > -315_000_000_000, seconds < 253_402_300_800 else { return "out of range" }
         var days = seconds / 86_400
         var rem = seconds % 86_400
-        if rem < 0 { rem += 86_400; days -= 1 }
+        if rem < 0 {
+            rem += 86_400
+            days -= 1
+        }
         // Howard Hinnant's civil_from_days.
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097

@@ -63,10 +63,10 @@ public enum RejectReason: String, Error, Sendable, CaseIterable {
     public var httpStatus: Int {
         switch self {
         case .malformedJSON, .missingPayload, .malformedJWS, .malformedHeader, .malformedClaims,
-             .missingJTI, .malformedEvents, .missingSub, .missingType, .badEventTime:
+            .missingJTI, .malformedEvents, .missingSub, .missingType, .badEventTime:
             return 400
         case .unsupportedAlgorithm, .missingKid, .unknownKid, .badSignature, .wrongIssuer,
-             .wrongAudience, .expired, .issuedInFuture, .missingIAT:
+            .wrongAudience, .expired, .issuedInFuture, .missingIAT:
             return 401
         case .notFound: return 404
         case .methodNotAllowed: return 405

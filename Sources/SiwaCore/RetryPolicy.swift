@@ -18,7 +18,7 @@ public struct RetryPolicy: Sendable, Equatable {
     /// `jitter` is clamped to [0, 1); NaN counts as 0.
     public func delay(afterAttempts attempts: Int, jitter: Double) -> Double {
         let exponent = max(attempts, 1) - 1
-        let factor = Double(sign: .plus, exponent: min(exponent, 2_000), significand: 1) // saturates to +inf
+        let factor = Double(sign: .plus, exponent: min(exponent, 2_000), significand: 1)  // saturates to +inf
         let d = min(maxDelay, baseDelay * factor)
         let j = jitter.isNaN ? 0 : min(max(jitter, 0), 1.0.nextDown)
         return d / 2 + j * d / 2

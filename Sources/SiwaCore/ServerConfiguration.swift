@@ -107,8 +107,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// listen hosts are replaced by 127.0.0.1 (the caller warns).
     /// Errors name the variable (a listen/admin-listen clash is reported as `SIWA_ADMIN_LISTEN`).
     /// `requireAudiences: false` is for processes that never verify tokens (`work`, operator commands).
-    public static func load(environment: [String: String], overrides: [String: String] = [:], dev: Bool = false,
-                            requireAudiences: Bool = true) throws(ConfigurationError) -> ServerConfiguration {
+    public static func load(
+        environment: [String: String], overrides: [String: String] = [:], dev: Bool = false,
+        requireAudiences: Bool = true
+    ) throws(ConfigurationError) -> ServerConfiguration {
         func value(_ name: String) -> String? {
             guard let raw = overrides[name] ?? environment[name] else { return nil }
             let trimmed = trim(raw)
@@ -124,7 +126,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         func address(_ name: String, default def: ListenAddress) throws(ConfigurationError) -> ListenAddress {
             guard let text = value(name) else { return def }
             guard let parsed = ListenAddress.parse(text) else {
-                throw ConfigurationError(variable: name, problem: "must be host:port with an IPv4 address, a bracketed IPv6 address or localhost, and a port 0-65535")
+                throw ConfigurationError(
+                    variable: name, problem: "must be host:port with an IPv4 address, a bracketed IPv6 address or localhost, and a port 0-65535")
             }
             return parsed
         }
@@ -154,7 +157,8 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.listen = try address("SIWA_LISTEN", default: config.listen)
         if let path = value("SIWA_PATH") {
             guard path.hasPrefix("/"), path.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }) else {
-                throw ConfigurationError(variable: "SIWA_PATH", problem: "must start with \"/\" and contain no spaces, control characters, \"?\" or \"#\"")
+                throw ConfigurationError(
+                    variable: "SIWA_PATH", problem: "must start with \"/\" and contain no spaces, control characters, \"?\" or \"#\"")
             }
             config.path = path
         }

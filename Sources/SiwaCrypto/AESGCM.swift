@@ -86,8 +86,8 @@ public enum AESGCM {
     public static func open(sealed: [UInt8], key: [UInt8], aad: [UInt8] = []) throws(AESGCMError) -> [UInt8] {
         guard key.count == keyLength else { throw .invalidKeyLength }
         guard sealed.count >= nonceLength + tagLength,
-              sealed.count <= maxPlaintextLength + nonceLength + tagLength,
-              aad.count <= maxPlaintextLength
+            sealed.count <= maxPlaintextLength + nonceLength + tagLength,
+            aad.count <= maxPlaintextLength
         else { throw .malformedCiphertext }
         defer { ERR_clear_error() }
         guard let ctx = EVP_CIPHER_CTX_new() else { throw .authenticationFailed }
@@ -190,8 +190,10 @@ public struct TokenKey: Sendable, Equatable, CustomStringConvertible {
     public init(fileContents: [UInt8]) throws(TokenKeyError) {
         if fileContents.count == AESGCM.keyLength {
             guard !fileContents.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
-                throw TokenKeyError(.weakKey, "the token key file holds 32 printable characters (a password?); "
-                                    + "use 32 random bytes, e.g. `openssl rand -hex 32`")
+                throw TokenKeyError(
+                    .weakKey,
+                    "the token key file holds 32 printable characters (a password?); "
+                        + "use 32 random bytes, e.g. `openssl rand -hex 32`")
             }
             try self.init(bytes: fileContents)
             return
@@ -207,8 +209,10 @@ public struct TokenKey: Sendable, Equatable, CustomStringConvertible {
             try self.init(bytes: key)
             return
         }
-        throw TokenKeyError(.wrongFormat, "expected 32 raw bytes, 64 hex characters or base64 of 32 bytes "
-                            + "(found \(fileContents.count) bytes); make one with `openssl rand -hex 32`")
+        throw TokenKeyError(
+            .wrongFormat,
+            "expected 32 raw bytes, 64 hex characters or base64 of 32 bytes "
+                + "(found \(fileContents.count) bytes); make one with `openssl rand -hex 32`")
     }
 
     /// Reads and parses a key file (see `init(fileContents:)`).

@@ -140,7 +140,7 @@ public final class ECPrivateKey: @unchecked Sendable {
         defer { EVP_PKEY_CTX_free(ctx) }
         var pkey: OpaquePointer? = nil
         guard EVP_PKEY_keygen_init(ctx) == 1, siwa_EVP_PKEY_CTX_set_group_p256(ctx) == 1,
-              EVP_PKEY_generate(ctx, &pkey) == 1, let pkey
+            EVP_PKEY_generate(ctx, &pkey) == 1, let pkey
         else {
             EVP_PKEY_free(pkey)
             throw ECKeyError(.keyGenerationFailed, "OpenSSL could not generate a P-256 key")
@@ -200,7 +200,7 @@ public final class ECPrivateKey: @unchecked Sendable {
         guard let bio = BIO_new(BIO_s_mem()) else { fatalError("SiwaCrypto: cannot allocate memory BIO") }
         defer { BIO_free(bio) }
         guard PEM_write_bio_PKCS8PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1,
-              let pem = memoryBIOString(bio)
+            let pem = memoryBIOString(bio)
         else { fatalError("SiwaCrypto: cannot encode an EC key as PKCS#8 PEM") }
         return pem
     }
@@ -335,9 +335,9 @@ public enum ECDSASignature {
             guard length >= 1, length < 0x80, index + 2 + length <= der.count else { return nil }
             var value = Array(der[(index + 2)..<(index + 2 + length)])
             index += 2 + length
-            guard value[0] & 0x80 == 0 else { return nil }                    // negative
+            guard value[0] & 0x80 == 0 else { return nil }  // negative
             if value.count > 1, value[0] == 0 {
-                guard value[1] & 0x80 != 0 else { return nil }                // not minimal
+                guard value[1] & 0x80 != 0 else { return nil }  // not minimal
                 value.removeFirst()
             }
             guard value.count <= coordinateLength else { return nil }
@@ -386,8 +386,11 @@ enum Base64Standard {
         var values: [UInt8] = []
         var padding = 0
         for c in text.utf8 {
-            if c == UInt8(ascii: "=") { padding += 1; continue }
-            guard padding == 0 else { return nil }                          // data after padding
+            if c == UInt8(ascii: "=") {
+                padding += 1
+                continue
+            }
+            guard padding == 0 else { return nil }  // data after padding
             switch c {
             case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(c - UInt8(ascii: "A"))
             case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(c - UInt8(ascii: "a") + 26)

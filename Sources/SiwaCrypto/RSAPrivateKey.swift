@@ -18,9 +18,9 @@ public final class RSAPrivateKey: @unchecked Sendable {
     /// Takes ownership of `pkey` (freed on failure).
     private init(taking pkey: OpaquePointer) throws(CryptoError) {
         guard siwa_EVP_PKEY_is_rsa(pkey) == 1,
-              let n = bigEndianParameter(pkey, siwa_EVP_PKEY_get_rsa_n),
-              let e = bigEndianParameter(pkey, siwa_EVP_PKEY_get_rsa_e),
-              !n.isEmpty, !e.isEmpty
+            let n = bigEndianParameter(pkey, siwa_EVP_PKEY_get_rsa_n),
+            let e = bigEndianParameter(pkey, siwa_EVP_PKEY_get_rsa_e),
+            !n.isEmpty, !e.isEmpty
         else {
             EVP_PKEY_free(pkey)
             ERR_clear_error()
@@ -49,9 +49,9 @@ public final class RSAPrivateKey: @unchecked Sendable {
         defer { EVP_PKEY_CTX_free(ctx) }
         var pkey: OpaquePointer? = nil
         guard EVP_PKEY_keygen_init(ctx) == 1,
-              EVP_PKEY_CTX_set_rsa_keygen_bits(ctx, Int32(bits)) == 1,
-              EVP_PKEY_generate(ctx, &pkey) == 1,
-              let pkey
+            EVP_PKEY_CTX_set_rsa_keygen_bits(ctx, Int32(bits)) == 1,
+            EVP_PKEY_generate(ctx, &pkey) == 1,
+            let pkey
         else {
             EVP_PKEY_free(pkey)
             throw CryptoError(code: .keyGenerationFailed)
@@ -86,7 +86,7 @@ public final class RSAPrivateKey: @unchecked Sendable {
         }
         defer { BIO_free(bio) }
         guard PEM_write_bio_PKCS8PrivateKey(bio, pkey, nil, nil, 0, nil, nil) == 1,
-              let pem = memoryBIOString(bio)
+            let pem = memoryBIOString(bio)
         else {
             fatalError("SiwaCrypto: cannot encode private key as PKCS#8 PEM")
         }

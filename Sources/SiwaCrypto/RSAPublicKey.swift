@@ -36,7 +36,7 @@ public final class RSAPublicKey: @unchecked Sendable {
         guard n.last! & 1 == 1 else { throw CryptoError(code: .invalidKey) }
 
         guard let lastE = e.last, e.count <= 8, lastE & 1 == 1,
-              !(e.count == 1 && lastE == 1)
+            !(e.count == 1 && lastE == 1)
         else { throw CryptoError(code: .invalidKey) }
 
         guard let pkey = Self.makeKey(n: Array(n), e: Array(e)) else {
@@ -63,8 +63,8 @@ public final class RSAPublicKey: @unchecked Sendable {
         guard let builder = OSSL_PARAM_BLD_new() else { return nil }
         defer { OSSL_PARAM_BLD_free(builder) }
         guard siwa_OSSL_PARAM_BLD_push_rsa_n(builder, nBN) == 1,
-              siwa_OSSL_PARAM_BLD_push_rsa_e(builder, eBN) == 1,
-              let params = OSSL_PARAM_BLD_to_param(builder)
+            siwa_OSSL_PARAM_BLD_push_rsa_e(builder, eBN) == 1,
+            let params = OSSL_PARAM_BLD_to_param(builder)
         else { return nil }
         defer { OSSL_PARAM_free(params) }
 

@@ -6,10 +6,15 @@ public enum FetchScheme: String, Sendable, CaseIterable {
     /// The scheme of `url` (case-insensitive); nil when it is none of these.
     public init?(url: String) {
         let lower = url.lowercased()
-        if lower.hasPrefix("https://") { self = .https }
-        else if lower.hasPrefix("http://") { self = .http }
-        else if lower.hasPrefix("file://") { self = .file }
-        else { return nil }
+        if lower.hasPrefix("https://") {
+            self = .https
+        } else if lower.hasPrefix("http://") {
+            self = .http
+        } else if lower.hasPrefix("file://") {
+            self = .file
+        } else {
+            return nil
+        }
     }
 }
 

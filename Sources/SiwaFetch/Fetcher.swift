@@ -42,7 +42,7 @@ public enum Fetcher {
             throw FetchError(code: .invalidURL)
         }
         guard let fetchScheme = FetchScheme(rawValue: scheme.lowercased()),
-              request.allowedSchemes.contains(fetchScheme)
+            request.allowedSchemes.contains(fetchScheme)
         else {
             throw FetchError(code: .schemeNotAllowed)
         }
@@ -106,7 +106,8 @@ public enum Fetcher {
             try check(siwa_curl_setopt_off_t(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)))
             // COPYPOSTFIELDS copies (POSTFIELDSIZE_LARGE bytes), so no lifetime
             // constraint on `body`.
-            let rc = body.isEmpty
+            let rc =
+                body.isEmpty
                 ? siwa_curl_setopt_str(curl, CURLOPT_COPYPOSTFIELDS, "")
                 : body.withUnsafeBytes { siwa_curl_setopt_ptr(curl, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
             try check(rc)
@@ -167,7 +168,7 @@ public enum Fetcher {
         return string.utf8.allSatisfy { byte in
             switch byte {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                UInt8(ascii: "0")...UInt8(ascii: "9"):
                 return true
             default:
                 return "!#$%&'*+-.^_`|~".utf8.contains(byte)
@@ -181,9 +182,9 @@ public enum Fetcher {
         // Manual ceiling: `rounded(.up)` would need libm, which a binary
         // without Foundation does not link.
         let ms = seconds * 1000
-        guard ms >= 1 else { return 1 }            // also catches NaN
+        guard ms >= 1 else { return 1 }  // also catches NaN
         guard ms < 86_400_000 else { return 86_400_000 }
-        let whole = Int(ms)                        // truncates; ms is positive
+        let whole = Int(ms)  // truncates; ms is positive
         return Double(whole) < ms ? whole + 1 : whole
     }
 
@@ -204,10 +205,10 @@ public enum Fetcher {
         case CURLE_OPERATION_TIMEDOUT:
             code = .timedOut
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM,
-             CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
-             CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_SSL_SHUTDOWN_FAILED,
-             CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
-             CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED:
+            CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_ENGINE_NOTFOUND,
+            CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED, CURLE_SSL_SHUTDOWN_FAILED,
+            CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR, CURLE_SSL_PINNEDPUBKEYNOTMATCH,
+            CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT, CURLE_USE_SSL_FAILED:
             code = .tlsFailure
         case CURLE_FILE_COULDNT_READ_FILE:
             code = .fileNotFound

@@ -73,8 +73,9 @@ final class SuspendedConnections: Sendable {
     private let stopping = Atomic<Bool>(false)
 
     /// What a request still waiting at shutdown gets (the client retries).
-    static let shutdownResponse = HTTPResponse.json(503, #"{"error":"shutting_down"}"#,
-                                                    headers: [HTTPHeader("Retry-After", "5"), HTTPHeader("Connection", "close")])
+    static let shutdownResponse = HTTPResponse.json(
+        503, #"{"error":"shutting_down"}"#,
+        headers: [HTTPHeader("Retry-After", "5"), HTTPHeader("Connection", "close")])
 
     var isStopping: Bool { stopping.load(ordering: .relaxed) }
 

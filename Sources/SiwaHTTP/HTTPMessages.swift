@@ -40,9 +40,10 @@ public struct HTTPResponse: Sendable, Equatable {
 
     /// A JSON response with `Content-Type: application/json`.
     public static func json(_ status: Int, _ text: String, headers: [HTTPHeader] = []) -> HTTPResponse {
-        HTTPResponse(status: status,
-                     headers: [HTTPHeader("Content-Type", "application/json")] + headers,
-                     body: Array(text.utf8))
+        HTTPResponse(
+            status: status,
+            headers: [HTTPHeader("Content-Type", "application/json")] + headers,
+            body: Array(text.utf8))
     }
 
     /// A plain-text response with `Content-Type: text/plain; charset=utf-8`.

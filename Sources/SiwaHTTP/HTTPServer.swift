@@ -14,8 +14,9 @@ public final class HTTPServer: Sendable {
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPHandler) throws(HTTPServerError) {
         let address = "\(configuration.host):\(configuration.port)"
-        let context = ServerContext(handler: handler, maxBody: configuration.maxBody,
-                                    requestTimeout: Double(max(1, configuration.connectionTimeout)))
+        let context = ServerContext(
+            handler: handler, maxBody: configuration.maxBody,
+            requestTimeout: Double(max(1, configuration.connectionTimeout)))
         let unmanaged = Unmanaged.passUnretained(context).toOpaque()
         var options = siwa_mhd_options(
             host: nil, port: configuration.port,
@@ -26,8 +27,9 @@ public final class HTTPServer: Sendable {
             suspend_resume: 1)
         let started: OpaquePointer? = configuration.host.withCString { host in
             options.host = host
-            return siwa_mhd_start(&options, accessCallback, unmanaged, completedCallback, unmanaged,
-                                  connectionCallback, unmanaged)
+            return siwa_mhd_start(
+                &options, accessCallback, unmanaged, completedCallback, unmanaged,
+                connectionCallback, unmanaged)
         }
         guard let started else {
             let numeric = configuration.host.contains(":") || configuration.host.split(separator: ".").count == 4
@@ -182,8 +184,9 @@ final class ServerContext: Sendable {
 
 private func queue(_ response: HTTPResponse, on connection: OpaquePointer) -> MHD_Result {
     let mhdResponse: OpaquePointer? = response.body.withUnsafeBytes { raw in
-        MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
-                                        .RESPMEM_MUST_COPY)
+        MHD_create_response_from_buffer(
+            raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
+            .RESPMEM_MUST_COPY)
     }
     guard let mhdResponse else { return .NO }
     for header in response.headers {
@@ -210,10 +213,11 @@ private func accessCallback(
     // First call: headers only.
     guard let existing = conCls.pointee else {
         let contentLength: Int? = header(connection, "Content-Length").map { Int($0.trimmingSpaces) ?? -1 }
-        let head = HTTPRequestHead(method: method.map { String(cString: $0) } ?? "",
-                                   path: url.map { String(cString: $0) } ?? "/",
-                                   contentType: header(connection, "Content-Type"),
-                                   contentLength: contentLength)
+        let head = HTTPRequestHead(
+            method: method.map { String(cString: $0) } ?? "",
+            path: url.map { String(cString: $0) } ?? "/",
+            contentType: header(connection, "Content-Type"),
+            contentLength: contentLength)
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         context.inFlight.add(1, ordering: .relaxed)

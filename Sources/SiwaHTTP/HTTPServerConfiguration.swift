@@ -15,9 +15,11 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     /// Largest request body kept; larger bodies are answered by `HTTPHandler.bodyTooLarge`. Default 64 KiB.
     public var maxBody: Int
 
-    public init(host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,
-                connectionTimeout: Int = 10, connectionLimit: Int = 1024,
-                connectionMemoryLimit: Int = 32 * 1024, maxBody: Int = 64 * 1024) {
+    public init(
+        host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,
+        connectionTimeout: Int = 10, connectionLimit: Int = 1024,
+        connectionMemoryLimit: Int = 32 * 1024, maxBody: Int = 64 * 1024
+    ) {
         self.host = host
         self.port = port
         self.threads = threads

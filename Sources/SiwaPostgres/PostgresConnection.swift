@@ -1,4 +1,5 @@
 import CPostgres
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,8 +12,10 @@ public final class PostgresConnection {
     private let setup: ((PostgresConnection) throws(PostgresError) -> Void)?
 
     /// Opens a connection; `setup` runs once it is up (e.g. LISTEN).
-    public init(conninfo: String, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
-                setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil) throws(PostgresError) {
+    public init(
+        conninfo: String, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
+        setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil
+    ) throws(PostgresError) {
         self.conninfo = conninfo
         self.setup = setup
         self.conn = siwa_pq_connect(conninfo, String(connectTimeout), applicationName)
@@ -112,8 +115,9 @@ public final class PostgresConnection {
     private func consume(_ result: OpaquePointer?) throws(PostgresError) -> PostgresResult {
         guard let conn else { throw PostgresError(code: .connectionLost) }
         guard let result else {
-            throw PostgresError(code: PQstatus(conn) == CONNECTION_OK ? .queryFailed : .connectionLost,
-                                serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
+            throw PostgresError(
+                code: PQstatus(conn) == CONNECTION_OK ? .queryFailed : .connectionLost,
+                serverMessage: firstLine(String(cString: PQerrorMessage(conn))))
         }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
@@ -121,7 +125,8 @@ public final class PostgresConnection {
             break
         default:
             let state = PQresultErrorField(result, SIWA_PG_DIAG_SQLSTATE).map { String(cString: $0) }
-            let primary = PQresultErrorField(result, SIWA_PG_DIAG_MESSAGE_PRIMARY).map { String(cString: $0) }
+            let primary =
+                PQresultErrorField(result, SIWA_PG_DIAG_MESSAGE_PRIMARY).map { String(cString: $0) }
                 ?? firstLine(String(cString: PQerrorMessage(conn)))
             let lost = PQstatus(conn) != CONNECTION_OK
             throw PostgresError(code: lost ? .connectionLost : .queryFailed, sqlState: state, serverMessage: primary)

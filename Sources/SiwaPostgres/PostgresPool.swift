@@ -16,8 +16,10 @@ public final class PostgresPool: @unchecked Sendable {
     private var open = 0
     private var closed = false
 
-    public init(conninfo: String, size: Int, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
-                setup: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Void = { _ throws(PostgresError) in }) {
+    public init(
+        conninfo: String, size: Int, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
+        setup: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Void = { _ throws(PostgresError) in }
+    ) {
         self.conninfo = conninfo
         self.size = max(1, size)
         self.connectTimeout = connectTimeout
@@ -81,8 +83,9 @@ public final class PostgresPool: @unchecked Sendable {
                 open += 1
                 condition.unlock()
                 do {
-                    return try PostgresConnection(conninfo: conninfo, connectTimeout: connectTimeout,
-                                                  applicationName: applicationName, setup: setup)
+                    return try PostgresConnection(
+                        conninfo: conninfo, connectTimeout: connectTimeout,
+                        applicationName: applicationName, setup: setup)
                 } catch {
                     condition.lock()
                     open -= 1

@@ -90,8 +90,9 @@ struct ConfigurationOptions: ParsableArguments {
     /// Loads the configuration; a bad value stops the program with one line naming the variable.
     func load(dev: Bool = false, requireAudiences: Bool = true) throws -> ServerConfiguration {
         do {
-            return try ServerConfiguration.load(environment: ProcessInfo.processInfo.environment,
-                                                overrides: overrides, dev: dev, requireAudiences: requireAudiences)
+            return try ServerConfiguration.load(
+                environment: ProcessInfo.processInfo.environment,
+                overrides: overrides, dev: dev, requireAudiences: requireAudiences)
         } catch {
             throw CLIError("configuration: \(error)")
         }

@@ -34,8 +34,10 @@ struct DevAppleCommand: ParsableCommand {
 
     func run() throws {
         let environment = ProcessInfo.processInfo.environment
-        let dataDirectory = URL(fileURLWithPath: options.dataDir ?? environment["SIWA_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
-                                ?? "./.siwa").standardizedFileURL.path
+        let dataDirectory = URL(
+            fileURLWithPath: options.dataDir ?? environment["SIWA_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+                ?? "./.siwa"
+        ).standardizedFileURL.path
         let teamID = options.teamID ?? environment["SIWA_TEAM_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? Self.devTeamID
         let keyID = options.keyID ?? environment["SIWA_KEY_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? Self.devKeyID
         let privateKeyFile = dataDirectory + "/dev-apple-key.p8"
@@ -52,14 +54,16 @@ struct DevAppleCommand: ParsableCommand {
         }
 
         let fixedSub = sub, fixedEmail = email, fixedNonce = nonce
-        var configuration = DevApple.Configuration(teamID: teamID, keyID: keyID, secretKey: teamKey.publicKey, clientIDs: nil,
-                                                   signer: NotificationSigner(key: idTokenKey, kid: DevKey.kid))
+        var configuration = DevApple.Configuration(
+            teamID: teamID, keyID: keyID, secretKey: teamKey.publicKey, clientIDs: nil,
+            signer: NotificationSigner(key: idTokenKey, kid: DevKey.kid))
         configuration.port = port
         configuration.unknownCode = { code in
             let user = fixedSub ?? DevApple.devSub(forCode: code)
             let hash = String(SubjectHash.of(user).prefix(12))
-            return DevApple.User(sub: user, email: fixedEmail ?? "\(hash)@privaterelay.appleid.com",
-                                 isPrivateEmail: fixedEmail == nil, emailVerified: true, nonce: fixedNonce)
+            return DevApple.User(
+                sub: user, email: fixedEmail ?? "\(hash)@privaterelay.appleid.com",
+                isPrivateEmail: fixedEmail == nil, emailVerified: true, nonce: fixedNonce)
         }
         configuration.onCall = { call in Self.say(Self.describe(call)) }
         let server: DevApple
@@ -69,7 +73,8 @@ struct DevAppleCommand: ParsableCommand {
             throw CLIError("dev-apple: cannot listen on 127.0.0.1:\(port): \(error)")
         }
 
-        Self.say("""
+        Self.say(
+            """
             dev-apple: a fake of Apple's REST API on \(server.baseURL) (loopback only, development only).
             Run `siwa-notify serve --dev` with the same SIWA_DATA_DIR and this environment:
 

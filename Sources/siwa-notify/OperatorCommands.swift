@@ -9,8 +9,9 @@ import SiwaFetch
 /// SIWA_DATA_DIR (which must be running, e.g. under `serve`).
 func operatorDatabase(_ config: ServerConfiguration) throws -> String {
     if let url = config.databaseURL { return url }
-    let embedded = try EmbeddedPostgres(dataDirectory: config.dataDirectory,
-                                        logger: .init(label: "cli") { _ in SwiftLogNoOpLogHandler() })
+    let embedded = try EmbeddedPostgres(
+        dataDirectory: config.dataDirectory,
+        logger: .init(label: "cli") { _ in SwiftLogNoOpLogHandler() })
     return embedded.conninfo
 }
 
@@ -56,8 +57,9 @@ struct Revoke: ParsableCommand {
         let config = try options.load(requireAudiences: false)
         do {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
-            print("queued \(count) deletion job\(count == 1 ? "" : "s")"
-                  + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
+            print(
+                "queued \(count) deletion job\(count == 1 ? "" : "s")"
+                    + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
         } catch {
             throw CLIError("revoke failed: \(error)")
         }

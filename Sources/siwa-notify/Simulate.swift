@@ -27,8 +27,9 @@ struct Simulate: ParsableCommand {
         let key = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory)
         let signer = NotificationSigner(key: key, kid: DevKey.kid)
         let audience = config.audiences.first ?? ServerConfiguration.devAudience
-        let claims = NotificationSigner.claims(audience: audience, type: type, sub: sub, eventTimeMillis: eventTime,
-                                               email: email, isPrivateEmail: email == nil && !isPrivate ? nil : isPrivate)
+        let claims = NotificationSigner.claims(
+            audience: audience, type: type, sub: sub, eventTimeMillis: eventTime,
+            email: email, isPrivateEmail: email == nil && !isPrivate ? nil : isPrivate)
         let token = try signer.sign(claims: claims)
         let host = config.listen.host == "0.0.0.0" ? "127.0.0.1" : (config.listen.host.contains(":") ? "[\(config.listen.host)]" : config.listen.host)
         let target = url ?? "http://\(host):\(config.listen.port)\(config.path)"

@@ -6,7 +6,10 @@ struct SiwaNotify: ParsableCommand {
         commandName: "siwa-notify",
         abstract: "Receives Sign in with Apple server-to-server notifications: verified, durable, applied exactly once.",
         discussion: "Configuration comes from SIWA_* environment variables; a flag of the same name overrides one.",
-        subcommands: [Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, Revoke.self, DevAppleCommand.self],
+        subcommands: [
+            Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, Revoke.self,
+            DevAppleCommand.self,
+        ],
         defaultSubcommand: Serve.self
     )
 }

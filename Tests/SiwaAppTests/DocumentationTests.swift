@@ -17,8 +17,9 @@ struct DocumentationTests {
     /// name several: "| `SIWA_LOG_LEVEL`, `SIWA_LOG_FORMAT` | ...").
     static func documentedVariables() throws -> [String] {
         let readme = try read("README.md")
-        let section = try #require(readme.components(separatedBy: "\n## Configuration\n").dropFirst().first,
-                                   "README.md has no \"## Configuration\" section")
+        let section = try #require(
+            readme.components(separatedBy: "\n## Configuration\n").dropFirst().first,
+            "README.md has no \"## Configuration\" section")
         let body = section.components(separatedBy: "\n## ").first ?? section
         var variables: [String] = []
         for line in body.split(separator: "\n") where line.hasPrefix("|") {
@@ -76,8 +77,9 @@ struct DocumentationTests {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    @Test("`siwa-notify serve --help` offers every flag",
-          .enabled(if: DocumentationTests.binary != nil, "needs the built siwa-notify (swift build)"))
+    @Test(
+        "`siwa-notify serve --help` offers every flag",
+        .enabled(if: DocumentationTests.binary != nil, "needs the built siwa-notify (swift build)"))
     func helpOffersEveryFlag() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: try #require(Self.binary))

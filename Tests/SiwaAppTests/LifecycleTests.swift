@@ -1,8 +1,9 @@
 import Foundation
 import Logging
-@testable import SiwaApp
 import Synchronization
 import Testing
+
+@testable import SiwaApp
 
 /// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `StopSignal` in-process: order, the shared
 /// shutdown budget, a failed start, and that stopping never waits for an interval.
@@ -23,18 +24,24 @@ struct LifecycleTests {
 
     struct StartFailed: Error {}
 
-    static func service(_ name: String, _ journal: Journal, failStart: Bool = false,
-                        stopTakes seconds: Double = 0) -> ClosureService {
-        ClosureService(name, start: {
-            journal.record("start \(name)")
-            if failStart { throw StartFailed() }
-        }, prepareToStop: {
-            journal.record("prepare \(name)")
-        }, stop: { deadline in
-            journal.record("stop \(name)")
-            journal.record(deadline: deadline)
-            if seconds > 0 { Thread.sleep(forTimeInterval: seconds) }
-        })
+    static func service(
+        _ name: String, _ journal: Journal, failStart: Bool = false,
+        stopTakes seconds: Double = 0
+    ) -> ClosureService {
+        ClosureService(
+            name,
+            start: {
+                journal.record("start \(name)")
+                if failStart { throw StartFailed() }
+            },
+            prepareToStop: {
+                journal.record("prepare \(name)")
+            },
+            stop: { deadline in
+                journal.record("stop \(name)")
+                journal.record(deadline: deadline)
+                if seconds > 0 { Thread.sleep(forTimeInterval: seconds) }
+            })
     }
 
     @Test("services start in order; all are told first, then stopped last started first")
@@ -44,13 +51,14 @@ struct LifecycleTests {
         for name in ["database", "writer", "listener"] { try group.start(Self.service(name, journal)) }
         #expect(group.started == ["database", "writer", "listener"])
         group.stop(budget: 10)
-        #expect(journal.all == [
-            "start database", "start writer", "start listener",
-            "prepare database", "prepare writer", "prepare listener",
-            "stop listener", "stop writer", "stop database",
-        ])
+        #expect(
+            journal.all == [
+                "start database", "start writer", "start listener",
+                "prepare database", "prepare writer", "prepare listener",
+                "stop listener", "stop writer", "stop database",
+            ])
         #expect(group.started.isEmpty)
-        group.stop(budget: 10)   // a second stop has nothing left to stop
+        group.stop(budget: 10)  // a second stop has nothing left to stop
         #expect(journal.all.count == 9)
     }
 
@@ -59,10 +67,13 @@ struct LifecycleTests {
         let journal = Journal()
         let group = ServiceGroup(logger: Self.logger)
         let remaining = Mutex<[Double]>([])
-        try group.start(ClosureService("first", start: {}, stop: { deadline in
-            journal.record(deadline: deadline)
-            remaining.withLock { $0.append(deadline.remaining) }
-        }))
+        try group.start(
+            ClosureService(
+                "first", start: {},
+                stop: { deadline in
+                    journal.record(deadline: deadline)
+                    remaining.withLock { $0.append(deadline.remaining) }
+                }))
         try group.start(Self.service("slow", journal, stopTakes: 0.2))
         try group.start(Self.service("last", journal))
         group.stop(budget: 30)
@@ -84,11 +95,12 @@ struct LifecycleTests {
         #expect(throws: StartFailed.self) { try group.start(Self.service("listener", journal, failStart: true)) }
         #expect(group.started == ["database", "writer"])
         group.stop(budget: 10)
-        #expect(journal.all == [
-            "start database", "start writer", "start listener",
-            "prepare database", "prepare writer",
-            "stop writer", "stop database",
-        ])
+        #expect(
+            journal.all == [
+                "start database", "start writer", "start listener",
+                "prepare database", "prepare writer",
+                "stop writer", "stop database",
+            ])
     }
 
     @Test("stopping wakes a PeriodicTask waiting out a long interval at once; its body never ran")
@@ -136,7 +148,7 @@ struct LifecycleTests {
         waiter.start()
         #expect(signal.wait(30))
         #expect(signal.isStopped)
-        #expect(signal.wait(30))   // stays stopped
+        #expect(signal.wait(30))  // stays stopped
         signal.stop()
         #expect(signal.isStopped)
     }
@@ -152,7 +164,10 @@ struct LifecycleTests {
         // ... and consumed: the next wait runs to its (short) timeout.
         signal.wait(timeout: 0.01)
         // A wake from another thread ends a long wait.
-        let waker = Thread { Thread.sleep(forTimeInterval: 0.05); signal.wake() }
+        let waker = Thread {
+            Thread.sleep(forTimeInterval: 0.05)
+            signal.wake()
+        }
         waker.start()
         let woken = Date()
         signal.wait(timeout: 30)

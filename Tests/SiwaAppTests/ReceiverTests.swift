@@ -1,11 +1,12 @@
 import Dispatch
 import Foundation
-@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaHTTP
 import SiwaPostgres
 import Testing
+
+@testable import SiwaApp
 
 /// The receiver's decisions in-process: real tokens signed with an RSA key made at test time,
 /// a key store reading a `file://` key set, an in-memory outbox sink, a pinned clock; no sockets
@@ -158,10 +159,12 @@ struct ReceiverTests {
         #expect(fixture.sink.submissions.isEmpty)
     }
 
-    @Test("bodies that are not Apple's envelope", arguments: [
-        ("", "malformed_json"), ("[1]", "malformed_json"), ("{\"payload\":\"\"}", "missing_payload"),
-        ("{\"other\":1}", "missing_payload"),
-    ])
+    @Test(
+        "bodies that are not Apple's envelope",
+        arguments: [
+            ("", "malformed_json"), ("[1]", "malformed_json"), ("{\"payload\":\"\"}", "missing_payload"),
+            ("{\"other\":1}", "missing_payload"),
+        ])
     func malformedBodies(_ body: String, _ code: String) throws {
         let fixture = try F()
         let answer = fixture.post(body: body)
@@ -203,11 +206,13 @@ struct ReceiverTests {
         #expect(answer.header("Retry-After") == "9")
     }
 
-    @Test("a transient database failure is answered 503 with Retry-After", arguments: [
-        PostgresError(code: .connectionLost, serverMessage: "server closed the connection unexpectedly"),
-        PostgresError(code: .queryFailed, sqlState: "57014", serverMessage: "canceling statement due to statement timeout"),
-        PostgresError(code: .queryFailed, sqlState: "40P01", serverMessage: "deadlock detected"),
-    ])
+    @Test(
+        "a transient database failure is answered 503 with Retry-After",
+        arguments: [
+            PostgresError(code: .connectionLost, serverMessage: "server closed the connection unexpectedly"),
+            PostgresError(code: .queryFailed, sqlState: "57014", serverMessage: "canceling statement due to statement timeout"),
+            PostgresError(code: .queryFailed, sqlState: "40P01", serverMessage: "deadlock detected"),
+        ])
     func transientFailure(_ error: PostgresError) throws {
         #expect(error.isTransient)
         let fixture = try F(sink: MemorySink(.answer(.failed(error))))
@@ -217,10 +222,12 @@ struct ReceiverTests {
         #expect(answer.header("Retry-After") == "7")
     }
 
-    @Test("a non-transient database failure is answered 500 internal_error without Retry-After", arguments: [
-        PostgresError(code: .queryFailed, sqlState: "42P01", serverMessage: "relation \"siwa.events\" does not exist"),
-        PostgresError(code: .unexpectedRow, serverMessage: "outcome"),
-    ])
+    @Test(
+        "a non-transient database failure is answered 500 internal_error without Retry-After",
+        arguments: [
+            PostgresError(code: .queryFailed, sqlState: "42P01", serverMessage: "relation \"siwa.events\" does not exist"),
+            PostgresError(code: .unexpectedRow, serverMessage: "outcome"),
+        ])
     func permanentFailure(_ error: PostgresError) throws {
         #expect(!error.isTransient)
         let fixture = try F(sink: MemorySink(.answer(.failed(error))))

@@ -1,11 +1,12 @@
 import Foundation
 import Logging
-@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaHTTP
 import SiwaPostgres
 import Synchronization
+
+@testable import SiwaApp
 
 /// An `OutboxSink` in memory: records every submission and answers the way the test says —
 /// at once, later (`hold`, then `complete`), or not at all (`refuse`: the queue is full).
@@ -36,8 +37,10 @@ final class MemorySink: OutboxSink {
         state = Mutex(State(behaviour: behaviour))
     }
 
-    func submit(_ notification: VerifiedNotification, deadline: UInt64,
-                completion: @escaping OutboxWriter.Completion) -> Bool {
+    func submit(
+        _ notification: VerifiedNotification, deadline: UInt64,
+        completion: @escaping OutboxWriter.Completion
+    ) -> Bool {
         let behaviour = state.withLock { s -> Behaviour in
             s.submissions.append(Submission(notification: notification, deadline: deadline))
             if case .hold = s.behaviour { s.held.append(completion) }
@@ -138,8 +141,10 @@ struct ReceiverFixture {
     /// Holds the key set file (the store reads it again on an unknown `kid`).
     let directory: TemporaryDirectory
 
-    init(sink: MemorySink = MemorySink(), now: Int64 = Self.now, retryAfterSeconds: Int = 7,
-         commitTimeout: Double = 5, maxBody: Int = 65536, keyRefreshInterval: Double = 10) throws {
+    init(
+        sink: MemorySink = MemorySink(), now: Int64 = Self.now, retryAfterSeconds: Int = 7,
+        commitTimeout: Double = 5, maxBody: Int = 65536, keyRefreshInterval: Double = 10
+    ) throws {
         directory = try TemporaryDirectory()
         let file = directory.path + "/keys.json"
         try Self.signer.jwks.write(toFile: file, atomically: true, encoding: .utf8)
@@ -150,19 +155,24 @@ struct ReceiverFixture {
         metrics = Metrics()
         self.sink = sink
         self.logs = logs
-        receiver = Receiver(gate: RequestGate(path: Self.path, maxBody: maxBody),
-                            verifier: NotificationVerifier(policy: VerificationPolicy(audiences: [Self.audience])),
-                            keys: keys, writer: sink, logger: logger, metrics: metrics,
-                            retryAfterSeconds: retryAfterSeconds, commitTimeout: commitTimeout,
-                            now: { now })
+        receiver = Receiver(
+            gate: RequestGate(path: Self.path, maxBody: maxBody),
+            verifier: NotificationVerifier(policy: VerificationPolicy(audiences: [Self.audience])),
+            keys: keys, writer: sink, logger: logger, metrics: metrics,
+            retryAfterSeconds: retryAfterSeconds, commitTimeout: commitTimeout,
+            now: { now })
     }
 
     /// Apple's claims for one event issued at the pinned time (or `issuedAt`).
-    static func claims(audience: String = audience, type: String = "consent-revoked", sub: String = "000739.test.0001",
-                       eventTimeMillis: Int64? = nil, issuedAt: Int64 = now, jti: String = NotificationSigner.newJTI())
-        -> [String: JSONValue] {
-        NotificationSigner.claims(audience: audience, type: type, sub: sub, eventTimeMillis: eventTimeMillis,
-                                  jti: jti, now: issuedAt)
+    static func claims(
+        audience: String = audience, type: String = "consent-revoked", sub: String = "000739.test.0001",
+        eventTimeMillis: Int64? = nil, issuedAt: Int64 = now, jti: String = NotificationSigner.newJTI()
+    )
+        -> [String: JSONValue]
+    {
+        NotificationSigner.claims(
+            audience: audience, type: type, sub: sub, eventTimeMillis: eventTimeMillis,
+            jti: jti, now: issuedAt)
     }
 
     static func token(_ claims: [String: JSONValue] = claims(), signer: NotificationSigner = signer) throws -> String {
@@ -174,8 +184,10 @@ struct ReceiverFixture {
         post(body: NotificationSigner.body(token: token), contentType: contentType)
     }
 
-    func post(body: String, method: String = "POST", path: String = Self.path,
-              contentType: String? = "application/json;charset=UTF-8") -> Answer {
+    func post(
+        body: String, method: String = "POST", path: String = Self.path,
+        contentType: String? = "application/json;charset=UTF-8"
+    ) -> Answer {
         let answer = Answer()
         let bytes = Array(body.utf8)
         let head = HTTPRequestHead(method: method, path: path, contentType: contentType, contentLength: bytes.count)

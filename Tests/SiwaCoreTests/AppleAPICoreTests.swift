@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 // MARK: - Client secret
@@ -9,11 +10,12 @@ import Testing
     @Test func headerAndClaims() throws {
         let secret = try ClientSecret(teamID: "TEAM123456", keyID: "KEY1234567", clientID: "com.example.app", now: Self.now)
         #expect(secret.header == ["alg": .string("ES256"), "kid": .string("KEY1234567")])
-        #expect(secret.claims == [
-            "iss": .string("TEAM123456"), "iat": .number(Double(Self.now)),
-            "exp": .number(Double(Self.now + 30 * 86_400)), "aud": .string("https://appleid.apple.com"),
-            "sub": .string("com.example.app"),
-        ])
+        #expect(
+            secret.claims == [
+                "iss": .string("TEAM123456"), "iat": .number(Double(Self.now)),
+                "exp": .number(Double(Self.now + 30 * 86_400)), "aud": .string("https://appleid.apple.com"),
+                "sub": .string("com.example.app"),
+            ])
         // The signing input parses back as a JWS with the same header and claims.
         let token = secret.assemble(signature: [UInt8](repeating: 7, count: 64))
         let jws = try CompactJWS.parse(token)
@@ -75,9 +77,12 @@ import Testing
 
 @Suite struct FormURLEncodingTests {
     @Test func encodesReservedCharacters() {
-        let body = FormURLEncoding.encode([("client_id", "com.example.app"), ("redirect_uri", "https://x.example/cb?a=1&b=2"),
-                                           ("text", "a b+c~é*-._"), ("empty", "")])
-        #expect(body == "client_id=com.example.app&redirect_uri=https%3A%2F%2Fx.example%2Fcb%3Fa%3D1%26b%3D2"
+        let body = FormURLEncoding.encode([
+            ("client_id", "com.example.app"), ("redirect_uri", "https://x.example/cb?a=1&b=2"),
+            ("text", "a b+c~é*-._"), ("empty", ""),
+        ])
+        #expect(
+            body == "client_id=com.example.app&redirect_uri=https%3A%2F%2Fx.example%2Fcb%3Fa%3D1%26b%3D2"
                 + "&text=a+b%2Bc%7E%C3%A9*-._&empty=")
     }
 
@@ -104,8 +109,11 @@ import Testing
     @Test func parsesSuccess() throws {
         let body = #"{"access_token":"a.b","token_type":"Bearer","expires_in":3600,"refresh_token":"r.1.x","id_token":"h.c.s","extra":1}"#
         let r = try AppleTokenResponse.parse(Array(body.utf8))
-        #expect(r == AppleTokenResponse(accessToken: "a.b", tokenType: "Bearer", expiresIn: 3600,
-                                        refreshToken: "r.1.x", idToken: "h.c.s"))
+        #expect(
+            r
+                == AppleTokenResponse(
+                    accessToken: "a.b", tokenType: "Bearer", expiresIn: 3600,
+                    refreshToken: "r.1.x", idToken: "h.c.s"))
         let minimal = try AppleTokenResponse.parse(Array(#"{"refresh_token":"r","id_token":"i"}"#.utf8))
         #expect(minimal.accessToken == nil && minimal.expiresIn == nil)
     }
@@ -145,14 +153,18 @@ import Testing
     static let good: [UInt8] = Array("good-signature".utf8)
 
     static var claims: [String: JSONValue] {
-        ["iss": .string("https://appleid.apple.com"), "aud": .string(clientID), "exp": .number(Double(now + 600)),
-         "iat": .number(Double(now)), "sub": .string("001234.abcdef.0001"), "email": .string("x@privaterelay.appleid.com"),
-         "is_private_email": .string("true"), "email_verified": .bool(true), "nonce": .string("n-0S6_WzA2Mj"),
-         "auth_time": .number(Double(now)), "nonce_supported": .bool(true)]
+        [
+            "iss": .string("https://appleid.apple.com"), "aud": .string(clientID), "exp": .number(Double(now + 600)),
+            "iat": .number(Double(now)), "sub": .string("001234.abcdef.0001"), "email": .string("x@privaterelay.appleid.com"),
+            "is_private_email": .string("true"), "email_verified": .bool(true), "nonce": .string("n-0S6_WzA2Mj"),
+            "auth_time": .number(Double(now)), "nonce_supported": .bool(true),
+        ]
     }
 
-    static func token(header: [String: JSONValue] = ["alg": .string("RS256"), "kid": .string("k1")],
-                      claims: [String: JSONValue] = IDTokenVerifierTests.claims, signature: [UInt8] = good) -> String {
+    static func token(
+        header: [String: JSONValue] = ["alg": .string("RS256"), "kid": .string("k1")],
+        claims: [String: JSONValue] = IDTokenVerifierTests.claims, signature: [UInt8] = good
+    ) -> String {
         Fixture.token(header: header, claims: claims, signature: signature)
     }
 
@@ -165,8 +177,10 @@ import Testing
         try IDTokenVerifier().verify(token: token, clientID: Self.clientID, nonce: nonce, now: now, checkSignature: Self.check)
     }
 
-    func expect(_ error: IDTokenError, claims change: (inout [String: JSONValue]) -> Void, nonce: String? = nil,
-                sourceLocation: SourceLocation = #_sourceLocation) {
+    func expect(
+        _ error: IDTokenError, claims change: (inout [String: JSONValue]) -> Void, nonce: String? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         var c = Self.claims
         change(&c)
         #expect(throws: error, sourceLocation: sourceLocation) { try verify(Self.token(claims: c), nonce: nonce) }
@@ -174,8 +188,11 @@ import Testing
 
     @Test func acceptsAppleShapedToken() throws {
         let claims = try verify(Self.token(), nonce: "n-0S6_WzA2Mj")
-        #expect(claims == IDTokenClaims(sub: "001234.abcdef.0001", audience: Self.clientID, email: "x@privaterelay.appleid.com",
-                                        isPrivateEmail: true, emailVerified: true, issuedAt: Self.now, expiresAt: Self.now + 600))
+        #expect(
+            claims
+                == IDTokenClaims(
+                    sub: "001234.abcdef.0001", audience: Self.clientID, email: "x@privaterelay.appleid.com",
+                    isPrivateEmail: true, emailVerified: true, issuedAt: Self.now, expiresAt: Self.now + 600))
         // Without an expected nonce the claim is not consulted.
         var c = Self.claims
         c["nonce"] = nil
@@ -234,9 +251,11 @@ import Testing
     }
 
     @Test func errorCodesAreStable() {
-        #expect(IDTokenError.allCases.map(\.rawValue) == [
-            "malformed_token", "unsupported_algorithm", "missing_kid", "unknown_kid", "keys_unavailable", "bad_signature",
-            "wrong_issuer", "wrong_audience", "missing_exp", "expired", "missing_iat", "issued_in_future", "nonce_mismatch",
-            "missing_sub", "malformed_claims"])
+        #expect(
+            IDTokenError.allCases.map(\.rawValue) == [
+                "malformed_token", "unsupported_algorithm", "missing_kid", "unknown_kid", "keys_unavailable", "bad_signature",
+                "wrong_issuer", "wrong_audience", "missing_exp", "expired", "missing_iat", "issued_in_future", "nonce_mismatch",
+                "missing_sub", "malformed_claims",
+            ])
     }
 }

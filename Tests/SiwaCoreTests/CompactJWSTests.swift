@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct CompactJWSTests {
@@ -60,7 +61,8 @@ import Testing
     }
 
     @Test func rejectsHeaderThatIsNotAnObject() {
-        for header in ["[]", "\"RS256\"", "null", "not json", "{\"alg\":\"RS256\"", "{\"alg\":\"RS256\",\"alg\":\"none\"}", ""] where !header.isEmpty {
+        for header in ["[]", "\"RS256\"", "null", "not json", "{\"alg\":\"RS256\"", "{\"alg\":\"RS256\",\"alg\":\"none\"}", ""] where !header.isEmpty
+        {
             #expect(throws: RejectReason.malformedHeader) {
                 try CompactJWS.parse(Fixture.token(headerJSON: header, claimsJSON: "{}"))
             }

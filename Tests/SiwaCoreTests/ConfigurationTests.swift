@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct ConfigurationTests {
@@ -86,7 +87,7 @@ import Testing
     @Test func audiencesOptionalForProcessesThatDoNotVerify() throws {
         let c = try ServerConfiguration.load(environment: ["SIWA_ADMIN_LISTEN": "0.0.0.0:9191"], requireAudiences: false)
         #expect(c.audiences.isEmpty)
-        #expect(c.adminListen == ListenAddress(host: "0.0.0.0", port: 9191))   // not forced to loopback
+        #expect(c.adminListen == ListenAddress(host: "0.0.0.0", port: 9191))  // not forced to loopback
         #expect(!c.dev)
         #expect(throws: ConfigurationError.self) { try ServerConfiguration.load(environment: [:]) }
     }
@@ -124,16 +125,16 @@ import Testing
         let c = try load([:], dev: true)
         #expect(c.dev)
         #expect(c.audiences == [ServerConfiguration.devAudience])
-        #expect(c.listen == ListenAddress(host: "127.0.0.1", port: 8080))   // 0.0.0.0 replaced
+        #expect(c.listen == ListenAddress(host: "127.0.0.1", port: 8080))  // 0.0.0.0 replaced
         #expect(c.adminListen == ListenAddress(host: "127.0.0.1", port: 9090))
 
         let d = try load(["SIWA_AUDIENCES": "com.a", "SIWA_LISTEN": "[::1]:1", "SIWA_ADMIN_LISTEN": "10.1.2.3:2"], dev: true)
         #expect(d.audiences == ["com.a", ServerConfiguration.devAudience])
-        #expect(d.listen == ListenAddress(host: "::1", port: 1))             // loopback kept
+        #expect(d.listen == ListenAddress(host: "::1", port: 1))  // loopback kept
         #expect(d.adminListen == ListenAddress(host: "127.0.0.1", port: 2))  // replaced
 
         let e = try load(["SIWA_AUDIENCES": "\(ServerConfiguration.devAudience),com.a"], dev: true)
-        #expect(e.audiences == [ServerConfiguration.devAudience, "com.a"])   // not duplicated
+        #expect(e.audiences == [ServerConfiguration.devAudience, "com.a"])  // not duplicated
     }
 
     @Test func devModeDoesNotRelaxOtherChecks() {
@@ -170,7 +171,7 @@ import Testing
         #expect(error(with("SIWA_PATH", "apple/notifications"))?.variable == "SIWA_PATH")
         #expect(error(with("SIWA_PATH", "/a b"))?.variable == "SIWA_PATH")
         #expect(error(with("SIWA_PATH", "/a?b"))?.variable == "SIWA_PATH")
-        #expect(error(with("SIWA_PATH", "/"))  == nil)
+        #expect(error(with("SIWA_PATH", "/")) == nil)
     }
 
     @Test func numberRanges() {

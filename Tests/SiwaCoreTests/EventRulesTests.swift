@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct EventRulesTests {
@@ -51,8 +52,11 @@ import Testing
 
     @Test func emailDisabledOnNewAccount() {
         let d = EventRules.apply(event(.emailDisabled, 1000, email: "x@privaterelay.appleid.com", isPrivateEmail: true), to: nil)
-        #expect(d.newState == AccountState(status: .active, email: "x@privaterelay.appleid.com", isPrivateEmail: true,
-                                           emailForwarding: false, lastEventTime: 1000, emailEventTime: 1000))
+        #expect(
+            d.newState
+                == AccountState(
+                    status: .active, email: "x@privaterelay.appleid.com", isPrivateEmail: true,
+                    emailForwarding: false, lastEventTime: 1000, emailEventTime: 1000))
         #expect(d.revokeSessions == .none)
         #expect(d.revokeReason == nil)
         #expect(d.outcome == .applied)
@@ -60,9 +64,12 @@ import Testing
     }
 
     @Test func emailEnabledKeepsOldEmailWhenAbsent() {
-        let current = AccountState(status: .active, email: "old@x", isPrivateEmail: true, emailForwarding: false, lastEventTime: 10, emailEventTime: 10)
+        let current = AccountState(
+            status: .active, email: "old@x", isPrivateEmail: true, emailForwarding: false, lastEventTime: 10, emailEventTime: 10)
         let d = EventRules.apply(event(.emailEnabled, 20), to: current)
-        #expect(d.newState == AccountState(status: .active, email: "old@x", isPrivateEmail: true, emailForwarding: true, lastEventTime: 20, emailEventTime: 20))
+        #expect(
+            d.newState
+                == AccountState(status: .active, email: "old@x", isPrivateEmail: true, emailForwarding: true, lastEventTime: 20, emailEventTime: 20))
         #expect(d.accountChanged)
         #expect(d.outcome == .applied)
     }
@@ -113,23 +120,31 @@ import Testing
 
     @Test func consentRevokedOnNewAccount() {
         let d = EventRules.apply(event(.consentRevoked, 3000), to: nil)
-        #expect(d == AccountDecision(
-            newState: AccountState(status: .consentRevoked, lastEventTime: 3000, statusEventTime: 3000),
-            accountChanged: true, revokeSessions: .createdAtOrBefore(3000), revokeReason: "consent-revoked", outcome: .applied))
+        #expect(
+            d
+                == AccountDecision(
+                    newState: AccountState(status: .consentRevoked, lastEventTime: 3000, statusEventTime: 3000),
+                    accountChanged: true, revokeSessions: .createdAtOrBefore(3000), revokeReason: "consent-revoked", outcome: .applied))
     }
 
     @Test func consentRevokedKeepsEmailData() {
         let current = AccountState(status: .active, email: "a@x", isPrivateEmail: true, emailForwarding: true, lastEventTime: 10, emailEventTime: 10)
         let d = EventRules.apply(event(.consentRevoked, 20), to: current)
-        #expect(d.newState == AccountState(status: .consentRevoked, email: "a@x", isPrivateEmail: true, emailForwarding: true,
-                                           lastEventTime: 20, emailEventTime: 10, statusEventTime: 20))
+        #expect(
+            d.newState
+                == AccountState(
+                    status: .consentRevoked, email: "a@x", isPrivateEmail: true, emailForwarding: true,
+                    lastEventTime: 20, emailEventTime: 10, statusEventTime: 20))
     }
 
     @Test func lateConsentRevokedStillRevokesButIsStale() {
         let current = AccountState(status: .consentRevoked, lastEventTime: 5000, statusEventTime: 5000)
         let d = EventRules.apply(event(.consentRevoked, 4000), to: current)
-        #expect(d == AccountDecision(newState: current, accountChanged: false, revokeSessions: .createdAtOrBefore(4000),
-                                     revokeReason: "consent-revoked", outcome: .stale))
+        #expect(
+            d
+                == AccountDecision(
+                    newState: current, accountChanged: false, revokeSessions: .createdAtOrBefore(4000),
+                    revokeReason: "consent-revoked", outcome: .stale))
     }
 
     @Test func repeatedConsentRevokedWithSameTimeIsApplied() {
@@ -158,17 +173,21 @@ import Testing
     // MARK: Account delete
 
     @Test func accountDeleteClearsEverythingAndRevokesAll() {
-        let current = AccountState(status: .active, email: "a@x", isPrivateEmail: true, emailForwarding: true,
-                                   lastEventTime: 10, emailEventTime: 10)
+        let current = AccountState(
+            status: .active, email: "a@x", isPrivateEmail: true, emailForwarding: true,
+            lastEventTime: 10, emailEventTime: 10)
         let d = EventRules.apply(event(.accountDelete, 50), to: current)
-        #expect(d == AccountDecision(
-            newState: AccountState(status: .deleted, lastEventTime: 50, emailEventTime: 10, statusEventTime: 50),
-            accountChanged: true, revokeSessions: .all, revokeReason: "account-delete", outcome: .applied))
+        #expect(
+            d
+                == AccountDecision(
+                    newState: AccountState(status: .deleted, lastEventTime: 50, emailEventTime: 10, statusEventTime: 50),
+                    accountChanged: true, revokeSessions: .all, revokeReason: "account-delete", outcome: .applied))
     }
 
     @Test func lateAccountDeleteStillApplies() {
-        let current = AccountState(status: .consentRevoked, email: "a@x", emailForwarding: false,
-                                   lastEventTime: 9000, emailEventTime: 9000, statusEventTime: 8000)
+        let current = AccountState(
+            status: .consentRevoked, email: "a@x", emailForwarding: false,
+            lastEventTime: 9000, emailEventTime: 9000, statusEventTime: 8000)
         let d = EventRules.apply(event(.accountDelete, 1000), to: current)
         #expect(d.outcome == .applied)
         #expect(d.accountChanged)
@@ -191,8 +210,9 @@ import Testing
         for type in [EventType.emailDisabled, .emailEnabled, .consentRevoked, .accountDelete, .unknown("x")] {
             for t: Int64 in [50, 100, 200] {
                 let d = EventRules.apply(event(type, t, email: "back@x", isPrivateEmail: false), to: deleted)
-                #expect(d == AccountDecision(newState: deleted, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted),
-                        "\(type) at \(t)")
+                #expect(
+                    d == AccountDecision(newState: deleted, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted),
+                    "\(type) at \(t)")
             }
         }
     }

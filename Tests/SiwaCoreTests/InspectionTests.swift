@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct InspectionTests {
@@ -146,7 +147,10 @@ import Testing
             (Fixture.token(claims: noIat), Fixture.now, .valid),
             (Fixture.token(claims: noExp), Fixture.now, .valid),
             (Fixture.token(claims: noExp), Fixture.iat + 86_461, .valid),
-            (Fixture.token(claims: Fixture.claims(events: ["type": .string("x"), "sub": .string("s"), "event_time": .number(1_752_572_190)])), Fixture.now, .valid),
+            (
+                Fixture.token(claims: Fixture.claims(events: ["type": .string("x"), "sub": .string("s"), "event_time": .number(1_752_572_190)])),
+                Fixture.now, .valid
+            ),
             (Fixture.token(), Fixture.now, .valid),
             (Fixture.token(), Fixture.now, .invalid),
             (Fixture.token(claims: claims), Fixture.now, .valid),

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 /// Deterministic smoke fuzzing: the parser must never crash, and whatever it accepts must

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct JSONParserTests {
@@ -48,7 +49,8 @@ import Testing
     }
 
     @Test func realAppleClaims() throws {
-        let text = #"{"iss":"https://appleid.apple.com","aud":"de.lunaone.sign-in-with-apple-example","exp":1752658597,"iat":1752572197,"jti":"8sIboCeUBQuZ0M7x91YKZQ","events":"{\"type\":\"consent-revoked\",\"sub\":\"000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105\",\"event_time\":1752572190719}"}"#
+        let text =
+            #"{"iss":"https://appleid.apple.com","aud":"de.lunaone.sign-in-with-apple-example","exp":1752658597,"iat":1752572197,"jti":"8sIboCeUBQuZ0M7x91YKZQ","events":"{\"type\":\"consent-revoked\",\"sub\":\"000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105\",\"event_time\":1752572190719}"}"#
         let value = try parse(text)
         #expect(value["exp"]?.int64Value == 1_752_658_597)
         #expect(value["iss"]?.stringValue == "https://appleid.apple.com")
@@ -93,11 +95,11 @@ import Testing
         #expect(rejects(#""\ud800""#))
         #expect(rejects(#""\udbff x""#))
         #expect(rejects(#""\udc00""#))
-        #expect(rejects(#""\ude00\ud83d""#))      // reversed pair
-        #expect(rejects(#""\ud83d\u0041""#))      // high + non-surrogate
-        #expect(rejects(#""\ud83d\ud83d""#))      // high + high
-        #expect(rejects(#""\ud83d\n""#))          // high + other escape
-        #expect(rejects(#""\ud83d"#))             // truncated
+        #expect(rejects(#""\ude00\ud83d""#))  // reversed pair
+        #expect(rejects(#""\ud83d\u0041""#))  // high + non-surrogate
+        #expect(rejects(#""\ud83d\ud83d""#))  // high + high
+        #expect(rejects(#""\ud83d\n""#))  // high + other escape
+        #expect(rejects(#""\ud83d"#))  // truncated
     }
 
     @Test func rejectsBadEscapes() {
@@ -112,36 +114,36 @@ import Testing
 
     @Test func rejectsInvalidUTF8() {
         let cases: [[UInt8]] = [
-            [0x22, 0x80, 0x22],                    // lone continuation
-            [0x22, 0xC0, 0xAF, 0x22],              // overlong '/'
-            [0x22, 0xC1, 0xBF, 0x22],              // overlong
-            [0x22, 0xE0, 0x80, 0xAF, 0x22],        // overlong 3-byte
+            [0x22, 0x80, 0x22],  // lone continuation
+            [0x22, 0xC0, 0xAF, 0x22],  // overlong '/'
+            [0x22, 0xC1, 0xBF, 0x22],  // overlong
+            [0x22, 0xE0, 0x80, 0xAF, 0x22],  // overlong 3-byte
             [0x22, 0xF0, 0x80, 0x80, 0xAF, 0x22],  // overlong 4-byte
-            [0x22, 0xED, 0xA0, 0x80, 0x22],        // encoded surrogate U+D800
-            [0x22, 0xED, 0xBF, 0xBF, 0x22],        // encoded surrogate U+DFFF
+            [0x22, 0xED, 0xA0, 0x80, 0x22],  // encoded surrogate U+D800
+            [0x22, 0xED, 0xBF, 0xBF, 0x22],  // encoded surrogate U+DFFF
             [0x22, 0xF4, 0x90, 0x80, 0x80, 0x22],  // > U+10FFFF
             [0x22, 0xF5, 0x80, 0x80, 0x80, 0x22],
             [0x22, 0xFF, 0x22],
             [0x22, 0xFE, 0x22],
-            [0x22, 0xC3, 0x22],                    // truncated 2-byte
-            [0x22, 0xE2, 0x82, 0x22],              // truncated 3-byte
-            [0x22, 0xE2, 0x82],                    // truncated at end
-            [0x22, 0xC3, 0x41, 0x22],              // bad continuation
+            [0x22, 0xC3, 0x22],  // truncated 2-byte
+            [0x22, 0xE2, 0x82, 0x22],  // truncated 3-byte
+            [0x22, 0xE2, 0x82],  // truncated at end
+            [0x22, 0xC3, 0x41, 0x22],  // bad continuation
             [0x22, 0xF0, 0x9F, 0x98, 0x41, 0x22],  // bad 4th byte
         ]
         for bytes in cases {
             #expect(rejects(bytes), "bytes \(bytes)")
         }
         // Valid boundaries for contrast.
-        #expect(!rejects([0x22, 0xED, 0x9F, 0xBF, 0x22]))        // U+D7FF
+        #expect(!rejects([0x22, 0xED, 0x9F, 0xBF, 0x22]))  // U+D7FF
         #expect(!rejects([0x22, 0xF4, 0x8F, 0xBF, 0xBF, 0x22]))  // U+10FFFF
-        #expect(!rejects([0x22, 0xE0, 0xA0, 0x80, 0x22]))        // U+0800
-        #expect(!rejects([0x22, 0xC2, 0x80, 0x22]))              // U+0080
+        #expect(!rejects([0x22, 0xE0, 0xA0, 0x80, 0x22]))  // U+0800
+        #expect(!rejects([0x22, 0xC2, 0x80, 0x22]))  // U+0080
     }
 
     @Test func rejectsNonASCIIOutsideStrings() {
         #expect(rejects([0xEF, 0xBB, 0xBF] + bytes("{}")))  // BOM
-        #expect(rejects("[1,\u{A0}2]"))                     // NBSP is not whitespace
+        #expect(rejects("[1,\u{A0}2]"))  // NBSP is not whitespace
         #expect(rejects("{\u{3000}}"))
     }
 
@@ -150,7 +152,7 @@ import Testing
     @Test func rejectsDuplicateKeys() {
         #expect(rejects(#"{"a":1,"a":2}"#))
         #expect(rejects(#"{"a":1,"a":1}"#))
-        #expect(rejects(#"{"a":1,"\u0061":2}"#))          // same key after unescaping
+        #expect(rejects(#"{"a":1,"\u0061":2}"#))  // same key after unescaping
         #expect(rejects(#"{"x":{"a":1,"b":2,"a":3}}"#))
         #expect(!rejects(#"{"a":1,"A":2}"#))
         #expect(!rejects(#"{"a":{"a":1}}"#))
@@ -163,7 +165,9 @@ import Testing
     }
 
     @Test func rejectsMalformedObjects() {
-        for text in [#"{"a"}"#, #"{"a":}"#, #"{a:1}"#, #"{'a':1}"#, #"{"a":1,}"#, #"{,}"#, #"{"a":1"#, "{", #"{"a" 1}"#, #"{1:2}"#, #"{"a":1 "b":2}"#] {
+        for text in [
+            #"{"a"}"#, #"{"a":}"#, #"{a:1}"#, #"{'a':1}"#, #"{"a":1,}"#, #"{,}"#, #"{"a":1"#, "{", #"{"a" 1}"#, #"{1:2}"#, #"{"a":1 "b":2}"#,
+        ] {
             #expect(rejects(text), "\(text)")
         }
     }

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 /// The key fetch state machine, driven with a made-up monotonic clock (seconds).
@@ -51,7 +52,7 @@ import Testing
             let t = 110.001 + Double(i) * 0.0001
             let d = p.unknownKid(arrivedAt: t, now: t)
             #expect(d.answer == .unavailable(retryAfter: 2))
-            #expect(d.effect == .none)   // the completion takes care of the owed fetch
+            #expect(d.effect == .none)  // the completion takes care of the owed fetch
         }
         #expect(p.inFlight == Fetch(id: 2, startedAt: 110))
         // Completes before the interval is over: the owed fetch is scheduled at 111.

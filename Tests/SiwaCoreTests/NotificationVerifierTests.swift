@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct NotificationVerifierTests {
@@ -36,7 +37,8 @@ import Testing
     }
 
     @Test func verifiesExactAppleClaimsText() throws {
-        let claimsText = #"{"iss":"https://appleid.apple.com","aud":"de.lunaone.sign-in-with-apple-example","exp":1752658597,"iat":1752572197,"jti":"8sIboCeUBQuZ0M7x91YKZQ","events":"{\"type\":\"consent-revoked\",\"sub\":\"000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105\",\"event_time\":1752572190719}"}"#
+        let claimsText =
+            #"{"iss":"https://appleid.apple.com","aud":"de.lunaone.sign-in-with-apple-example","exp":1752658597,"iat":1752572197,"jti":"8sIboCeUBQuZ0M7x91YKZQ","events":"{\"type\":\"consent-revoked\",\"sub\":\"000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105\",\"event_time\":1752572190719}"}"#
         let n = try verify(Fixture.token(headerJSON: Fixture.headerJSON, claimsJSON: claimsText))
         #expect(n.event.type == .consentRevoked)
         #expect(n.event.eventTimeMillis == 1_752_572_190_719)
@@ -179,9 +181,11 @@ import Testing
     }
 
     @Test func algorithmMustBeExactlyRS256() {
-        let bad: [JSONValue?] = [nil, .string("none"), .string("None"), .string("HS256"), .string("RS512"), .string("PS256"),
-                                 .string("ES256"), .string("rs256"), .string("RS256 "), .string(""), .null, .number(256),
-                                 .array([.string("RS256")]), .object(["alg": .string("RS256")]), .bool(true)]
+        let bad: [JSONValue?] = [
+            nil, .string("none"), .string("None"), .string("HS256"), .string("RS512"), .string("PS256"),
+            .string("ES256"), .string("rs256"), .string("RS256 "), .string(""), .null, .number(256),
+            .array([.string("RS256")]), .object(["alg": .string("RS256")]), .bool(true),
+        ]
         for alg in bad {
             var header = Fixture.header
             header["alg"] = alg
@@ -204,8 +208,10 @@ import Testing
     // MARK: Claims
 
     @Test func issuer() {
-        for iss: JSONValue? in [nil, .string("https://appleid.apple.com/"), .string("http://appleid.apple.com"), .string(""),
-                                .string("HTTPS://APPLEID.APPLE.COM"), .number(1), .array([.string("https://appleid.apple.com")]), .null] {
+        for iss: JSONValue? in [
+            nil, .string("https://appleid.apple.com/"), .string("http://appleid.apple.com"), .string(""),
+            .string("HTTPS://APPLEID.APPLE.COM"), .number(1), .array([.string("https://appleid.apple.com")]), .null,
+        ] {
             var claims = Fixture.claims
             claims["iss"] = iss
             #expect(reason(claims: claims) == .wrongIssuer, "iss \(String(describing: iss))")
@@ -213,8 +219,10 @@ import Testing
     }
 
     @Test func audience() {
-        for aud: JSONValue? in [nil, .string("com.other"), .string(""), .string(Fixture.audience.uppercased()),
-                                .array([.string(Fixture.audience)]), .number(1), .null, .object([:])] {
+        for aud: JSONValue? in [
+            nil, .string("com.other"), .string(""), .string(Fixture.audience.uppercased()),
+            .array([.string(Fixture.audience)]), .number(1), .null, .object([:]),
+        ] {
             var claims = Fixture.claims
             claims["aud"] = aud
             #expect(reason(claims: claims) == .wrongAudience, "aud \(String(describing: aud))")
@@ -341,9 +349,11 @@ import Testing
     // MARK: Events
 
     @Test func eventsMissingOrWrongType() {
-        for events: JSONValue? in [nil, .null, .number(1), .bool(true), .array([.object(Fixture.eventMembers)]),
-                                   .string(""), .string("not json"), .string("[1]"), .string("\"{}\""),
-                                   .string(#"{"sub":"a","sub":"b"}"#), .string(#"{"type":"x"} trailing"#)] {
+        for events: JSONValue? in [
+            nil, .null, .number(1), .bool(true), .array([.object(Fixture.eventMembers)]),
+            .string(""), .string("not json"), .string("[1]"), .string("\"{}\""),
+            .string(#"{"sub":"a","sub":"b"}"#), .string(#"{"type":"x"} trailing"#),
+        ] {
             var claims = Fixture.claims
             claims["events"] = events
             #expect(reason(claims: claims) == .malformedEvents, "events \(String(describing: events))")
@@ -385,8 +395,10 @@ import Testing
 
     @Test func eventTime() {
         // Not an integral JSON number: malformed, whatever its magnitude.
-        for t: JSONValue? in [nil, .string("1752572190719"), .number(1.5), .number(-0.5), .number(1_752_572_190_719.5),
-                              .null, .bool(true), .array([.number(Double(Fixture.eventTime))]), .object([:])] {
+        for t: JSONValue? in [
+            nil, .string("1752572190719"), .number(1.5), .number(-0.5), .number(1_752_572_190_719.5),
+            .null, .bool(true), .array([.number(Double(Fixture.eventTime))]), .object([:]),
+        ] {
             var e = Fixture.eventMembers
             e["event_time"] = t
             #expect(reason(events: e) == .malformedEvents, "event_time \(String(describing: t))")
@@ -413,9 +425,11 @@ import Testing
             #expect(eventTimeReason(text) == .badEventTime, "event_time \(text)")
         }
         // 2^53 and beyond (integral in JSON, beyond exact integers): bounds, not a trap.
-        for text in ["9007199254740992", "9007199254740993", "9007199254740994", "-9007199254740992", "-9007199254740994",
-                     "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
-                     "1e20", "1e300", "-1e300", "1E+19", "1752572190719e3"] {
+        for text in [
+            "9007199254740992", "9007199254740993", "9007199254740994", "-9007199254740992", "-9007199254740994",
+            "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
+            "1e20", "1e300", "-1e300", "1E+19", "1752572190719e3",
+        ] {
             #expect(eventTimeReason(text) == .badEventTime, "event_time \(text)")
         }
         // Exponent notation that is an exact integer in range is a number like any other.
@@ -461,7 +475,8 @@ import Testing
         #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: Int64.max / 1000 + 1) == nil)
         #expect(NotificationVerifier.eventTimeProblem(t, issuedAt: Fixture.iat) == nil)
         #expect(NotificationVerifier.eventTimeProblem(1_546_300_799_999, issuedAt: Fixture.iat) == .beforeMinimum)
-        #expect(NotificationVerifier.eventTimeProblem(Double(Fixture.iat * 1000 + 3_600_001), issuedAt: Fixture.iat)
+        #expect(
+            NotificationVerifier.eventTimeProblem(Double(Fixture.iat * 1000 + 3_600_001), issuedAt: Fixture.iat)
                 == .afterIssue(limit: Fixture.iat * 1000 + 3_600_000))
     }
 
@@ -471,8 +486,11 @@ import Testing
         e["email"] = .string("abc@privaterelay.appleid.com")
         e["is_private_email"] = .string("true")
         let n = try verify(Fixture.token(claims: Fixture.claims(events: e)))
-        #expect(n.event == AppleEvent(type: .emailDisabled, sub: Fixture.sub, eventTimeMillis: Fixture.eventTime,
-                                      email: "abc@privaterelay.appleid.com", isPrivateEmail: true))
+        #expect(
+            n.event
+                == AppleEvent(
+                    type: .emailDisabled, sub: Fixture.sub, eventTimeMillis: Fixture.eventTime,
+                    email: "abc@privaterelay.appleid.com", isPrivateEmail: true))
         for bad: JSONValue in [.number(1), .null, .bool(true), .array([]), .string(String(repeating: "e", count: 321))] {
             e["email"] = bad
             #expect(reason(events: e) == .malformedEvents, "email \(bad)")

@@ -1,10 +1,13 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct RequestGateTests {
     let gate = RequestGate(path: "/apple/notifications", maxBody: 65_536)
 
-    func check(_ method: String = "POST", _ path: String = "/apple/notifications", _ contentType: String? = "application/json", _ length: Int? = 100) -> RejectReason? {
+    func check(
+        _ method: String = "POST", _ path: String = "/apple/notifications", _ contentType: String? = "application/json", _ length: Int? = 100
+    ) -> RejectReason? {
         gate.check(method: method, path: path, contentType: contentType, contentLength: length)
     }
 
@@ -16,7 +19,9 @@ import Testing
     }
 
     @Test func path() {
-        for path in ["/", "/apple/notifications/", "/apple/Notifications", "/apple/notifications?x=1", "apple/notifications", "", "/apple/notificationsx"] {
+        for path in [
+            "/", "/apple/notifications/", "/apple/Notifications", "/apple/notifications?x=1", "apple/notifications", "", "/apple/notificationsx",
+        ] {
             #expect(check(path: path) == .notFound, "\(path)")
         }
     }
@@ -28,10 +33,16 @@ import Testing
     }
 
     @Test func contentType() {
-        for ok in [nil, "application/json", "Application/JSON", "application/json; charset=utf-8", "  application/json  ", "application/json;charset=UTF-8", "\tapplication/json\t;x"] as [String?] {
+        for ok in [
+            nil, "application/json", "Application/JSON", "application/json; charset=utf-8", "  application/json  ", "application/json;charset=UTF-8",
+            "\tapplication/json\t;x",
+        ] as [String?] {
             #expect(check(contentType: ok) == nil, "\(String(describing: ok))")
         }
-        for bad in ["", "text/plain", "application/jsonx", "application/x-www-form-urlencoded", "application/jose", "application/json-patch+json", "application /json", "json", ";application/json", "multipart/form-data; boundary=application/json"] {
+        for bad in [
+            "", "text/plain", "application/jsonx", "application/x-www-form-urlencoded", "application/jose", "application/json-patch+json",
+            "application /json", "json", ";application/json", "multipart/form-data; boundary=application/json",
+        ] {
             #expect(check(contentType: bad) == .unsupportedMediaType, "\(bad)")
         }
     }

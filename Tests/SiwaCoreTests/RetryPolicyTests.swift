@@ -1,4 +1,5 @@
 import Testing
+
 @testable import SiwaCore
 
 @Suite struct RetryPolicyTests {
@@ -21,7 +22,7 @@ import Testing
 
     @Test func cappedAtMaxDelay() {
         let p = RetryPolicy()
-        #expect(p.delay(afterAttempts: 13, jitter: 0) == 1800)   // 4096 capped to 3600
+        #expect(p.delay(afterAttempts: 13, jitter: 0) == 1800)  // 4096 capped to 3600
         #expect(p.delay(afterAttempts: 1000, jitter: 0) == 1800)
         #expect(p.delay(afterAttempts: Int.max, jitter: 0.5) == 2700)
         #expect(p.delay(afterAttempts: 1000, jitter: 0.999999) < 3600)

@@ -36,8 +36,10 @@ enum Fixture {
         Base64URL.encode(Array(headerJSON.utf8)) + "." + Base64URL.encode(Array(claimsJSON.utf8)) + "." + Base64URL.encode(signature)
     }
 
-    static func token(header: [String: JSONValue] = Fixture.header, claims: [String: JSONValue] = Fixture.claims,
-                      signature: [UInt8] = Fixture.signature) -> String {
+    static func token(
+        header: [String: JSONValue] = Fixture.header, claims: [String: JSONValue] = Fixture.claims,
+        signature: [UInt8] = Fixture.signature
+    ) -> String {
         token(headerJSON: JSONValue.object(header).serialized(), claimsJSON: JSONValue.object(claims).serialized(), signature: signature)
     }
 

@@ -1,6 +1,7 @@
 import Foundation
-@testable import SiwaCrypto
 import Testing
+
+@testable import SiwaCrypto
 
 @Suite struct AESGCMTests {
     let key = SecureRandom.bytes(32)
@@ -20,8 +21,9 @@ import Testing
 
     @Test func knownAnswer() throws {
         // McGrew & Viega, "The Galois/Counter Mode of Operation", test case 14 (AES-256, zero key/IV/plaintext).
-        let sealed = try AESGCM.seal(plaintext: [UInt8](repeating: 0, count: 16), key: [UInt8](repeating: 0, count: 32),
-                                     aad: [], nonce: [UInt8](repeating: 0, count: 12))
+        let sealed = try AESGCM.seal(
+            plaintext: [UInt8](repeating: 0, count: 16), key: [UInt8](repeating: 0, count: 32),
+            aad: [], nonce: [UInt8](repeating: 0, count: 12))
         #expect(Array(sealed[12...]) == hexBytes("cea7403d4d606b6e074ec5d3baf39d18" + "d0d1c8a799996bf0265b98b5d48ab919"))
         #expect(try AESGCM.open(sealed: sealed, key: [UInt8](repeating: 0, count: 32)) == [UInt8](repeating: 0, count: 16))
     }
@@ -67,13 +69,15 @@ import Testing
 
     @Test func acceptedFormats() throws {
         var raw = SecureRandom.bytes(32)
-        raw[0] = 0x00      // certainly not all printable
+        raw[0] = 0x00  // certainly not all printable
         let id = String(SHA256.hex(SHA256.hash(raw)).prefix(8))
         let hex = SHA256.hex(raw)
         let base64 = Data(raw).base64EncodedString()
-        for contents in [raw, Array(hex.utf8), Array((hex.uppercased() + "\n").utf8), Array((" \t" + base64 + "\r\n").utf8),
-                         Array(base64.replacingOccurrences(of: "=", with: "").utf8),
-                         Array(base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").utf8)] {
+        for contents in [
+            raw, Array(hex.utf8), Array((hex.uppercased() + "\n").utf8), Array((" \t" + base64 + "\r\n").utf8),
+            Array(base64.replacingOccurrences(of: "=", with: "").utf8),
+            Array(base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").utf8),
+        ] {
             let k = try key(contents)
             #expect(k.id == id)
             #expect(k.id.count == 8)
@@ -81,14 +85,14 @@ import Testing
     }
 
     @Test func refusedContents() {
-        expectError(.weakKey, Array("correct horse battery staple 123".utf8))     // 32 printable characters
+        expectError(.weakKey, Array("correct horse battery staple 123".utf8))  // 32 printable characters
         expectError(.weakKey, [UInt8](repeating: 0, count: 32))
         expectError(.weakKey, Array(String(repeating: "00", count: 32).utf8))
         expectError(.wrongFormat, SecureRandom.bytes(31))
         expectError(.wrongFormat, SecureRandom.bytes(33))
         expectError(.wrongFormat, [])
-        expectError(.wrongFormat, Array(String(repeating: "ab", count: 31).utf8))   // 62 hex
-        expectError(.wrongFormat, Array(String(repeating: "zz", count: 32).utf8))   // 64 non-hex, not base64 of 32
+        expectError(.wrongFormat, Array(String(repeating: "ab", count: 31).utf8))  // 62 hex
+        expectError(.wrongFormat, Array(String(repeating: "zz", count: 32).utf8))  // 64 non-hex, not base64 of 32
         expectError(.wrongFormat, Array(Data(SecureRandom.bytes(16)).base64EncodedString().utf8))
         expectError(.wrongFormat, Array("not a key at all, just a sentence!!".utf8))
     }
@@ -117,7 +121,10 @@ import Testing
 
     @Test func errorCodesAreStable() {
         #expect(TokenKeyError.Code.allCases.map(\.rawValue) == ["unreadable_file", "wrong_format", "weak_key"])
-        #expect(AESGCMError.allCases.map(\.rawValue) == ["invalid_key_length", "malformed_ciphertext", "authentication_failed",
-                                                          "encryption_failed"])
+        #expect(
+            AESGCMError.allCases.map(\.rawValue) == [
+                "invalid_key_length", "malformed_ciphertext", "authentication_failed",
+                "encryption_failed",
+            ])
     }
 }

@@ -214,15 +214,16 @@ let message = Array("header.payload".utf8)
         #expect(throws: CryptoError(code: .invalidKey)) { try RSAPublicKey(modulus: even, exponent: [1, 0, 1]) }
     }
 
-    @Test(arguments: [
-        [UInt8](),                      // missing
-        [0],                            // zero
-        [0, 0, 1],                      // one (after leading zeros)
-        [1],                            // one
-        [2],                            // even
-        [1, 0, 0],                      // 65536: even
-        [1, 0, 0, 0, 0, 0, 0, 0, 1],    // 65 bits, odd
-    ] as [[UInt8]])
+    @Test(
+        arguments: [
+            [UInt8](),  // missing
+            [0],  // zero
+            [0, 0, 1],  // one (after leading zeros)
+            [1],  // one
+            [2],  // even
+            [1, 0, 0],  // 65536: even
+            [1, 0, 0, 0, 0, 0, 0, 0, 1],  // 65 bits, odd
+        ] as [[UInt8]])
     func badExponentRejected(exponent: [UInt8]) {
         #expect(throws: CryptoError(code: .invalidKey)) {
             try RSAPublicKey(modulus: SharedKeys.key2048.modulus, exponent: exponent)
@@ -330,24 +331,30 @@ let message = Array("header.payload".utf8)
         #expect(SHA256.hexDigest("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         #expect(SHA256.hexDigest("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(SHA256.hash(Array("abc".utf8)) == hexBytes("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"))
-        #expect(SHA256.hexDigest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")
+        #expect(
+            SHA256.hexDigest("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")
                 == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
         #expect(SHA256.hexDigest("é") == SHA256.hex(SHA256.hash([0xc3, 0xa9])))
     }
 
     @Test func hmacSHA256RFC4231() {
         // RFC 4231 test case 2.
-        #expect(HMACSHA256.authenticate(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
+        #expect(
+            HMACSHA256.authenticate(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
                 == hexBytes("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
         // RFC 4231 test case 1.
-        #expect(HMACSHA256.authenticate(key: [UInt8](repeating: 0x0b, count: 20), message: Array("Hi There".utf8))
+        #expect(
+            HMACSHA256.authenticate(key: [UInt8](repeating: 0x0b, count: 20), message: Array("Hi There".utf8))
                 == hexBytes("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"))
         // RFC 4231 test case 6: key longer than the block size.
-        #expect(HMACSHA256.authenticate(key: [UInt8](repeating: 0xaa, count: 131),
-                                        message: Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8))
+        #expect(
+            HMACSHA256.authenticate(
+                key: [UInt8](repeating: 0xaa, count: 131),
+                message: Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8))
                 == hexBytes("60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"))
         // Empty key and message.
-        #expect(HMACSHA256.authenticate(key: [], message: [])
+        #expect(
+            HMACSHA256.authenticate(key: [], message: [])
                 == hexBytes("b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad"))
     }
 

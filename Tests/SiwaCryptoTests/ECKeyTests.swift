@@ -1,7 +1,8 @@
 import CCrypto
 import Foundation
-@testable import SiwaCrypto
 import Testing
+
+@testable import SiwaCrypto
 
 // MARK: - Helpers
 
@@ -52,8 +53,10 @@ enum SharedECKeys {
     static let other: ECPrivateKey = try! ECPrivateKey.generate()
 }
 
-func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_sourceLocation,
-                   _ body: () throws -> Void) {
+func expectECError(
+    _ code: ECKeyError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> Void
+) {
     do {
         try body()
         Issue.record("expected \(code.rawValue), got success", sourceLocation: sourceLocation)
@@ -130,7 +133,7 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
             #expect(ECDSASignature.jose(fromDER: der) == jose)
             if jose[0] == 0 {
                 sawShortR = true
-                #expect(der[3] < 33)       // r's INTEGER is shorter than a full-width one
+                #expect(der[3] < 33)  // r's INTEGER is shorter than a full-width one
             }
             if jose[32] == 0 { sawShortS = true }
         }
@@ -163,7 +166,10 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
         for i in 0..<2000 {
             var bytes = SecureRandom.bytes(64)
             // Force some leading zeros and high bits.
-            for k in 0..<(i % 5) { bytes[k] = 0; bytes[32 + (k * 7 % 32)] = 0 }
+            for k in 0..<(i % 5) {
+                bytes[k] = 0
+                bytes[32 + (k * 7 % 32)] = 0
+            }
             if i % 3 == 0 { bytes[0] |= 0x80 }
             let der = ECDSASignature.der(fromJOSE: bytes)!
             #expect(ECDSASignature.jose(fromDER: der) == bytes)
@@ -175,15 +181,15 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
         #expect(ECDSASignature.jose(fromDER: good) == jose([5], [7]))
         let bad: [[UInt8]] = [
             [],
-            [0x31, 6, 0x02, 1, 0x05, 0x02, 1, 0x07],               // not a SEQUENCE
-            [0x30, 7, 0x02, 1, 0x05, 0x02, 1, 0x07],               // wrong length
-            [0x30, 6, 0x02, 1, 0x05, 0x02, 1, 0x07, 0x00],         // trailing byte
-            [0x30, 6, 0x03, 1, 0x05, 0x02, 1, 0x07],               // not an INTEGER
-            [0x30, 6, 0x02, 1, 0x85, 0x02, 1, 0x07],               // negative
-            [0x30, 7, 0x02, 2, 0x00, 0x05, 0x02, 1, 0x07],         // non-minimal
-            [0x30, 3, 0x02, 1, 0x05],                              // one INTEGER
-            [0x30, 0x81, 6, 0x02, 1, 0x05, 0x02, 1, 0x07],         // long-form length
-            [0x30, 6, 0x02, 0, 0x02, 2, 0x01, 0x07],               // empty INTEGER
+            [0x31, 6, 0x02, 1, 0x05, 0x02, 1, 0x07],  // not a SEQUENCE
+            [0x30, 7, 0x02, 1, 0x05, 0x02, 1, 0x07],  // wrong length
+            [0x30, 6, 0x02, 1, 0x05, 0x02, 1, 0x07, 0x00],  // trailing byte
+            [0x30, 6, 0x03, 1, 0x05, 0x02, 1, 0x07],  // not an INTEGER
+            [0x30, 6, 0x02, 1, 0x85, 0x02, 1, 0x07],  // negative
+            [0x30, 7, 0x02, 2, 0x00, 0x05, 0x02, 1, 0x07],  // non-minimal
+            [0x30, 3, 0x02, 1, 0x05],  // one INTEGER
+            [0x30, 0x81, 6, 0x02, 1, 0x05, 0x02, 1, 0x07],  // long-form length
+            [0x30, 6, 0x02, 0, 0x02, 2, 0x01, 0x07],  // empty INTEGER
             [0x30, 38, 0x02, 33, 0x01] + [UInt8](repeating: 1, count: 32) + [0x02, 1, 1],  // 33 significant bytes
         ]
         for der in bad {
@@ -199,8 +205,11 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
         let dir = try TempDir()
         defer { dir.cleanup() }
         // A P-256 key in PKCS#8, the shape of Apple's AuthKey_XXXXXXXXXX.p8.
-        #expect(try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
-                            in: dir.path).status == 0)
+        #expect(
+            try openssl(
+                ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
+                in: dir.path
+            ).status == 0)
         let key = try ECPrivateKey(contentsOfFile: dir.path + "/AuthKey.p8")
         #expect(try dir.read("AuthKey.p8").hasPrefix("-----BEGIN PRIVATE KEY-----"))
 
@@ -259,8 +268,13 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
         #expect(try openssl(["pkey", "-in", "p384.p8", "-pubout", "-out", "p384pub.pem"], in: dir.path).status == 0)
         expectECError(.wrongCurve) { _ = try ECPublicKey(pem: dir.read("p384pub.pem")) }
         // Encrypted PKCS#8 is refused without a prompt.
-        #expect(try openssl(["pkcs8", "-topk8", "-v2", "aes256", "-in", "p384.p8", "-passout", "pass:secret",
-                             "-out", "enc.p8"], in: dir.path).status == 0)
+        #expect(
+            try openssl(
+                [
+                    "pkcs8", "-topk8", "-v2", "aes256", "-in", "p384.p8", "-passout", "pass:secret",
+                    "-out", "enc.p8",
+                ], in: dir.path
+            ).status == 0)
         expectECError(.encryptedKey) { _ = try ECPrivateKey(contentsOfFile: dir.path + "/enc.p8") }
     }
 
@@ -295,14 +309,16 @@ func expectECError(_ code: ECKeyError.Code, sourceLocation: SourceLocation = #_s
         } catch {
             #expect(error.message.contains("missing.p8") && error.message.contains("No such file"))
         }
-        expectECError(.unreadableFile) { _ = try ECPrivateKey(contentsOfFile: dir.path) }   // a directory
+        expectECError(.unreadableFile) { _ = try ECPrivateKey(contentsOfFile: dir.path) }  // a directory
         let big = try dir.file("big.p8", bytes: [UInt8](repeating: 0x41, count: 70_000))
         expectECError(.unreadableFile) { _ = try ECPrivateKey(contentsOfFile: big) }
     }
 
     @Test func errorCodesAreStable() {
-        #expect(ECKeyError.Code.allCases.map(\.rawValue) == [
-            "unreadable_file", "not_pem", "not_private_key", "encrypted_key", "malformed_key", "rsa_key", "not_ec",
-            "wrong_curve", "invalid_public_key", "key_generation_failed", "signing_failed"])
+        #expect(
+            ECKeyError.Code.allCases.map(\.rawValue) == [
+                "unreadable_file", "not_pem", "not_private_key", "encrypted_key", "malformed_key", "rsa_key", "not_ec",
+                "wrong_curve", "invalid_public_key", "key_generation_failed", "signing_failed",
+            ])
     }
 }

@@ -1,13 +1,15 @@
 import Foundation
-@testable import SiwaFetch
 import Synchronization
 import Testing
+
+@testable import SiwaFetch
 
 /// A temporary file removed when the value goes away.
 final class TempFile {
     let path: String
     init(bytes: [UInt8]) throws {
-        path = FileManager.default.temporaryDirectory
+        path =
+            FileManager.default.temporaryDirectory
             .appendingPathComponent("siwa-fetch-\(UUID().uuidString).bin").path
         try Data(bytes).write(to: URL(fileURLWithPath: path))
     }
@@ -15,8 +17,10 @@ final class TempFile {
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
-func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
-                      sourceLocation: SourceLocation = #_sourceLocation) -> FetchError? {
+func expectFetchError(
+    _ code: FetchError.Code, _ request: FetchRequest,
+    sourceLocation: SourceLocation = #_sourceLocation
+) -> FetchError? {
     do {
         let response = try Fetcher.perform(request)
         Issue.record("expected \(code), got status \(response.status)", sourceLocation: sourceLocation)
@@ -53,8 +57,9 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     @Test func responseCapExceeded() throws {
         let file = try TempFile(bytes: [UInt8](repeating: 0x61, count: 2 << 20))
         _ = expectFetchError(.responseTooLarge, FetchRequest(url: file.url, allowedSchemes: [.file]))
-        _ = expectFetchError(.responseTooLarge,
-                             FetchRequest(url: file.url, maxResponseBytes: (2 << 20) - 1, allowedSchemes: [.file]))
+        _ = expectFetchError(
+            .responseTooLarge,
+            FetchRequest(url: file.url, maxResponseBytes: (2 << 20) - 1, allowedSchemes: [.file]))
     }
 
     @Test func responseExactlyAtCapSucceeds() throws {
@@ -90,8 +95,10 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     }
 
     @Test func malformedURLsRejected() {
-        for url in ["", "not a url", "127.0.0.1/path", "http://exa mple.com/", "https://example.com/\u{0}x",
-                    "https://example.com/\r\nX-Injected: 1", "http://[::1/"] {
+        for url in [
+            "", "not a url", "127.0.0.1/path", "http://exa mple.com/", "https://example.com/\u{0}x",
+            "https://example.com/\r\nX-Injected: 1", "http://[::1/",
+        ] {
             let error = expectFetchError(.invalidURL, FetchRequest(url: url, allowedSchemes: [.http, .https]))
             #expect(error?.curlCode == 0)
         }
@@ -137,13 +144,17 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     @Test func getParsesStatusHeadersAndBody() throws {
         let body = Array("{\"keys\":[{\"kid\":\"abc\"}]}".utf8)
         let server = try LoopbackServer { _ in
-            httpResponse(headers: ["Content-Type: application/json", "Cache-Control: max-age=3600, public",
-                                   "X-Dup: first", "x-dup: second", "X-Spaces:   padded   "],
-                         body: body)
+            httpResponse(
+                headers: [
+                    "Content-Type: application/json", "Cache-Control: max-age=3600, public",
+                    "X-Dup: first", "x-dup: second", "X-Spaces:   padded   ",
+                ],
+                body: body)
         }
         defer { server.stop() }
-        let response = try Fetcher.perform(FetchRequest(
-            url: server.baseURL + "/auth/keys?x=1", headers: ["Accept: application/json"], allowedSchemes: [.http]))
+        let response = try Fetcher.perform(
+            FetchRequest(
+                url: server.baseURL + "/auth/keys?x=1", headers: ["Accept: application/json"], allowedSchemes: [.http]))
         #expect(response.status == 200)
         #expect(response.body == body)
         #expect(response.headers["cache-control"] == "max-age=3600, public")
@@ -170,7 +181,8 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     }
 
     @Test func nonSuccessStatusIsAResponseNotAnError() throws {
-        let server = try LoopbackServer { _ in httpResponse(status: "503 Service Unavailable", headers: ["Retry-After: 7"], body: Array("busy".utf8)) }
+        let server = try LoopbackServer { _ in httpResponse(status: "503 Service Unavailable", headers: ["Retry-After: 7"], body: Array("busy".utf8))
+        }
         defer { server.stop() }
         let response = try Fetcher.perform(FetchRequest(url: server.baseURL + "/", allowedSchemes: [.http]))
         #expect(response.status == 503)
@@ -183,17 +195,18 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
         let payload: [UInt8] = (0..<3000).map { UInt8(truncatingIfNeeded: $0 * 7) }
         let server = try LoopbackServer { raw in
             guard let req = HTTPRequest(raw),
-                  req.requestLine == "POST /notify HTTP/1.1",
-                  req.header("content-type") == "application/json",
-                  req.header("x-trace") == "t-1",
-                  req.body == payload
+                req.requestLine == "POST /notify HTTP/1.1",
+                req.header("content-type") == "application/json",
+                req.header("x-trace") == "t-1",
+                req.body == payload
             else { return httpResponse(status: "400 Bad Request") }
             return httpResponse(status: "202 Accepted", body: Array("ok".utf8))
         }
         defer { server.stop() }
-        let response = try Fetcher.perform(FetchRequest(
-            url: server.baseURL + "/notify", method: "POST",
-            headers: ["Content-Type: application/json", "X-Trace: t-1"], body: payload, allowedSchemes: [.http]))
+        let response = try Fetcher.perform(
+            FetchRequest(
+                url: server.baseURL + "/notify", method: "POST",
+                headers: ["Content-Type: application/json", "X-Trace: t-1"], body: payload, allowedSchemes: [.http]))
         #expect(response.status == 202)
         #expect(response.body == Array("ok".utf8))
         let request = try #require(server.requests.first.flatMap(HTTPRequest.init))
@@ -229,9 +242,10 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
     @Test func capExceededWithContentLength() throws {
         let server = try LoopbackServer { _ in httpResponse(body: [UInt8](repeating: 1, count: 5000)) }
         defer { server.stop() }
-        let error = expectFetchError(.responseTooLarge,
-                                     FetchRequest(url: server.baseURL + "/", maxResponseBytes: 4999, allowedSchemes: [.http]))
-        #expect(error?.curlCode == 63)   // CURLE_FILESIZE_EXCEEDED: rejected from Content-Length
+        let error = expectFetchError(
+            .responseTooLarge,
+            FetchRequest(url: server.baseURL + "/", maxResponseBytes: 4999, allowedSchemes: [.http]))
+        #expect(error?.curlCode == 63)  // CURLE_FILESIZE_EXCEEDED: rejected from Content-Length
     }
 
     @Test func capExceededWhileStreamingAbortsFromWriteCallback() throws {
@@ -241,9 +255,10 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
         }
         defer { server.stop() }
         let start = Date()
-        let error = expectFetchError(.responseTooLarge,
-                                     FetchRequest(url: server.baseURL + "/", maxResponseBytes: 1 << 20, allowedSchemes: [.http]))
-        #expect(error?.curlCode == 23)   // CURLE_WRITE_ERROR from our callback
+        let error = expectFetchError(
+            .responseTooLarge,
+            FetchRequest(url: server.baseURL + "/", maxResponseBytes: 1 << 20, allowedSchemes: [.http]))
+        #expect(error?.curlCode == 23)  // CURLE_WRITE_ERROR from our callback
         #expect(Date().timeIntervalSince(start) < 5)
     }
 
@@ -251,8 +266,9 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
         let server = try LoopbackServer { _ in nil }
         defer { server.stop() }
         let start = Date()
-        let error = expectFetchError(.timedOut,
-                                     FetchRequest(url: server.baseURL + "/slow?secret=1", totalTimeout: 1, allowedSchemes: [.http]))
+        let error = expectFetchError(
+            .timedOut,
+            FetchRequest(url: server.baseURL + "/slow?secret=1", totalTimeout: 1, allowedSchemes: [.http]))
         let elapsed = Date().timeIntervalSince(start)
         #expect(elapsed >= 0.9 && elapsed < 4, "elapsed \(elapsed)")
         #expect(error?.curlCode == 28)
@@ -262,8 +278,9 @@ func expectFetchError(_ code: FetchError.Code, _ request: FetchRequest,
 
     @Test func closedPortCannotConnect() throws {
         let closed = try ClosedPort()
-        let error = expectFetchError(.couldNotConnect,
-                                     FetchRequest(url: "http://127.0.0.1:\(closed.port)/keys?token=abc", allowedSchemes: [.http]))
+        let error = expectFetchError(
+            .couldNotConnect,
+            FetchRequest(url: "http://127.0.0.1:\(closed.port)/keys?token=abc", allowedSchemes: [.http]))
         #expect(error?.curlCode == 7)
         #expect(error.map { !$0.description.contains("token") && !$0.description.contains("\(closed.port)") } ?? false)
     }

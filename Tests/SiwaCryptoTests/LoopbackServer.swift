@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,7 +21,10 @@ final class LoopbackServer: @unchecked Sendable {
     private let acceptExited = DispatchSemaphore(value: 0)
     private let respond: @Sendable ([UInt8]) -> [UInt8]?
 
-    struct SocketError: Error { let what: String; let errno: Int32 }
+    struct SocketError: Error {
+        let what: String
+        let errno: Int32
+    }
 
     init(respond: @escaping @Sendable ([UInt8]) -> [UInt8]?) throws {
         self.respond = respond
@@ -72,7 +76,7 @@ final class LoopbackServer: @unchecked Sendable {
             return h
         }
         guard let held else { return }
-        shutdown(listenFD, Int32(SHUT_RDWR))   // wakes accept()
+        shutdown(listenFD, Int32(SHUT_RDWR))  // wakes accept()
         acceptExited.wait()
         close(listenFD)
         for fd in held { close(fd) }
@@ -112,7 +116,7 @@ final class LoopbackServer: @unchecked Sendable {
             var offset = 0
             while offset < raw.count {
                 let n = send(conn, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
-                if n <= 0 { break }     // peer went away (e.g. aborted transfer)
+                if n <= 0 { break }  // peer went away (e.g. aborted transfer)
                 offset += n
             }
         }
@@ -128,7 +132,7 @@ final class LoopbackServer: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while data.count < 8 << 20 {
             let n = recv(conn, &buffer, buffer.count, 0)
-            if n <= 0 { break }                 // EOF, error or read timeout
+            if n <= 0 { break }  // EOF, error or read timeout
             data.append(contentsOf: buffer[0..<n])
             if let parsed = HTTPRequest(data), parsed.body.count >= parsed.contentLength { break }
         }
@@ -146,15 +150,17 @@ struct HTTPRequest {
     init?(_ raw: [UInt8]) {
         let separator: [UInt8] = [13, 10, 13, 10]
         guard raw.count >= 4,
-              let end = (0...(raw.count - 4)).first(where: { Array(raw[$0..<$0 + 4]) == separator })
+            let end = (0...(raw.count - 4)).first(where: { Array(raw[$0..<$0 + 4]) == separator })
         else { return nil }
         let head = String(decoding: raw[..<end], as: UTF8.self)
         var lines = head.components(separatedBy: "\r\n")
         requestLine = lines.removeFirst()
         headers = lines.compactMap { line in
             guard let colon = line.firstIndex(of: ":") else { return nil }
-            return (String(line[..<colon]).lowercased(),
-                    line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+            return (
+                String(line[..<colon]).lowercased(),
+                line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            )
         }
         body = Array(raw[(end + 4)...])
         contentLength = headers.last(where: { $0.name == "content-length" }).flatMap { Int($0.value) } ?? 0
@@ -165,8 +171,10 @@ struct HTTPRequest {
     }
 }
 
-func httpResponse(status: String = "200 OK", headers: [String] = [], body: [UInt8] = [],
-                  contentLength: Bool = true) -> [UInt8] {
+func httpResponse(
+    status: String = "200 OK", headers: [String] = [], body: [UInt8] = [],
+    contentLength: Bool = true
+) -> [UInt8] {
     var head = "HTTP/1.1 \(status)\r\n"
     for h in headers { head += h + "\r\n" }
     if contentLength { head += "Content-Length: \(body.count)\r\n" }

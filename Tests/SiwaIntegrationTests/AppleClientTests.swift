@@ -1,10 +1,11 @@
 import Foundation
 import Logging
-@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import Synchronization
 import Testing
+
+@testable import SiwaApp
 
 /// A settable clock (Unix seconds) shared between a client and the test.
 final class TestClock: Sendable {
@@ -19,16 +20,20 @@ final class TestClock: Sendable {
     typealias S = AppleTestSetup
 
     /// A client for `fake` whose clock is `clock` (Unix seconds), logging into `logs`.
-    static func client(_ fake: FakeApple, key: ECPrivateKey = S.teamKey, clock: TestClock? = nil,
-                       timeout: Double = 5, logs: LogSink = .capturing(), baseURL: String? = nil) -> AppleClient {
+    static func client(
+        _ fake: FakeApple, key: ECPrivateKey = S.teamKey, clock: TestClock? = nil,
+        timeout: Double = 5, logs: LogSink = .capturing(), baseURL: String? = nil
+    ) -> AppleClient {
         var options = AppleClient.Options()
         options.timeout = timeout
-        let configuration = AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: "/unused.p8",
-                                                  tokenKeyFile: "/unused.key", baseURL: baseURL ?? fake.baseURL)
+        let configuration = AppleAPIConfiguration(
+            teamID: S.teamID, keyID: S.keyID, privateKeyFile: "/unused.p8",
+            tokenKeyFile: "/unused.key", baseURL: baseURL ?? fake.baseURL)
         let logger = Logger(label: "apple") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
         if let clock {
-            return AppleClient(configuration: configuration, privateKey: key, options: options, logger: logger,
-                               clock: { clock.now })
+            return AppleClient(
+                configuration: configuration, privateKey: key, options: options, logger: logger,
+                clock: { clock.now })
         }
         return AppleClient(configuration: configuration, privateKey: key, options: options, logger: logger)
     }
@@ -38,15 +43,19 @@ final class TestClock: Sendable {
         defer { fake.stop() }
         let logs = LogSink.capturing()
         let client = Self.client(fake, logs: logs)
-        fake.addCode("c.ok", user: .init(sub: "001234.client.0001", email: "u@example.com", isPrivateEmail: false,
-                                         nonce: "n-1", redirectURI: "https://app.example/cb"))
+        fake.addCode(
+            "c.ok",
+            user: .init(
+                sub: "001234.client.0001", email: "u@example.com", isPrivateEmail: false,
+                nonce: "n-1", redirectURI: "https://app.example/cb"))
         guard case .success(let tokens) = client.exchange(code: "c.ok", clientID: S.clientID, redirectURI: "https://app.example/cb") else {
             Issue.record("exchange failed: \(fake.calls.last.map { "\($0.status) \($0.error ?? "") \($0.secretProblem ?? "")" } ?? "")")
             return
         }
         let check = try S.signatureCheck(jwks: Array(fake.jwks.utf8))
-        let claims = try IDTokenVerifier().verify(token: tokens.idToken, clientID: S.clientID, nonce: "n-1",
-                                                  now: S.wallClock(), checkSignature: check)
+        let claims = try IDTokenVerifier().verify(
+            token: tokens.idToken, clientID: S.clientID, nonce: "n-1",
+            now: S.wallClock(), checkSignature: check)
         #expect(claims.sub == "001234.client.0001" && claims.email == "u@example.com" && claims.isPrivateEmail == false)
         let form = try #require(fake.calls.last?.form)
         #expect(form["grant_type"] == "authorization_code" && form["code"] == "c.ok" && form["client_id"] == S.clientID)
@@ -178,7 +187,7 @@ final class TestClock: Sendable {
         let first = try #require(revoke())
         #expect(try #require(revoke()) == first)
         set(start + 28 * day)
-        #expect(try #require(revoke()) == first)                 // 2 days left: still used
+        #expect(try #require(revoke()) == first)  // 2 days left: still used
         #expect(client.secretsMinted == 1)
         // A second client id gets its own secret.
         let other = try #require(revoke(S.otherClientID))
@@ -190,8 +199,10 @@ final class TestClock: Sendable {
         #expect(try CompactJWS.parse(renewed).claims["iat"]?.int64Value == start + 29 * day + 1)
         // Without renewal the old secret would now be refused as expired.
         set(start + 30 * day + 1)
-        #expect(FakeApple.problem(withSecret: first, clientID: S.clientID, teamID: S.teamID, keyID: S.keyID,
-                                  key: S.teamKey.publicKey, now: start + 30 * day + 1) == "expired")
+        #expect(
+            FakeApple.problem(
+                withSecret: first, clientID: S.clientID, teamID: S.teamID, keyID: S.keyID,
+                key: S.teamKey.publicKey, now: start + 30 * day + 1) == "expired")
         #expect(try #require(revoke()) == renewed)
         // The clock set back before the secret's iat: renewed rather than sent "from the future".
         set(start + 29 * day)
@@ -210,7 +221,9 @@ final class TestClock: Sendable {
         if case .rejected(let f) = classify(403, "Forbidden") { #expect(f.reason == "http_403") } else { Issue.record("403") }
         if case .transient(let f) = classify(429, "", headers: ["retry-after": "30"]) {
             #expect(f.retryAfter == 30)
-        } else { Issue.record("429") }
+        } else {
+            Issue.record("429")
+        }
         for status in [500, 502, 503, 504, 302, 100] {
             #expect(classify(status, "").isRetryable, "\(status)")
         }

@@ -20,10 +20,14 @@ struct ClientEncodingTests {
         _ = try TestDatabase.query(conninfo, "ALTER DATABASE \(dbname) SET client_encoding = 'LATIN1'")
         // New sessions now default to LATIN1 (the premise of the test; read from the catalog, not
         // from a session, whose encoding the client library may choose itself).
-        #expect(try TestDatabase.query(conninfo, """
-            SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting
-            WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()) AND setrole = 0
-            """).scalar == "client_encoding=LATIN1")
+        #expect(
+            try TestDatabase.query(
+                conninfo,
+                """
+                SELECT array_to_string(setconfig, ',') FROM pg_db_role_setting
+                WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database()) AND setrole = 0
+                """
+            ).scalar == "client_encoding=LATIN1")
 
         let h = try TestHarness(conninfo: conninfo)
         defer { h.stop() }
@@ -37,7 +41,8 @@ struct ClientEncodingTests {
         #expect(try h.waitForWorker())
 
         // What is stored, byte for byte (convert_to from the database's UTF8 to UTF8 is the identity).
-        let stored = try h.query("""
+        let stored = try h.query(
+            """
             SELECT encode(convert_to(sub, 'UTF8'), 'hex') AS sub, encode(convert_to(email, 'UTF8'), 'hex') AS email,
                    encode(convert_to(type, 'UTF8'), 'hex') AS type, status,
                    encode(convert_to(claims::text, 'UTF8'), 'hex') AS claims
@@ -59,7 +64,8 @@ struct ClientEncodingTests {
         #expect(unknownClaims.contains(unknownType), "\(unknownClaims)")
 
         // The worker wrote the account with the same bytes.
-        let account = try h.query("""
+        let account = try h.query(
+            """
             SELECT encode(convert_to(apple_sub, 'UTF8'), 'hex') AS sub, encode(convert_to(email, 'UTF8'), 'hex') AS email
             FROM siwa.accounts
             """)

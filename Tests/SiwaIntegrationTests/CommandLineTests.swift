@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaPostgres
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,8 +23,10 @@ struct CommandLineTests {
         let dir = NSTemporaryDirectory() + "siwa-cli-\(UInt32.random(in: 0...UInt32.max))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let port = Self.freePort()
-        let env = ["SIWA_DATA_DIR": dir, "SIWA_LISTEN": "127.0.0.1:\(port)",
-                   "SIWA_ADMIN_LISTEN": "127.0.0.1:\(Self.freePort())", "SIWA_DATABASE_URL": ""]
+        let env = [
+            "SIWA_DATA_DIR": dir, "SIWA_LISTEN": "127.0.0.1:\(port)",
+            "SIWA_ADMIN_LISTEN": "127.0.0.1:\(Self.freePort())", "SIWA_DATABASE_URL": "",
+        ]
         let server = Process()
         server.executableURL = URL(fileURLWithPath: Self.binary)
         server.arguments = ["serve", "--dev"]
@@ -51,9 +54,12 @@ struct CommandLineTests {
         #expect(logText.contains("DEVELOPMENT MODE"))
 
         let sub = "000739.cli.0001"
-        let before = try TestDatabase.query(conninfo, """
+        let before = try TestDatabase.query(
+            conninfo,
+            """
             INSERT INTO siwa.sessions (apple_sub, created_at) VALUES ($1, now() - interval '1 hour') RETURNING id
-            """, [sub]).scalar
+            """, [sub]
+        ).scalar
         let simulated = try Self.run(["simulate", "--type", "consent-revoked", "--sub", sub], environment: env)
         #expect(simulated.status == 0, "\(simulated.output)")
         #expect(simulated.output.contains("200"))

@@ -3,13 +3,16 @@ import SiwaApp
 import SiwaCore
 import Synchronization
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// Idle and slow (slowloris) clients are cut off by the connection timeout (3 s in the harness),
 /// and idle connections do not keep the listener from answering real notifications.
-@Suite("Public listener: connection timeout and idle connections", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Public listener: connection timeout and idle connections",
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct ConnectionLimitTests {
     /// The harness's `connectionTimeout`.
     static let timeout = 3.0
@@ -32,7 +35,9 @@ struct ConnectionLimitTests {
     func halfRequestLineIsClosed() throws {
         try TestHarness.with { h throws in
             let outcome = try SlowClient(port: h.app.publicPort!).run(prefix: Array("POST /apple/notif".utf8), dribble: nil)
-            print("half request line: closed \(outcome.closed) after \(String(format: "%.2f", outcome.elapsed)) s, status \(outcome.status.map(String.init) ?? "none")")
+            print(
+                "half request line: closed \(outcome.closed) after \(String(format: "%.2f", outcome.elapsed)) s, status \(outcome.status.map(String.init) ?? "none")"
+            )
             #expect(outcome.closed, "half request line still open after \(outcome.elapsed) s")
             #expect(outcome.elapsed < Self.cutOffWithin, "half request line closed after \(outcome.elapsed) s")
             #expect(outcome.status == nil || (400..<500).contains(outcome.status!))
@@ -44,7 +49,8 @@ struct ConnectionLimitTests {
         try TestHarness.with { h throws in
             let prefix = Array("POST /apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ".utf8)
             let outcome = try SlowClient(port: h.app.publicPort!).run(prefix: prefix, dribble: UInt8(ascii: "a"))
-            print("slowloris header drip: closed \(outcome.closed) after \(String(format: "%.2f", outcome.elapsed)) s, \(outcome.bytesSent) bytes sent")
+            print(
+                "slowloris header drip: closed \(outcome.closed) after \(String(format: "%.2f", outcome.elapsed)) s, \(outcome.bytesSent) bytes sent")
             #expect(outcome.closed, "header drip kept the connection open for \(outcome.elapsed) s")
             #expect(outcome.elapsed < Self.cutOffWithin, "header drip cut off only after \(outcome.elapsed) s")
             #expect(outcome.status == nil || (400..<500).contains(outcome.status!))
@@ -55,7 +61,8 @@ struct ConnectionLimitTests {
     @Test("slow body: one body byte every 2 s is cut off within ~3–8 s")
     func bodyDripIsCutOff() throws {
         try TestHarness.with { h throws in
-            let prefix = Array("POST /apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n".utf8)
+            let prefix = Array(
+                "POST /apple/notifications HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n".utf8)
             let outcome = try SlowClient(port: h.app.publicPort!).run(prefix: prefix, dribble: UInt8(ascii: " "))
             print("slow body drip: closed \(outcome.closed) after \(String(format: "%.2f", outcome.elapsed)) s, \(outcome.bytesSent) bytes sent")
             #expect(outcome.closed, "body drip kept the connection open for \(outcome.elapsed) s")
@@ -98,15 +105,19 @@ struct ConnectionLimitTests {
                 #expect(reply.status == 200, "valid #\(n) while 300 connections idle: \(reply.summary)")
                 #expect(reply.body == #"{"status":"accepted"}"#, "valid #\(n)")
             }
-            print("latency with 300 idle connections: " + latencies.map { String(format: "%.1f ms", $0 * 1000) }.joined(separator: ", ")
-                  + "; \(300 - watcher.closedCount) idle connections still open \(String(format: "%.2f", Date().timeIntervalSince(opened))) s after opening")
+            print(
+                "latency with 300 idle connections: " + latencies.map { String(format: "%.1f ms", $0 * 1000) }.joined(separator: ", ")
+                    + "; \(300 - watcher.closedCount) idle connections still open \(String(format: "%.2f", Date().timeIntervalSince(opened))) s after opening"
+            )
             #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "5")
 
             // Then the timeout cuts every idle one off — and none before its time: an idle
             // connection refused or dropped early would be seen closed sooner than the timeout
             // after it was opened (a slow machine only makes it later).
             let closedAt = watcher.wait()
-            print("\(closedAt.count) of 300 idle connections closed by the server; last \(String(format: "%.2f", (closedAt.values.max() ?? opened).timeIntervalSince(opened))) s after opening")
+            print(
+                "\(closedAt.count) of 300 idle connections closed by the server; last \(String(format: "%.2f", (closedAt.values.max() ?? opened).timeIntervalSince(opened))) s after opening"
+            )
             #expect(closedAt.count == 300, "\(300 - closedAt.count) idle connections still open after 60 s")
             let early = idle.filter { fd in
                 guard let closed = closedAt[fd], let open = openedAt[fd] else { return false }
@@ -115,9 +126,11 @@ struct ConnectionLimitTests {
             #expect(early.isEmpty, "\(early.count) idle connections were closed before the connection timeout")
 
             // And the listener still serves.
-            let after = try runner.exchange(HostileCase(name: "valid after the idle flood",
-                                                        body: Array(NotificationSigner.body(token: try h.token(sub: "000739.idle.after")).utf8),
-                                                        status: 200, reason: ""), timeout: 30)
+            let after = try runner.exchange(
+                HostileCase(
+                    name: "valid after the idle flood",
+                    body: Array(NotificationSigner.body(token: try h.token(sub: "000739.idle.after")).utf8),
+                    status: 200, reason: ""), timeout: 30)
             #expect(after.status == 200, "valid after the idle flood: \(after.summary)")
         }
     }
@@ -156,7 +169,7 @@ final class CloseWatcher: Sendable {
     /// Waits until every connection was seen closed or the limit passed; when each closed.
     func wait() -> [Int32: Date] {
         finished.wait()
-        finished.signal()   // later calls return at once
+        finished.signal()  // later calls return at once
         return record.closedAt.withLock { $0 }
     }
 }
@@ -199,21 +212,24 @@ struct SlowClient {
                     continue
                 }
                 if n == 0 || (errno != EAGAIN && errno != EINTR) {
-                    return Outcome(closed: true, elapsed: Date().timeIntervalSince(start),
-                                   status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
+                    return Outcome(
+                        closed: true, elapsed: Date().timeIntervalSince(start),
+                        status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
                 }
             }
             if let byte = dribble, Date() >= nextDrip {
                 if !RawHTTP.write(fd, [byte]) {
-                    return Outcome(closed: true, elapsed: Date().timeIntervalSince(start),
-                                   status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
+                    return Outcome(
+                        closed: true, elapsed: Date().timeIntervalSince(start),
+                        status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
                 }
                 sent += 1
                 nextDrip = Date().addingTimeInterval(interval)
             }
         }
-        return Outcome(closed: false, elapsed: Date().timeIntervalSince(start),
-                       status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
+        return Outcome(
+            closed: false, elapsed: Date().timeIntervalSince(start),
+            status: RawHTTP.status(String(decoding: received, as: UTF8.self)), bytesSent: sent)
     }
 
     /// True when the peer has closed `fd` (readable with EOF or an error). Never blocks.

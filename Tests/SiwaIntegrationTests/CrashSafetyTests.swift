@@ -3,6 +3,7 @@ import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,11 +28,13 @@ struct CrashSafetyTests {
 
         func start(_ command: String) throws -> (ServerProcess, String) {
             let port = ServerProcess.freePort()
-            let process = try ServerProcess([command], environment: [
-                "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
-                "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ServerProcess.freePort())",
-                "SIWA_LOG_LEVEL": "info",
-            ])
+            let process = try ServerProcess(
+                [command],
+                environment: [
+                    "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
+                    "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ServerProcess.freePort())",
+                    "SIWA_LOG_LEVEL": "info",
+                ])
             return (process, "http://127.0.0.1:\(port)/apple/notifications")
         }
 
@@ -44,8 +47,9 @@ struct CrashSafetyTests {
         let now = Int64(Date().timeIntervalSince1970)
         return try (0..<n).map { i in
             let jti = NotificationSigner.newJTI()
-            let claims = NotificationSigner.claims(audience: TestHarness.audience, type: "consent-revoked",
-                                                   sub: "\(prefix).\(i)", eventTimeMillis: now * 1000 - Int64(i), jti: jti)
+            let claims = NotificationSigner.claims(
+                audience: TestHarness.audience, type: "consent-revoked",
+                sub: "\(prefix).\(i)", eventTimeMillis: now * 1000 - Int64(i), jti: jti)
             return (jti, try signer.sign(claims: claims))
         }
     }
@@ -105,14 +109,18 @@ struct CrashSafetyTests {
         #expect(try env.count("SELECT count(*) FROM siwa.accounts WHERE status = 'consent_revoked'") == total)
         #expect(answered > 0)
         #expect(!unanswered.isEmpty, "no kill interrupted the load")
-        print("kill -9 receiver: \(trials) trials, \(answered) answered 200 before the kills (per kill: \(answeredBeforeKills)), \(unanswered.count) resent, lost 0, double-applied 0")
+        print(
+            "kill -9 receiver: \(trials) trials, \(answered) answered 200 before the kills (per kill: \(answeredBeforeKills)), \(unanswered.count) resent, lost 0, double-applied 0"
+        )
     }
 
     @Test("worker killed -9 mid-batch, many times: every event applied exactly once, none stuck")
     func killWorkerMidBatch() throws {
         let env = try Environment()
         let n = 40000
-        _ = try TestDatabase.query(env.conninfo, """
+        _ = try TestDatabase.query(
+            env.conninfo,
+            """
             INSERT INTO siwa.sessions (apple_sub, created_at) SELECT 'w.' || g, now() - interval '1 hour' FROM generate_series(1, \(n)) g;
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims)
             SELECT 'w-' || g, 'a', 'w.' || g, 'consent-revoked', now() - interval '1 minute', 'pending', '{}'
@@ -161,7 +169,9 @@ struct CrashSafetyTests {
         // start, so the three must share it. Subs repeat every 10,000 events (three events each,
         // in different batches), so concurrent batches seldom wait on one another's accounts.
         let n = 30000
-        _ = try TestDatabase.query(env.conninfo, """
+        _ = try TestDatabase.query(
+            env.conninfo,
+            """
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql AS $$
             BEGIN

@@ -3,6 +3,7 @@ import Logging
 import SiwaApp
 import SiwaPostgres
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,8 +16,9 @@ struct EmbeddedPostgresTests {
     func unreachableDataDirectory() throws {
         guard geteuid() == 0 else { return }  // only root runs the cluster as another user
         let privateParent = NSTemporaryDirectory() + "siwa-private-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: privateParent, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: privateParent, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         defer { try? FileManager.default.removeItem(atPath: privateParent) }
         let database = try EmbeddedPostgres(dataDirectory: privateParent + "/.siwa", logger: Self.logger)
         #expect(database.clusterDirectory.hasPrefix("/var/lib/siwa-notify/"))
@@ -36,7 +38,7 @@ struct EmbeddedPostgresTests {
         let database = try EmbeddedPostgres(dataDirectory: dir, logger: Self.logger)
         #expect(database.clusterDirectory == URL(fileURLWithPath: dir).standardizedFileURL.path + "/postgres")
         try database.start()
-        try database.start()   // already running: adopted, no error
+        try database.start()  // already running: adopted, no error
         #expect(try PostgresConnection(conninfo: database.conninfo).execute("SELECT 1").scalar == "1")
         database.stop()
         #expect(throws: PostgresError.self) { try PostgresConnection(conninfo: database.conninfo) }

@@ -9,11 +9,15 @@ import Testing
 @Suite struct FakeAppleTests {
     typealias S = AppleTestSetup
 
-    func post(_ fake: FakeApple, _ path: String, _ fields: [(String, String)],
-              contentType: String = FormURLEncoding.contentType, timeout: Double = 10) throws -> FetchResponse {
-        try Fetcher.perform(FetchRequest(url: fake.baseURL + path, method: "POST", headers: ["Content-Type: \(contentType)"],
-                                         body: Array(FormURLEncoding.encode(fields).utf8), totalTimeout: timeout,
-                                         allowedSchemes: [.http]))
+    func post(
+        _ fake: FakeApple, _ path: String, _ fields: [(String, String)],
+        contentType: String = FormURLEncoding.contentType, timeout: Double = 10
+    ) throws -> FetchResponse {
+        try Fetcher.perform(
+            FetchRequest(
+                url: fake.baseURL + path, method: "POST", headers: ["Content-Type: \(contentType)"],
+                body: Array(FormURLEncoding.encode(fields).utf8), totalTimeout: timeout,
+                allowedSchemes: [.http]))
     }
 
     func tokenFields(code: String, secret: String, clientID: String = S.clientID, redirectURI: String? = nil) -> [(String, String)] {
@@ -27,8 +31,11 @@ import Testing
     @Test func exchangeThenRevoke() throws {
         let fake = try S.fake()
         defer { fake.stop() }
-        fake.addCode("c.code-1", user: .init(sub: "001234.fake.0001", email: "x@privaterelay.appleid.com",
-                                             isPrivateEmail: true, nonce: "nonce-1", redirectURI: "https://app.example/cb"))
+        fake.addCode(
+            "c.code-1",
+            user: .init(
+                sub: "001234.fake.0001", email: "x@privaterelay.appleid.com",
+                isPrivateEmail: true, nonce: "nonce-1", redirectURI: "https://app.example/cb"))
         let secret = try S.secret()
         let response = try post(fake, "/auth/token", tokenFields(code: "c.code-1", secret: secret, redirectURI: "https://app.example/cb"))
         #expect(response.status == 200)
@@ -39,8 +46,9 @@ import Testing
         // The id_token verifies against the JWKS the fake serves.
         let jwks = try Fetcher.perform(FetchRequest(url: fake.jwksURL, allowedSchemes: [.http]))
         #expect(jwks.status == 200)
-        let claims = try IDTokenVerifier().verify(token: tokens.idToken, clientID: S.clientID, nonce: "nonce-1",
-                                                  now: S.wallClock(), checkSignature: S.signatureCheck(jwks: jwks.body))
+        let claims = try IDTokenVerifier().verify(
+            token: tokens.idToken, clientID: S.clientID, nonce: "nonce-1",
+            now: S.wallClock(), checkSignature: S.signatureCheck(jwks: jwks.body))
         #expect(claims.sub == "001234.fake.0001" && claims.email == "x@privaterelay.appleid.com")
         #expect(claims.isPrivateEmail == true && claims.emailVerified == true)
 
@@ -48,8 +56,12 @@ import Testing
         let again = try post(fake, "/auth/token", tokenFields(code: "c.code-1", secret: secret, redirectURI: "https://app.example/cb"))
         #expect(again.status == 400 && errorOf(again) == "invalid_grant")
 
-        let revoke = try post(fake, "/auth/revoke", [("client_id", S.clientID), ("client_secret", secret),
-                                                     ("token", tokens.refreshToken), ("token_type_hint", "refresh_token")])
+        let revoke = try post(
+            fake, "/auth/revoke",
+            [
+                ("client_id", S.clientID), ("client_secret", secret),
+                ("token", tokens.refreshToken), ("token_type_hint", "refresh_token"),
+            ])
         #expect(revoke.status == 200)
         #expect(fake.revokedTokens == [tokens.refreshToken])
 
@@ -67,10 +79,13 @@ import Testing
         let now = S.wallClock()
         let day: Int64 = 86_400
         // A 181-day secret cannot be built with ClientSecret; assemble it by hand.
-        let longClaims: [String: JSONValue] = ["iss": .string(S.teamID), "aud": .string("https://appleid.apple.com"),
-                                               "sub": .string(S.clientID), "iat": .number(Double(now)),
-                                               "exp": .number(Double(now + 181 * day))]
-        let longInput = Base64URL.encode(Array(#"{"alg":"ES256","kid":"KEY7654321"}"#.utf8)) + "."
+        let longClaims: [String: JSONValue] = [
+            "iss": .string(S.teamID), "aud": .string("https://appleid.apple.com"),
+            "sub": .string(S.clientID), "iat": .number(Double(now)),
+            "exp": .number(Double(now + 181 * day)),
+        ]
+        let longInput =
+            Base64URL.encode(Array(#"{"alg":"ES256","kid":"KEY7654321"}"#.utf8)) + "."
             + Base64URL.encode(Array(JSONValue.object(longClaims).serialized().utf8))
         let long = longInput + "." + Base64URL.encode(try S.teamKey.signES256(message: Array(longInput.utf8)))
         let valid = try S.secret()
@@ -83,8 +98,10 @@ import Testing
             (try S.secret(now: now - 31 * day, lifetime: 30 * day), "expired"),
             (try S.secret(now: now + 3600), "iat is in the future"),
             (long, "exp more than 180 days after iat"),
-            (parts[0] + "." + parts[1] + "." + Base64URL.encode(try S.teamKey.signES256DER(message: Array((parts[0] + "." + parts[1]).utf8))),
-             "bad signature"),                                   // DER instead of JOSE
+            (
+                parts[0] + "." + parts[1] + "." + Base64URL.encode(try S.teamKey.signES256DER(message: Array((parts[0] + "." + parts[1]).utf8))),
+                "bad signature"
+            ),  // DER instead of JOSE
             ("not-a-jwt", "not a compact JWS"),
         ]
         for (secret, problem) in cases {
@@ -94,8 +111,11 @@ import Testing
         }
         let missing = try post(fake, "/auth/token", [("client_id", S.clientID), ("code", "x"), ("grant_type", "authorization_code")])
         #expect(errorOf(missing) == "invalid_client" && fake.calls.last?.secretProblem == "missing")
-        let unknownClient = try post(fake, "/auth/token", tokenFields(code: "x", secret: try S.secret(clientID: "com.unknown"),
-                                                                      clientID: "com.unknown"))
+        let unknownClient = try post(
+            fake, "/auth/token",
+            tokenFields(
+                code: "x", secret: try S.secret(clientID: "com.unknown"),
+                clientID: "com.unknown"))
         #expect(errorOf(unknownClient) == "invalid_client")
     }
 
@@ -109,11 +129,14 @@ import Testing
         var fields = tokenFields(code: "x", secret: secret)
         fields[3] = ("grant_type", "refresh_token")
         #expect(errorOf(try post(fake, "/auth/token", fields)) == "unsupported_grant_type")
-        #expect(errorOf(try post(fake, "/auth/token", Array(tokenFields(code: "x", secret: secret).filter { $0.0 != "code" })))
+        #expect(
+            errorOf(try post(fake, "/auth/token", Array(tokenFields(code: "x", secret: secret).filter { $0.0 != "code" })))
                 == "invalid_request")
-        #expect(errorOf(try post(fake, "/auth/token", tokenFields(code: "c.redirect", secret: secret, redirectURI: "https://evil/cb")))
+        #expect(
+            errorOf(try post(fake, "/auth/token", tokenFields(code: "c.redirect", secret: secret, redirectURI: "https://evil/cb")))
                 == "invalid_grant")
-        #expect(errorOf(try post(fake, "/auth/revoke", [("client_id", S.clientID), ("client_secret", secret), ("token", "r.1")]))
+        #expect(
+            errorOf(try post(fake, "/auth/revoke", [("client_id", S.clientID), ("client_secret", secret), ("token", "r.1")]))
                 == "invalid_request")
         #expect(fake.revokedTokens.isEmpty)
     }
@@ -128,8 +151,12 @@ import Testing
         fake.answerToken(.invalidClient)
         #expect(errorOf(try post(fake, "/auth/token", tokenFields(code: "c.1", secret: secret))) == "invalid_client")
         fake.answerRevoke(.invalidGrant)
-        let revoke = try post(fake, "/auth/revoke", [("client_id", S.clientID), ("client_secret", secret),
-                                                     ("token", "r.1"), ("token_type_hint", "refresh_token")])
+        let revoke = try post(
+            fake, "/auth/revoke",
+            [
+                ("client_id", S.clientID), ("client_secret", secret),
+                ("token", "r.1"), ("token_type_hint", "refresh_token"),
+            ])
         #expect(revoke.status == 400 && errorOf(revoke) == "invalid_grant")
         // The checks still ran and were recorded.
         #expect(fake.calls.allSatisfy { $0.secretProblem == nil })

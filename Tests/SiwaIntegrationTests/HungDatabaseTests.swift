@@ -9,7 +9,9 @@ import Testing
 /// must still answer every notification within the commit timeout.
 @Suite("Hung database", .enabled(if: TestDatabase.hasServerBinaries, "needs the PostgreSQL server binaries (initdb, pg_ctl)"))
 struct HungDatabaseTests {
-    @Test("PostgreSQL hung (SIGSTOP) under load: every request answered within commitTimeout + 1 s (503 + Retry-After during the hang), a 200 within 2 s of SIGCONT, nothing lost or doubled")
+    @Test(
+        "PostgreSQL hung (SIGSTOP) under load: every request answered within commitTimeout + 1 s (503 + Retry-After during the hang), a 200 within 2 s of SIGCONT, nothing lost or doubled"
+    )
     func hungUnderLoad() throws {
         let commitTimeout = 2
         let dir = NSTemporaryDirectory() + "siwa-hung-\(UInt32.random(in: 0...UInt32.max))"
@@ -53,7 +55,10 @@ struct HungDatabaseTests {
         let duringHang = exchanges.filter { $0.sent > stopAt.addingTimeInterval(0.05) && $0.answered < contAt }
         #expect(!duringHang.isEmpty, "no request was answered during the 5 s hang")
         let wrong = duringHang.filter { $0.status != 503 || $0.code != "database_unavailable" || $0.retryAfter == nil }
-        #expect(wrong.isEmpty, "during the hang: \(Set(wrong.map { "\($0.status.map(String.init) ?? "none") \($0.code ?? "-") retry-after=\($0.retryAfter ?? "none")" }))")
+        #expect(
+            wrong.isEmpty,
+            "during the hang: \(Set(wrong.map { "\($0.status.map(String.init) ?? "none") \($0.code ?? "-") retry-after=\($0.retryAfter ?? "none")" }))"
+        )
         // Only statuses the contract allows at all.
         let statuses = Set(exchanges.compactMap(\.status))
         #expect(statuses.isSubset(of: [200, 503]), "statuses \(statuses)")
@@ -74,16 +79,19 @@ struct HungDatabaseTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE status = 'done'") == events)
         #expect(try h.scalar("SELECT count(*) FROM public.hook_log") == events)
         #expect(try h.scalar("SELECT count(DISTINCT event_id) FROM public.hook_log") == events)
-        #expect(try h.scalar("""
-            SELECT count(*) FROM siwa.events e WHERE jti = ANY($1::text[])
-            AND (SELECT count(*) FROM public.hook_log l WHERE l.event_id = e.id) = 1
-            """, [list]) == String(accepted.count))
+        #expect(
+            try h.scalar(
+                """
+                SELECT count(*) FROM siwa.events e WHERE jti = ANY($1::text[])
+                AND (SELECT count(*) FROM public.hook_log l WHERE l.event_id = e.id) = 1
+                """, [list]) == String(accepted.count))
 
         let maxDuringHang = exchanges.filter { $0.answered > stopAt && $0.sent < contAt }.map(\.seconds).max() ?? 0
-        print("hung database: \(exchanges.count) requests, \(duringHang.count) answered during the 5 s hang "
-              + "(\(duringHang.filter { $0.status == 503 }.count) × 503), max answer time around the hang "
-              + "\(String(format: "%.3f", maxDuringHang)) s (limit \(limit) s), first 200 "
-              + "\(String(format: "%.3f", recovery)) s after SIGCONT, \(accepted.count) accepted, \(events) stored")
+        print(
+            "hung database: \(exchanges.count) requests, \(duringHang.count) answered during the 5 s hang "
+                + "(\(duringHang.filter { $0.status == 503 }.count) × 503), max answer time around the hang "
+                + "\(String(format: "%.3f", maxDuringHang)) s (limit \(limit) s), first 200 "
+                + "\(String(format: "%.3f", recovery)) s after SIGCONT, \(accepted.count) accepted, \(events) stored")
     }
 }
 

@@ -14,15 +14,18 @@ struct InAppDeletionTests {
     typealias H = DeletionHarness
 
     /// Neither a refresh token, an authorization code, a client secret, a raw sub nor an email in `log`.
-    static func expectNothingSecret(in log: String, fake: FakeApple, codes: [String] = [], subs: [String] = [],
-                                    emails: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectNothingSecret(
+        in log: String, fake: FakeApple, codes: [String] = [], subs: [String] = [],
+        emails: [String] = [], sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(!log.isEmpty, sourceLocation: sourceLocation)
         var secrets = Array(fake.issuedRefreshTokens.keys) + fake.revokedTokens + codes + subs + emails
         secrets += fake.calls.compactMap { $0.form?["client_secret"] }
         secrets += fake.calls.compactMap { $0.form?["token"] }
         for secret in Set(secrets) where !secret.isEmpty {
-            #expect(!log.contains(secret), "the log contains a secret or personal value (\(secret.prefix(6))...)",
-                    sourceLocation: sourceLocation)
+            #expect(
+                !log.contains(secret), "the log contains a secret or personal value (\(secret.prefix(6))...)",
+                sourceLocation: sourceLocation)
         }
     }
 
@@ -36,8 +39,11 @@ struct InAppDeletionTests {
         defer { h.stop() }
         let sub = "001234.exchange.0001", email = "x7@privaterelay.appleid.com"
         let code = Self.code()
-        h.fake.addCode(code, user: .init(sub: sub, email: email, isPrivateEmail: true, nonce: "n-1",
-                                         redirectURI: "https://app.example/cb"))
+        h.fake.addCode(
+            code,
+            user: .init(
+                sub: sub, email: email, isPrivateEmail: true, nonce: "n-1",
+                redirectURI: "https://app.example/cb"))
         let body = H.exchangeBody(code: code, redirectURI: "https://app.example/cb", nonce: "n-1")
 
         // The public listener does not know the path; nothing reaches Apple.
@@ -57,7 +63,8 @@ struct InAppDeletionTests {
 
         // One row, encrypted with the current token key; the token's bytes are nowhere in it.
         let token = try #require(h.fake.issuedRefreshTokens.first?.key)
-        let rows = try h.query("""
+        let rows = try h.query(
+            """
             SELECT apple_sub, client_id, key_id, position(convert_to($1, 'UTF8') IN ciphertext) AS at,
                    length(ciphertext) AS bytes
             FROM siwa.apple_tokens
@@ -121,8 +128,9 @@ struct InAppDeletionTests {
         #expect(unreachable.status == 502 && unreachable.error == "apple_unavailable")
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens") == "1")
 
-        Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code, again, wrongNonce, unknownCode],
-                                 subs: [sub], emails: [email])
+        Self.expectNothingSecret(
+            in: h.logText, fake: h.fake, codes: [code, again, wrongNonce, unknownCode],
+            subs: [sub], emails: [email])
         #expect(h.logText.contains("authorization code exchanged, refresh token stored"))
     }
 
@@ -138,7 +146,8 @@ struct InAppDeletionTests {
         // An email event puts the address in the outbox too; a session of the user.
         #expect(try h.notify(type: "email-disabled", sub: sub, email: email).status == 200)
         #expect(try eventually { try h.scalar("SELECT count(*) FROM siwa.events WHERE status = 'done'") == "1" })
-        let session = try h.scalar("""
+        let session = try h.scalar(
+            """
             INSERT INTO siwa.sessions (apple_sub, expires_at) VALUES ($1, now() + interval '30 days') RETURNING id
             """, [sub])
 
@@ -163,9 +172,11 @@ struct InAppDeletionTests {
         let account = try h.query("SELECT status, email, deleted_at IS NOT NULL AS stamped FROM siwa.accounts WHERE apple_sub = $1", [sub])
         #expect(account.value(0, "status") == "deleted" && account.value(0, "email") == nil && account.value(0, "stamped") == "t")
         #expect(try h.scalar("SELECT revoked_at IS NOT NULL FROM siwa.sessions WHERE id = $1", [session]) == "t")
-        #expect(try h.scalar("""
-            SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email IS NOT NULL OR position($2 IN claims::text) > 0)
-            """, [sub, email]) == "0")
+        #expect(
+            try h.scalar(
+                """
+                SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email IS NOT NULL OR position($2 IN claims::text) > 0)
+                """, [sub, email]) == "0")
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
         let job = try h.query("SELECT outcome, attempts, last_error FROM siwa.events WHERE type = 'deletion-requested'")
         #expect(job.value(0, "outcome") == "applied" && job.value(0, "attempts") == "1" && job.value(0, "last_error") == nil)
@@ -175,12 +186,15 @@ struct InAppDeletionTests {
         // Apple's own notifications for that user afterwards: applied as no-ops.
         #expect(try h.notify(type: "account-delete", sub: sub).status == 200)
         #expect(try h.notify(type: "consent-revoked", sub: sub).status == 200)
-        #expect(try eventually {
-            try h.scalar("SELECT count(*) FROM siwa.events WHERE type IN ('account-delete', 'consent-revoked') AND status = 'done'") == "2"
-        })
-        #expect(try h.scalar("""
-            SELECT string_agg(DISTINCT outcome, ',') FROM siwa.events WHERE type IN ('account-delete', 'consent-revoked')
-            """) == "final_deleted")
+        #expect(
+            try eventually {
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE type IN ('account-delete', 'consent-revoked') AND status = 'done'") == "2"
+            })
+        #expect(
+            try h.scalar(
+                """
+                SELECT string_agg(DISTINCT outcome, ',') FROM siwa.events WHERE type IN ('account-delete', 'consent-revoked')
+                """) == "final_deleted")
         #expect(h.fake.calls(to: "/auth/revoke").count == 1)
         #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "deleted")
 
@@ -197,9 +211,10 @@ struct InAppDeletionTests {
         let first = try h.signIn(sub: sub, clientID: S.clientID)
         let second = try h.signIn(sub: sub, clientID: S.otherClientID)
         #expect(try h.scalar("SELECT siwa.request_deletion($1)", [sub]) == "2")
-        #expect(try eventually {
-            try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'deletion-requested' AND status = 'done'") == "2"
-        })
+        #expect(
+            try eventually {
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'deletion-requested' AND status = 'done'") == "2"
+            })
         #expect(Set(h.fake.revokedTokens) == [first, second] && h.fake.revokedTokens.count == 2)
         #expect(Set(h.fake.calls(to: "/auth/revoke").compactMap { $0.form?["client_id"] }) == [S.clientID, S.otherClientID])
         #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "deleted")
@@ -254,8 +269,9 @@ struct InAppDeletionTests {
         #expect(dead.rows.count == 1 && dead.value(0, "type") == "deletion-requested" && dead.value(0, "attempts") == "1")
         #expect(dead.value(0, "sub_hash") == SubjectHash.of(sub))
         let lastError = dead.value(0, "last_error") ?? ""
-        #expect(lastError.hasPrefix("invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID"),
-                "\(lastError)")
+        #expect(
+            lastError.hasPrefix("invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID"),
+            "\(lastError)")
         #expect(lastError.contains(S.clientID))
 
         let report = try OutboxAdmin.status(conninfo: h.conninfo, inAppDeletion: true)
@@ -289,9 +305,10 @@ struct InAppDeletionTests {
         let unknown = "001234.never-signed-in.0001"
         #expect(try h.scalar("SELECT siwa.request_deletion($1)", [unknown]) == "1")
         #expect(try h.scalar("SELECT siwa.request_deletion($1, $2)", [unknown, S.clientID]) == "1")
-        #expect(try eventually {
-            try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'deletion-requested' AND status = 'dead'") == "2"
-        })
+        #expect(
+            try eventually {
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'deletion-requested' AND status = 'dead'") == "2"
+            })
         let errors = try h.query("SELECT last_error FROM siwa.dead_letters ORDER BY id")
         #expect(errors.rows.count == 2)
         for row in 0..<errors.rows.count {
@@ -372,10 +389,14 @@ struct InAppDeletionTests {
         try (SHA256.hex(SecureRandom.bytes(32)) + "\n").write(toFile: dir + "/token.key", atomically: true, encoding: .utf8)
         try "a-password-of-32-characters-----".write(toFile: dir + "/weak.key", atomically: true, encoding: .utf8)
         try "{\"keys\":[]}".write(toFile: dir + "/jwks.json", atomically: true, encoding: .utf8)
-        let base = ["SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": S.clientID, "SIWA_DATA_DIR": dir,
-                    "SIWA_JWKS_URL": "file://\(dir)/jwks.json", "SIWA_LISTEN": "127.0.0.1:0", "SIWA_ADMIN_LISTEN": "127.0.0.1:0"]
-        let apple = ["SIWA_TEAM_ID": S.teamID, "SIWA_KEY_ID": S.keyID, "SIWA_PRIVATE_KEY_FILE": dir + "/good.p8",
-                     "SIWA_TOKEN_KEY_FILE": dir + "/token.key"]
+        let base = [
+            "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": S.clientID, "SIWA_DATA_DIR": dir,
+            "SIWA_JWKS_URL": "file://\(dir)/jwks.json", "SIWA_LISTEN": "127.0.0.1:0", "SIWA_ADMIN_LISTEN": "127.0.0.1:0",
+        ]
+        let apple = [
+            "SIWA_TEAM_ID": S.teamID, "SIWA_KEY_ID": S.keyID, "SIWA_PRIVATE_KEY_FILE": dir + "/good.p8",
+            "SIWA_TOKEN_KEY_FILE": dir + "/token.key",
+        ]
         let cases: [(String, [String: String], String, String)] = [
             ("P-384 key", ["SIWA_PRIVATE_KEY_FILE": dir + "/p384.p8"], "SIWA_PRIVATE_KEY_FILE", "wrong_curve"),
             ("RSA key", ["SIWA_PRIVATE_KEY_FILE": dir + "/rsa.p8"], "SIWA_PRIVATE_KEY_FILE", "rsa_key"),
@@ -392,7 +413,8 @@ struct InAppDeletionTests {
                 #expect(lines.count == 1, "\(command), \(name): \(result.output)")
                 #expect(lines.first?.contains(reason) == true, "\(command), \(name): \(result.output)")
                 if let pem = try? String(contentsOfFile: change["SIWA_PRIVATE_KEY_FILE"] ?? "/nonexistent", encoding: .utf8),
-                   let material = pem.split(separator: "\n").dropFirst().first {
+                    let material = pem.split(separator: "\n").dropFirst().first
+                {
                     #expect(!result.output.contains(material), "no key material in the output")
                 }
             }
@@ -400,8 +422,9 @@ struct InAppDeletionTests {
             let partial = try OperatorCommandTests.run([command], environment: base.merging(["SIWA_TEAM_ID": S.teamID]) { _, n in n })
             #expect(partial.status != 0)
             let lines = partial.output.split(separator: "\n").filter { $0.contains("SIWA_KEY_ID") }
-            #expect(lines.count == 1 && lines.first?.contains("is required for app-initiated deletion") == true,
-                    "\(command): \(partial.output)")
+            #expect(
+                lines.count == 1 && lines.first?.contains("is required for app-initiated deletion") == true,
+                "\(command): \(partial.output)")
         }
         // The same keys, all good: the worker starts.
         let good = try ServerProcess(["work"], environment: base.merging(apple) { _, n in n })
@@ -432,24 +455,28 @@ struct InAppDeletionTests {
 
         let conninfo = try TestDatabase.create()
         let adminPort = ServerProcess.freePort()
-        let env = printed.merging(["SIWA_DATA_DIR": dir, "SIWA_DATABASE_URL": conninfo, "SIWA_LISTEN": "127.0.0.1:0",
-                                   "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)",
-                                   "SIWA_JWKS_URL": (printed["SIWA_APPLE_URL"] ?? "") + "/auth/keys"]) { _, new in new }
+        let env = printed.merging([
+            "SIWA_DATA_DIR": dir, "SIWA_DATABASE_URL": conninfo, "SIWA_LISTEN": "127.0.0.1:0",
+            "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)",
+            "SIWA_JWKS_URL": (printed["SIWA_APPLE_URL"] ?? "") + "/auth/keys",
+        ]) { _, new in new }
         let server = try ServerProcess(["serve", "--dev"], environment: env)
         #expect(server.waitForLog("worker started"), "\(server.log)")
         #expect(server.log.contains("in-app deletion on"))
 
-        let reply = try H.post("http://127.0.0.1:\(adminPort)/apple/tokens",
-                               json: H.exchangeBody(code: "any-code-at-all", clientID: ServerConfiguration.devAudience))
+        let reply = try H.post(
+            "http://127.0.0.1:\(adminPort)/apple/tokens",
+            json: H.exchangeBody(code: "any-code-at-all", clientID: ServerConfiguration.devAudience))
         #expect(reply.status == 200, "\(reply.body) \(server.log)")
         #expect(reply.json?["sub"]?.stringValue == sub)
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.apple_tokens").scalar == "1")
 
         let revoked = try OperatorCommandTests.run(["revoke", "--sub", sub], environment: env)
         #expect(revoked.status == 0 && revoked.output.contains("queued 1 deletion job"), "\(revoked.output)")
-        #expect(try eventually(timeout: 30) {
-            try TestDatabase.query(conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]).scalar == "deleted"
-        }, "\(server.log)")
+        #expect(
+            try eventually(timeout: 30) {
+                try TestDatabase.query(conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]).scalar == "deleted"
+            }, "\(server.log)")
         #expect(eventually { apple.stdout.contains("POST /auth/revoke 200") })
         #expect(apple.stdout.contains("(refresh token revoked)"))
         #expect(apple.stdout.contains("sub_hash=\(SubjectHash.of(sub))") && !apple.stdout.contains(sub))

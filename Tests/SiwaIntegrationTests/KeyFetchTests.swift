@@ -9,7 +9,9 @@ import Testing
 /// Unknown `kid`s over real HTTP against a loopback JWKS server that rotates and hangs: a genuine
 /// new key is never refused with a 401, fetches are single-flight and rate limited, and known
 /// keys never wait for a fetch.
-@Suite("Key fetches: waiting, single flight, 503 for an unknown kid", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Key fetches: waiting, single flight, 503 for an unknown kid",
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct KeyFetchTests {
     /// Runs `body` with a JWKS server publishing the harness key and a harness fetching from it.
     static func withServer(interval: Int, _ body: (TestHarness, JWKSServer) throws -> Void) throws {
@@ -99,7 +101,7 @@ struct KeyFetchTests {
     func hangingEndpoint() throws {
         try Self.withServer(interval: 1) { h, server in
             h.waitForKeyFetchWindow(since: server.lastRequest)
-            server.set { $0.delay = 14 }   // longer than the 10 s fetch timeout
+            server.set { $0.delay = 14 }  // longer than the 10 s fetch timeout
             let fetches = server.requestCount
             let stranger = Self.withKid(try h.token(sub: "sub.hang"), "unknown-during-hang")
             let waited = Mutex<(status: Int?, code: String?, retryAfter: String?, seconds: Double)?>(nil)
@@ -181,8 +183,10 @@ struct KeyFetchTests {
             let sorted = latencies.sorted()
             let p50 = sorted[sorted.count / 2]
             let p99 = sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
-            print(String(format: "random-kid flood: %d requests in %.1f s (%@), %d key fetches; %d known-kid requests alongside: p50 %.1f ms, p99 %.1f ms",
-                         flood.count, elapsed, "\(floodCodes)", fetches, latencies.count, p50, p99))
+            print(
+                String(
+                    format: "random-kid flood: %d requests in %.1f s (%@), %d key fetches; %d known-kid requests alongside: p50 %.1f ms, p99 %.1f ms",
+                    flood.count, elapsed, "\(floodCodes)", fetches, latencies.count, p50, p99))
         }
     }
 }

@@ -10,8 +10,10 @@ struct KeyRotationTests {
     func rotatedKeyAccepted() throws {
         try TestHarness.with { h throws in
             let rotated = NotificationSigner(key: try RSAPrivateKey.generate(), kid: "rotated-key-2")
-            let token = try rotated.sign(claims: NotificationSigner.claims(audience: TestHarness.audience,
-                                                                           type: "consent-revoked", sub: "sub.rotated"))
+            let token = try rotated.sign(
+                claims: NotificationSigner.claims(
+                    audience: TestHarness.audience,
+                    type: "consent-revoked", sub: "sub.rotated"))
             // Not published yet: the fetch it triggers (no fetch within the min-refresh interval)
             // still lacks it → 401.
             h.waitForKeyFetchWindow()
@@ -37,8 +39,10 @@ struct KeyRotationTests {
         try TestHarness.with { h throws in
             try FileManager.default.removeItem(atPath: h.jwksPath)
             let stranger = NotificationSigner(key: TestHarness.sharedKey, kid: "never-seen")
-            let reply = try h.post(token: try stranger.sign(claims: NotificationSigner.claims(
-                audience: TestHarness.audience, type: "consent-revoked", sub: "sub.nokeys")))
+            let reply = try h.post(
+                token: try stranger.sign(
+                    claims: NotificationSigner.claims(
+                        audience: TestHarness.audience, type: "consent-revoked", sub: "sub.nokeys")))
             #expect(reply.status == 503)
             #expect(reply.code == "keys_unavailable")
             #expect(reply.headers["retry-after"] != nil)

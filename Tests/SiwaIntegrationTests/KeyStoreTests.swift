@@ -1,12 +1,13 @@
 import Foundation
 import Logging
-@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
 import SiwaPostgres
 import Synchronization
 import Testing
+
+@testable import SiwaApp
 
 /// Key set management against a loopback JWKS server that rotates keys, fails and hangs.
 @Suite("Key store over HTTP")
@@ -44,7 +45,7 @@ struct KeyStoreTests {
             server.set { $0.body = Self.jwks(Self.keyA, Self.keyB) }
             #expect(try Self.check(store, Self.keyB) == .valid)
             #expect(try Self.check(store, Self.keyA) == .valid)
-            server.set { $0.body = Self.jwks(Self.keyB) }   // Apple retires key A
+            server.set { $0.body = Self.jwks(Self.keyB) }  // Apple retires key A
             try store.refresh()
             #expect(try Self.check(store, Self.keyA) == .unknownKey)
         }
@@ -55,11 +56,17 @@ struct KeyStoreTests {
         try Self.withServer { server in
             let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
             try store.load()
-            server.set { $0.status = 500; $0.body = "oops" }
+            server.set {
+                $0.status = 500
+                $0.body = "oops"
+            }
             #expect(throws: (any Error).self) { try store.refresh() }
             #expect(try Self.check(store, Self.keyA) == .valid)
             #expect(try Self.check(store, Self.keyB) == .keysUnavailable)
-            server.set { $0.status = 200; $0.body = "{\"keys\":[]}" }   // no usable key: also a failure
+            server.set {
+                $0.status = 200
+                $0.body = "{\"keys\":[]}"
+            }  // no usable key: also a failure
             #expect(throws: (any Error).self) { try store.refresh() }
             #expect(try Self.check(store, Self.keyA) == .valid)
         }
@@ -109,16 +116,20 @@ struct KeyStoreTests {
             let token = try Self.keyB.sign(claims: NotificationSigner.claims(audience: "a", type: "consent-revoked", sub: "s"))
             let jws = try CompactJWS.parse(token)
             let arrived = store.now()
-            guard case .wait(let ticket) = store.check(kid: "key-b", signingInput: jws.signingInput, signature: jws.signature, arrivedAt: arrived) else {
+            guard case .wait(let ticket) = store.check(kid: "key-b", signingInput: jws.signingInput, signature: jws.signature, arrivedAt: arrived)
+            else {
                 Issue.record("expected to wait for a fetch")
                 return
             }
-            #expect(try Self.check(store, Self.keyA) == .valid)   // not behind the fetch
+            #expect(try Self.check(store, Self.keyA) == .valid)  // not behind the fetch
             let woken = Atomic<Bool>(false)
             store.wait(ticket, timeout: 5) { woken.store(true, ordering: .relaxed) }
             #expect(eventually(timeout: 5) { woken.load(ordering: .relaxed) })
-            guard case .checked(let result) = store.check(kid: "key-b", signingInput: jws.signingInput, signature: jws.signature,
-                                                           arrivedAt: arrived, mayWait: false) else {
+            guard
+                case .checked(let result) = store.check(
+                    kid: "key-b", signingInput: jws.signingInput, signature: jws.signature,
+                    arrivedAt: arrived, mayWait: false)
+            else {
                 Issue.record("expected a definite answer after the fetch")
                 return
             }

@@ -8,7 +8,9 @@ struct LeastPrivilegeTests {
     func splitRoles() throws {
         let url = try TestDatabase.create()
         let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             CREATE ROLE recv_\(suffix) LOGIN IN ROLE siwa_receiver;
             CREATE ROLE work_\(suffix) LOGIN IN ROLE siwa_worker;
             """)

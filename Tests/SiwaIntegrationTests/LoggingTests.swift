@@ -3,6 +3,7 @@ import SiwaApp
 import SiwaFetch
 import Synchronization
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,10 +20,12 @@ struct LoggingTests {
         let jwks = NSTemporaryDirectory() + "siwa-logging-jwks-\(UInt32.random(in: 0...UInt32.max)).json"
         try signer.jwks.write(toFile: jwks, atomically: true, encoding: .utf8)
         let port = ServerProcess.freePort(), adminPort = ServerProcess.freePort()
-        let server = try ServerProcess(["serve"], environment: [
-            "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
-            "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)", "SIWA_LOG_LEVEL": "info",
-        ], standardError: .unreadPipe)
+        let server = try ServerProcess(
+            ["serve"],
+            environment: [
+                "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
+                "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)", "SIWA_LOG_LEVEL": "info",
+            ], standardError: .unreadPipe)
         let admin = "http://127.0.0.1:\(adminPort)"
         let ready = eventually(timeout: 30) {
             !server.process.isRunning || (try? Fetcher.perform(FetchRequest(url: admin + "/readyz", allowedSchemes: [.http])))?.status == 200
@@ -35,8 +38,9 @@ struct LoggingTests {
         let now = Int64(Date().timeIntervalSince1970) * 1000
         return try (0..<n).map { i in
             let jti = NotificationSigner.newJTI()
-            let claims = NotificationSigner.claims(audience: TestHarness.audience, type: "consent-revoked",
-                                                   sub: "\(prefix).\(i)", eventTimeMillis: now - Int64(i), jti: jti)
+            let claims = NotificationSigner.claims(
+                audience: TestHarness.audience, type: "consent-revoked",
+                sub: "\(prefix).\(i)", eventTimeMillis: now - Int64(i), jti: jti)
             return (jti, try signer.sign(claims: claims))
         }
     }
@@ -62,15 +66,18 @@ struct LoggingTests {
         let seconds = Date().timeIntervalSince(started)
         let outcomes = sender.outcomes.withLock { $0 }
         #expect(outcomes.count == 10_000)
-        #expect(outcomes.values.allSatisfy { $0.status == 200 && ($0.code == "accepted" || $0.code == "duplicate") },
-                "\(Set(outcomes.values.map { "\($0.status ?? 0) \($0.code ?? "none")" }))")
+        #expect(
+            outcomes.values.allSatisfy { $0.status == 200 && ($0.code == "accepted" || $0.code == "duplicate") },
+            "\(Set(outcomes.values.map { "\($0.status ?? 0) \($0.code ?? "none")" }))")
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.events").scalar == "2500")
         let dropped = try Self.droppedLines(admin) ?? 0
         #expect(dropped > 0)
         #expect(server.process.isRunning)
         // Shutdown flushes with a bound: a stalled pipe does not hang the exit.
         #expect(server.terminate() == 0)
-        print("undrained stderr: 10000 requests in \(String(format: "%.1f", seconds)) s (\(Int(10_000 / seconds))/s), \(Int(dropped)) log lines dropped")
+        print(
+            "undrained stderr: 10000 requests in \(String(format: "%.1f", seconds)) s (\(Int(10_000 / seconds))/s), \(Int(dropped)) log lines dropped"
+        )
     }
 
     @Test("stderr reader closed mid-run: no SIGPIPE death, requests after the close answered 200 and committed")
@@ -87,9 +94,10 @@ struct LoggingTests {
         let list = "{" + after.accepted.sorted().joined(separator: ",") + "}"
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.events WHERE jti = ANY($1::text[])", [list]).scalar == "200")
         // The worker keeps applying (and logging into the void) too.
-        #expect(eventually(timeout: 30) {
-            (try? TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.events WHERE status = 'done'").scalar) == "250"
-        })
+        #expect(
+            eventually(timeout: 30) {
+                (try? TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.events WHERE status = 'done'").scalar) == "250"
+            })
         #expect(server.process.isRunning)
         // The lines written after the close got EPIPE and were counted, not fatal.
         #expect(try Self.droppedLines(admin) ?? 0 > 0)
@@ -155,7 +163,7 @@ struct LoggingTests {
         writer.enqueue("first\n")
         // The writer took "first" and is now blocked on the full pipe.
         #expect(eventually { writer.statistics.queuedLines == 0 })
-        for i in 0..<150 { writer.enqueue("line \(i)\n") }   // never blocks
+        for i in 0..<150 { writer.enqueue("line \(i)\n") }  // never blocks
         var stats = writer.statistics
         #expect(stats.queuedLines == 100)
         #expect(stats.droppedLines == 50)

@@ -1,7 +1,8 @@
 import Foundation
-@testable import SiwaApp
 import SiwaCore
 import Testing
+
+@testable import SiwaApp
 
 @Suite("Observability: metrics, health, logs", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct ObservabilityTests {
@@ -110,11 +111,12 @@ struct ObservabilityTests {
             #expect(try h.post(token: good).code == "accepted")
             #expect(try h.post(token: good).code == "duplicate")
             #expect(try h.post(token: String(good.dropLast(4)) + "AAAA").code == "bad_signature")
-            let expired = try h.signer.sign(claims: {
-                var c = NotificationSigner.claims(audience: TestHarness.audience, type: "email-disabled", sub: sub, email: email)
-                c["exp"] = .number(1)
-                return c
-            }())
+            let expired = try h.signer.sign(
+                claims: {
+                    var c = NotificationSigner.claims(audience: TestHarness.audience, type: "email-disabled", sub: sub, email: email)
+                    c["exp"] = .number(1)
+                    return c
+                }())
             #expect(try h.post(token: expired).code == "expired")
             #expect(try h.waitForWorker())
             let lines = h.logs.lines

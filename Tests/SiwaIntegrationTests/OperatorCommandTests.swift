@@ -3,12 +3,15 @@ import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `status`, `replay`, `inspect`, `migrate` and graceful shutdown, through the real binary.
-@Suite("Operator commands and graceful shutdown", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Operator commands and graceful shutdown", .serialized,
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct OperatorCommandTests {
     static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> (status: Int32, output: String) {
         let process = Process()
@@ -38,7 +41,9 @@ struct OperatorCommandTests {
         let migrated = try Self.run(["migrate"], environment: env)
         #expect(migrated.status == 0, "\(migrated.output)")
         #expect(try Self.run(["migrate"], environment: env).status == 0)
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, attempts, last_error, claims)
             SELECT 'd' || g, 'a', 's' || g, CASE WHEN g = 1 THEN 'email-enabled' ELSE 'consent-revoked' END, now(),
                    'dead', 12, 'P0001: boom', '{}' FROM generate_series(1, 3) g;
@@ -107,7 +112,8 @@ struct OperatorCommandTests {
         let accepted = sender.accepted
         #expect(accepted.count > 0)
         let list = "{" + accepted.sorted().joined(separator: ",") + "}"
-        #expect(try TestDatabase.query(env.conninfo, "SELECT count(*) FROM siwa.events WHERE jti = ANY($1::text[])", [list]).scalar
+        #expect(
+            try TestDatabase.query(env.conninfo, "SELECT count(*) FROM siwa.events WHERE jti = ANY($1::text[])", [list]).scalar
                 == String(accepted.count))
         #expect(server.log.contains("shutting down"))
         #expect(server.log.contains("worker stopped"))

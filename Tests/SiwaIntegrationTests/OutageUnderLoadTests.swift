@@ -35,8 +35,9 @@ struct OutageUnderLoadTests {
         let outcomes = sender.outcomes.withLock { $0 }
         let during = outcomes.values.filter { $0.time > downAt.addingTimeInterval(0.05) && $0.time < upAt.addingTimeInterval(-0.3) }
         #expect(!during.isEmpty)
-        #expect(during.allSatisfy { $0.status == 503 && $0.code == "database_unavailable" },
-                "\(Set(during.map { "\($0.status ?? 0) \($0.code ?? "-")" }))")
+        #expect(
+            during.allSatisfy { $0.status == 503 && $0.code == "database_unavailable" },
+            "\(Set(during.map { "\($0.status ?? 0) \($0.code ?? "-")" }))")
         let firstOK = outcomes.values.filter { $0.time > upAt && $0.status == 200 }.map(\.time).min()
         let recovery = firstOK.map { $0.timeIntervalSince(upAt) } ?? .infinity
         #expect(recovery <= 2.0, "recovered after \(recovery) s")
@@ -57,6 +58,8 @@ struct OutageUnderLoadTests {
             (try? h.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'siwa-notify listener'")) == "1"
         }
         #expect(listening)
-        print("database restart under load: \(during.count) answered 503 during the outage, first 200 \(String(format: "%.3f", recovery)) s after restart, \(accepted.count) accepted, lost 0, doubled 0")
+        print(
+            "database restart under load: \(during.count) answered 503 during the outage, first 200 \(String(format: "%.3f", recovery)) s after restart, \(accepted.count) accepted, lost 0, doubled 0"
+        )
     }
 }

@@ -1,7 +1,8 @@
 import Foundation
-@testable import SiwaApp
 import SiwaCore
 import Testing
+
+@testable import SiwaApp
 
 @Suite("Outbox writer: batched commits", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct OutboxWriterTests {
@@ -15,8 +16,9 @@ struct OutboxWriterTests {
     func concurrentDuplicates() throws {
         try TestHarness.with { h throws in
             let token = try h.token(type: "consent-revoked", sub: "sub.same")
-            let sender = LoadSender(url: h.baseURL + "/apple/notifications",
-                                    tokens: (0..<30).map { ("copy\($0)", token) })
+            let sender = LoadSender(
+                url: h.baseURL + "/apple/notifications",
+                tokens: (0..<30).map { ("copy\($0)", token) })
             sender.run(threads: 8)
             let codes = sender.outcomes.withLock { $0.values.map { $0.code ?? "none" } }
             #expect(codes.filter { $0 == "accepted" }.count == 1)
@@ -29,8 +31,12 @@ struct OutboxWriterTests {
     func concurrentDistinct() throws {
         try TestHarness.with { h throws in
             let tokens = try (0..<200).map { i in
-                (String(i), try h.token(type: i % 2 == 0 ? "email-enabled" : "email-disabled",
-                                        sub: "sub.\"quoted\\slash\".\(i)", email: "o'neil+\(i)@example.com"))
+                (
+                    String(i),
+                    try h.token(
+                        type: i % 2 == 0 ? "email-enabled" : "email-disabled",
+                        sub: "sub.\"quoted\\slash\".\(i)", email: "o'neil+\(i)@example.com")
+                )
             }
             let sender = LoadSender(url: h.baseURL + "/apple/notifications", tokens: tokens)
             sender.run(threads: 8)

@@ -8,13 +8,17 @@ import Testing
 /// gets a possibly different server connection for every transaction: named prepared statements,
 /// session `SET`s and `LISTEN` do not survive between transactions, so the service must use none
 /// of them (or not depend on them) — the worker finds new events by polling.
-@Suite("Behind PgBouncer", .serialized, .enabled(if: PgBouncer.isInstalled, "pgbouncer is not installed (scripts/setup installs it)"), .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Behind PgBouncer", .serialized, .enabled(if: PgBouncer.isInstalled, "pgbouncer is not installed (scripts/setup installs it)"),
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct PgBouncerTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 
     /// Log lines that mean the pooler broke something.
-    static let poolerFailures = ["prepared statement", "does not exist", "already exists", "database error",
-                                 "unsupported startup parameter", "\"level\":\"error\"", "\"level\":\"critical\""]
+    static let poolerFailures = [
+        "prepared statement", "does not exist", "already exists", "database error",
+        "unsupported startup parameter", "\"level\":\"error\"", "\"level\":\"critical\"",
+    ]
 
     /// Lines of a process log that name one of `poolerFailures` (libpq NOTICEs excluded: they are
     /// not failures, though "already exists, skipping" from migrate means its session
@@ -48,11 +52,13 @@ struct PgBouncerTests {
 
         func start(_ command: String) throws -> (ServerProcess, String) {
             let port = ServerProcess.freePort()
-            let process = try ServerProcess([command], environment: [
-                "SIWA_DATABASE_URL": pooled, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
-                "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ServerProcess.freePort())",
-                "SIWA_LOG_LEVEL": "info",
-            ])
+            let process = try ServerProcess(
+                [command],
+                environment: [
+                    "SIWA_DATABASE_URL": pooled, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
+                    "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ServerProcess.freePort())",
+                    "SIWA_LOG_LEVEL": "info",
+                ])
             return (process, "http://127.0.0.1:\(port)/apple/notifications")
         }
 
@@ -85,8 +91,9 @@ struct PgBouncerTests {
         }
     }
 
-    @Test("serve through PgBouncer: migrate, 200s, the worker applies every event within seconds, no prepared-statement errors",
-          arguments: ["transaction", "session"])
+    @Test(
+        "serve through PgBouncer: migrate, 200s, the worker applies every event within seconds, no prepared-statement errors",
+        arguments: ["transaction", "session"])
     func serve(poolMode: String) throws {
         let setup = try Setup(poolMode: poolMode)
         defer { setup.stop() }

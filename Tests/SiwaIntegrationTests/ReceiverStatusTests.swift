@@ -6,7 +6,9 @@ import SiwaTestSupport
 import Testing
 
 /// Every row of the contract's HTTP table, over real HTTP on loopback, against a real database.
-@Suite("Public listener: status codes and reason codes", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Public listener: status codes and reason codes", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)")
+)
 struct ReceiverStatusTests {
     @Test("valid notification: 200 accepted only after the row is committed")
     func acceptedIsCommitted() throws {
@@ -31,11 +33,12 @@ struct ReceiverStatusTests {
             #expect(again.status == 200)
             #expect(again.code == "duplicate")
             // Re-signed retry: new jti, same (sub, type, event_time).
-            let resigned = try h.signer.sign(claims: {
-                var c = try JSONParser.parse(Array(Base64URL.decode(token.split(separator: ".")[1])!)).objectValue!
-                c["jti"] = .string(NotificationSigner.newJTI())
-                return c
-            }())
+            let resigned = try h.signer.sign(
+                claims: {
+                    var c = try JSONParser.parse(Array(Base64URL.decode(token.split(separator: ".")[1])!)).objectValue!
+                    c["jti"] = .string(NotificationSigner.newJTI())
+                    return c
+                }())
             let third = try h.post(token: resigned)
             #expect(third.status == 200)
             #expect(third.code == "duplicate")
@@ -79,10 +82,33 @@ struct ReceiverStatusTests {
                 ("payload not a string", #"{"payload":42}"#, "missing_payload"),
                 ("not a compact JWS", #"{"payload":"abc.def"}"#, "malformed_jws"),
                 ("non-base64url characters", #"{"payload":"a*b.c$d.e+f"}"#, "malformed_jws"),
-                ("claims not JSON", NotificationSigner.body(token: Base64URL.encode(Array(#"{"alg":"RS256","kid":"test-key-1"}"#.utf8)) + "." + Base64URL.encode(Array("not json".utf8)) + ".AAAA"), "malformed_claims"),
-                ("events not JSON", try { base["events"] = .string("{nope"); return try signed(base) }(), "malformed_events"),
-                ("events missing sub", try { base["events"] = .string(#"{"type":"consent-revoked","event_time":1}"#); return try signed(base) }(), "missing_sub"),
-                ("events missing type", try { base["events"] = .string(#"{"sub":"x","event_time":1}"#); return try signed(base) }(), "missing_type"),
+                (
+                    "claims not JSON",
+                    NotificationSigner.body(
+                        token: Base64URL.encode(Array(#"{"alg":"RS256","kid":"test-key-1"}"#.utf8)) + "." + Base64URL.encode(Array("not json".utf8))
+                            + ".AAAA"), "malformed_claims"
+                ),
+                (
+                    "events not JSON",
+                    try {
+                        base["events"] = .string("{nope")
+                        return try signed(base)
+                    }(), "malformed_events"
+                ),
+                (
+                    "events missing sub",
+                    try {
+                        base["events"] = .string(#"{"type":"consent-revoked","event_time":1}"#)
+                        return try signed(base)
+                    }(), "missing_sub"
+                ),
+                (
+                    "events missing type",
+                    try {
+                        base["events"] = .string(#"{"sub":"x","event_time":1}"#)
+                        return try signed(base)
+                    }(), "missing_type"
+                ),
             ]
             for (name, body, reason) in cases {
                 let reply = try h.send(body: body)
@@ -114,11 +140,17 @@ struct ReceiverStatusTests {
             tampered["aud"] = .string(TestHarness.audience + ".evil")
             let cases: [(String, String, String)] = [
                 ("signature by another key", try other.sign(claims: claims), "bad_signature"),
-                ("tampered claims", parts[0] + "." + Base64URL.encode(Array(JSONValue.object(tampered).serialized().utf8)) + "." + parts[2], "bad_signature"),
+                (
+                    "tampered claims", parts[0] + "." + Base64URL.encode(Array(JSONValue.object(tampered).serialized().utf8)) + "." + parts[2],
+                    "bad_signature"
+                ),
                 ("alg none", headerNone + "." + parts[1] + ".", "unsupported_alg"),
                 ("HS256 keyed with the RSA modulus", hsInput + "." + Base64URL.encode(hsSignature), "unsupported_alg"),
                 ("kid missing", try h.signer.sign(claims: claims, header: ["alg": .string("RS256")]), "missing_kid"),
-                ("kid unknown after a refresh", try h.signer.sign(claims: claims, header: ["alg": .string("RS256"), "kid": .string("nope")]), "unknown_kid"),
+                (
+                    "kid unknown after a refresh", try h.signer.sign(claims: claims, header: ["alg": .string("RS256"), "kid": .string("nope")]),
+                    "unknown_kid"
+                ),
                 ("wrong iss", try with { $0["iss"] = .string("https://evil.example") }, "wrong_issuer"),
                 ("aud not configured", try with { $0["aud"] = .string("com.other.app") }, "wrong_audience"),
                 ("exp passed", try with { $0["exp"] = .number(Double(now - 3600)) }, "expired"),
@@ -152,7 +184,8 @@ struct ReceiverStatusTests {
             #expect(form.code == "unsupported_media_type")
             let none = try h.send(body: NotificationSigner.body(token: try h.token(sub: "sub.noct")), contentType: nil)
             #expect(none.status == 200, "\(none.body)")
-            let parameters = try h.send(body: NotificationSigner.body(token: try h.token(sub: "sub.param")), contentType: "Application/JSON; charset=utf-8")
+            let parameters = try h.send(
+                body: NotificationSigner.body(token: try h.token(sub: "sub.param")), contentType: "Application/JSON; charset=utf-8")
             #expect(parameters.status == 200)
             #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "2")
         }

@@ -1,10 +1,12 @@
 import Foundation
+import Logging
 import SiwaApp
 import SiwaPostgres
-import Logging
 import Testing
 
-@Suite("Worker: retries, dead letters, replay, the SQL hook, retention", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Worker: retries, dead letters, replay, the SQL hook, retention",
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct RetryAndHookTests {
     static let hookLog = """
         CREATE TABLE public.hook_log (event_id bigint NOT NULL, sub text NOT NULL, type text NOT NULL, status text NOT NULL);
@@ -31,7 +33,8 @@ struct RetryAndHookTests {
     @Test("an edited hook that keeps the shipped marker comment is still called, on the bulk path too")
     func editedDefaultHook() throws {
         try TestHarness.with { h throws in
-            _ = try h.query("""
+            _ = try h.query(
+                """
                 CREATE TABLE public.hook_log (event_id bigint NOT NULL);
                 CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
                 LANGUAGE plpgsql AS $$
@@ -52,7 +55,8 @@ struct RetryAndHookTests {
     func poisonedEvent() throws {
         let h = try TestHarness(maxAttempts: 3, retryBaseDelay: 0.05)
         defer { h.stop() }
-        _ = try h.query("""
+        _ = try h.query(
+            """
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql AS $$
             BEGIN
@@ -76,7 +80,8 @@ struct RetryAndHookTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.dead_letters") == "1")
 
         // Fix the hook, replay: applied once.
-        _ = try h.query("""
+        _ = try h.query(
+            """
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql AS $$ BEGIN END $$;
             """)
@@ -92,7 +97,9 @@ struct RetryAndHookTests {
     @Test("replay by id and all")
     func replaySelections() throws {
         let url = try TestDatabase.create()
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims)
             SELECT 'dead-' || g, 'a', 's' || g, 'consent-revoked', now(), 'dead', '{}' FROM generate_series(1, 4) g
             """)
@@ -106,7 +113,9 @@ struct RetryAndHookTests {
     @Test("retention prunes old done and ignored events only; pending, failed and dead are kept")
     func retention() throws {
         let url = try TestDatabase.create()
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, received_at, processed_at, claims)
             SELECT 'r-' || g, 'a', 's' || g, 'consent-revoked', now(),
                    (ARRAY['done', 'pending', 'failed', 'dead', 'ignored'])[1 + g % 5],

@@ -15,15 +15,20 @@ struct SchemaTests {
     @Test("migrate is idempotent and keeps a replaced hook")
     func idempotent() throws {
         let url = try TestDatabase.create()
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE sql AS $$ SELECT 1 $$
             """)
         try Migrator.migrate(conninfo: url)
         try Migrator.migrate(conninfo: url)
-        let language = try TestDatabase.query(url, """
+        let language = try TestDatabase.query(
+            url,
+            """
             SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.proname = 'on_event'
-            """).scalar
+            """
+        ).scalar
         #expect(language == "sql")
     }
 
@@ -32,7 +37,8 @@ struct SchemaTests {
         let url = try TestDatabase.create()
         let c = try PostgresConnection(conninfo: url)
         try c.execute("SET ROLE siwa_receiver")
-        try c.execute("""
+        try c.execute(
+            """
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims)
             VALUES ('j1', 'a', 's', 'consent-revoked', now(), 'pending', '{}') ON CONFLICT DO NOTHING
             """)

@@ -1,10 +1,11 @@
 import Foundation
 import Logging
-@testable import SiwaApp
 import SiwaCore
 import SiwaPostgres
 import Synchronization
 import Testing
+
+@testable import SiwaApp
 
 /// The store against a real PostgreSQL: dedupe keys, erasure, the hook's view of decisions, row
 /// decoding, and plans that stay key lookups on tables bulk-loaded without fresh statistics.
@@ -12,16 +13,25 @@ import Testing
 struct StoreTests {
     static let quiet = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 
-    static func notification(jti: String, aud: String = "com.example.a", sub: String, type: String = "consent-revoked",
-                             ms: Int64 = 1_752_572_190_719, email: String? = nil) -> VerifiedNotification {
-        let event = AppleEvent(type: EventType(rawValue: type), sub: sub, eventTimeMillis: ms, email: email,
-                               isPrivateEmail: email == nil ? nil : true)
+    static func notification(
+        jti: String, aud: String = "com.example.a", sub: String, type: String = "consent-revoked",
+        ms: Int64 = 1_752_572_190_719, email: String? = nil
+    ) -> VerifiedNotification {
+        let event = AppleEvent(
+            type: EventType(rawValue: type), sub: sub, eventTimeMillis: ms, email: email,
+            isPrivateEmail: email == nil ? nil : true)
         var events: [String: JSONValue] = ["type": .string(type), "sub": .string(sub), "event_time": .number(Double(ms))]
-        if let email { events["email"] = .string(email); events["is_private_email"] = .string("true") }
-        let claims: [String: JSONValue] = ["iss": .string("https://appleid.apple.com"), "aud": .string(aud), "jti": .string(jti),
-                                           "iat": .number(1_752_572_197), "events": .string(JSONValue.object(events).serialized())]
-        return VerifiedNotification(jti: jti, issuer: "https://appleid.apple.com", audience: aud, issuedAt: 1_752_572_197,
-                                    expiresAt: nil, event: event, claimsJSON: JSONValue.object(claims).serialized())
+        if let email {
+            events["email"] = .string(email)
+            events["is_private_email"] = .string("true")
+        }
+        let claims: [String: JSONValue] = [
+            "iss": .string("https://appleid.apple.com"), "aud": .string(aud), "jti": .string(jti),
+            "iat": .number(1_752_572_197), "events": .string(JSONValue.object(events).serialized()),
+        ]
+        return VerifiedNotification(
+            jti: jti, issuer: "https://appleid.apple.com", audience: aud, issuedAt: 1_752_572_197,
+            expiresAt: nil, event: event, claimsJSON: JSONValue.object(claims).serialized())
     }
 
     /// Submits `batch` to a started writer at once (one batch) and returns the outcomes in order.
@@ -52,11 +62,12 @@ struct StoreTests {
     @Test("the dedupe key includes aud: the same event for a second app is stored; for the same app it is a duplicate")
     func dedupeIncludesAudience() throws {
         let url = try TestDatabase.create()
-        let outcomes = Self.write([
-            Self.notification(jti: "j1", aud: "com.example.a", sub: "s1"),
-            Self.notification(jti: "j2", aud: "com.example.b", sub: "s1"),
-            Self.notification(jti: "j3", aud: "com.example.a", sub: "s1"),  // Apple re-signed a retry
-        ], conninfo: url)
+        let outcomes = Self.write(
+            [
+                Self.notification(jti: "j1", aud: "com.example.a", sub: "s1"),
+                Self.notification(jti: "j2", aud: "com.example.b", sub: "s1"),
+                Self.notification(jti: "j3", aud: "com.example.a", sub: "s1"),  // Apple re-signed a retry
+            ], conninfo: url)
         #expect(outcomes == ["accepted", "accepted", "duplicate"])
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events").scalar == "2")
         // The same again in separate batches: the database's key, not only the batch's.
@@ -68,10 +79,11 @@ struct StoreTests {
         let url = try TestDatabase.create()
         let composed = "caf\u{E9}", decomposed = "cafe\u{301}"
         #expect(composed == decomposed)  // Swift's String == says equal; the bytes differ
-        let outcomes = Self.write([
-            Self.notification(jti: "j-" + composed, sub: composed),
-            Self.notification(jti: "j-" + decomposed, sub: decomposed),
-        ], conninfo: url)
+        let outcomes = Self.write(
+            [
+                Self.notification(jti: "j-" + composed, sub: composed),
+                Self.notification(jti: "j-" + decomposed, sub: decomposed),
+            ], conninfo: url)
         #expect(outcomes == ["accepted", "accepted"])
         #expect(try TestDatabase.query(url, "SELECT count(DISTINCT sub) FROM siwa.events").scalar == "2")
     }
@@ -81,21 +93,35 @@ struct StoreTests {
         try TestHarness.with { h throws in
             let email = "erase.me.4711@privaterelay.appleid.com"
             let sub = "000739.erase.0001"
-            #expect(try h.post(token: h.token(type: "email-disabled", sub: sub, eventTimeMillis: 1_752_572_000_000,
-                                              email: email, isPrivateEmail: true)).code == "accepted")
-            #expect(try h.post(token: h.token(type: "email-enabled", sub: sub, eventTimeMillis: 1_752_572_100_000,
-                                              email: email, isPrivateEmail: true)).code == "accepted")
+            #expect(
+                try h.post(
+                    token: h.token(
+                        type: "email-disabled", sub: sub, eventTimeMillis: 1_752_572_000_000,
+                        email: email, isPrivateEmail: true)
+                ).code == "accepted")
+            #expect(
+                try h.post(
+                    token: h.token(
+                        type: "email-enabled", sub: sub, eventTimeMillis: 1_752_572_100_000,
+                        email: email, isPrivateEmail: true)
+                ).code == "accepted")
             // Another user's address stays (erasure is per user).
-            #expect(try h.post(token: h.token(type: "email-enabled", sub: "000739.keep.0002", eventTimeMillis: 1_752_572_100_000,
-                                              email: "keep.me@example.com", isPrivateEmail: false)).code == "accepted")
+            #expect(
+                try h.post(
+                    token: h.token(
+                        type: "email-enabled", sub: "000739.keep.0002", eventTimeMillis: 1_752_572_100_000,
+                        email: "keep.me@example.com", isPrivateEmail: false)
+                ).code == "accepted")
             #expect(try h.waitForWorker())
             #expect(try h.post(token: h.token(type: "account-delete", sub: sub, eventTimeMillis: 1_752_572_200_000)).code == "accepted")
             #expect(try h.waitForWorker())
             // Every table and view of schema siwa, as text.
-            let relations = try h.query("""
+            let relations = try h.query(
+                """
                 SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE n.nspname = 'siwa' AND c.relkind IN ('r', 'v') ORDER BY 1
-                """).rows.compactMap { $0[0] }
+                """
+            ).rows.compactMap { $0[0] }
             #expect(relations.contains("events") && relations.contains("accounts") && relations.contains("dead_letters"))
             for relation in relations {
                 let hits = try h.scalar("SELECT count(*) FROM siwa.\(relation) t WHERE t::text LIKE '%' || $1 || '%'", [email])
@@ -103,14 +129,17 @@ struct StoreTests {
             }
             #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE email = 'keep.me@example.com' AND claims::text LIKE '%keep.me@%'") == "1")
             // The erased claims are still valid JSON with the rest of the event.
-            #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND ((claims ->> 'events')::jsonb ->> 'type') IS NOT NULL", [sub]) == "3")
+            #expect(
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND ((claims ->> 'events')::jsonb ->> 'type') IS NOT NULL", [sub])
+                    == "3")
         }
     }
 
     @Test("the hook reads the worker's decision in event.outcome: a stale consent-revoked is 'stale', not 'applied'")
     func hookSeesOutcome() throws {
         try TestHarness.with { h throws in
-            _ = try h.query("""
+            _ = try h.query(
+                """
                 CREATE TABLE public.hook_log (event_id bigint, type text, outcome text, status text);
                 CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
                 LANGUAGE plpgsql AS $$
@@ -140,8 +169,9 @@ struct StoreTests {
         }
         let null = Statement<Void, Int64>("probe", "SELECT NULL::bigint AS id", decode: { row throws(PostgresError) in try row.int64("id") })
         #expect { try c.rows(null) } throws: { ($0 as? PostgresError)?.serverMessage == "probe: column \"id\" is NULL" }
-        let status = Statement<Void, EventStatus>("probe", "SELECT 'sleeping' AS status",
-                                                  decode: { row throws(PostgresError) in try row.value("status", as: EventStatus.self) })
+        let status = Statement<Void, EventStatus>(
+            "probe", "SELECT 'sleeping' AS status",
+            decode: { row throws(PostgresError) in try row.value("status", as: EventStatus.self) })
         #expect { try c.rows(status) } throws: { ($0 as? PostgresError)?.serverMessage == "probe: column \"status\" has an unexpected value" }
     }
 
@@ -149,7 +179,9 @@ struct StoreTests {
     func plansOnBulkLoadedTables() throws {
         let url = try TestDatabase.create()
         // Statistics say "tiny" (analyzed empty), autovacuum may not refresh them, then a bulk load.
-        _ = try TestDatabase.query(url, """
+        _ = try TestDatabase.query(
+            url,
+            """
             ALTER TABLE siwa.accounts SET (autovacuum_enabled = false);
             ALTER TABLE siwa.sessions SET (autovacuum_enabled = false);
             ALTER TABLE siwa.events SET (autovacuum_enabled = false);
@@ -168,15 +200,21 @@ struct StoreTests {
                 ("claim", WorkerStatements.claim.sql, WorkerStatements.claim.bind(1000)),
                 ("create", WorkerStatements.createAccounts.sql, WorkerStatements.createAccounts.bind(subs)),
                 ("lock", WorkerStatements.lockAccounts.sql, WorkerStatements.lockAccounts.bind(subs)),
-                ("update", WorkerStatements.updateAccounts.sql, WorkerStatements.updateAccounts.bind(subs.map { ($0, AccountState(status: .active)) })),
-                ("revoke", WorkerStatements.revokeSessions.sql,
-                 WorkerStatements.revokeSessions.bind(subs.map { .init(sub: $0, createdAtOrBefore: nil, reason: "r") })),
+                (
+                    "update", WorkerStatements.updateAccounts.sql,
+                    WorkerStatements.updateAccounts.bind(subs.map { ($0, AccountState(status: .active)) })
+                ),
+                (
+                    "revoke", WorkerStatements.revokeSessions.sql,
+                    WorkerStatements.revokeSessions.bind(subs.map { .init(sub: $0, createdAtOrBefore: nil, reason: "r") })
+                ),
                 ("erase", WorkerStatements.eraseEventEmails.sql, WorkerStatements.eraseEventEmails.bind(subs)),
                 ("done", WorkerStatements.markDone.sql, WorkerStatements.markDone.bind(ids.map { ($0, "applied") })),
             ]
             for (name, sql, parameters) in plans {
                 let plan = try c.execute("EXPLAIN " + sql, parameters).rows.compactMap { $0.first ?? nil }.joined(separator: "\n")
-                #expect(!plan.contains("Seq Scan on accounts") && !plan.contains("Seq Scan on sessions")
+                #expect(
+                    !plan.contains("Seq Scan on accounts") && !plan.contains("Seq Scan on sessions")
                         && !plan.contains("Seq Scan on events"), "\(name) scans a table:\n\(plan)")
             }
         }

@@ -5,7 +5,9 @@ import Testing
 
 /// What each event type does to `siwa.accounts` and `siwa.sessions`, through the whole path:
 /// HTTP → outbox → worker.
-@Suite("Worker: event effects on accounts and sessions", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite(
+    "Worker: event effects on accounts and sessions", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)")
+)
 struct WorkerEffectTests {
     static let hour: Int64 = 3_600_000
 
@@ -16,16 +18,24 @@ struct WorkerEffectTests {
         try TestHarness.with { h throws in
             let sub = "000739.email.0001"
             let t = now()
-            #expect(try h.post(token: try h.token(type: "email-disabled", sub: sub, eventTimeMillis: t - 2 * Self.hour,
-                                                  email: "abc@privaterelay.appleid.com", isPrivateEmail: true)).code == "accepted")
+            #expect(
+                try h.post(
+                    token: try h.token(
+                        type: "email-disabled", sub: sub, eventTimeMillis: t - 2 * Self.hour,
+                        email: "abc@privaterelay.appleid.com", isPrivateEmail: true)
+                ).code == "accepted")
             #expect(try h.waitForWorker())
             var row = try h.query("SELECT email_forwarding, email, is_private_email, status FROM siwa.accounts WHERE apple_sub = $1", [sub])
             #expect(row.value(0, "email_forwarding") == "f")
             #expect(row.value(0, "email") == "abc@privaterelay.appleid.com")
             #expect(row.value(0, "is_private_email") == "t")
             #expect(row.value(0, "status") == "active")
-            #expect(try h.post(token: try h.token(type: "email-enabled", sub: sub, eventTimeMillis: t - Self.hour,
-                                                  email: "abc@privaterelay.appleid.com", isPrivateEmail: true)).code == "accepted")
+            #expect(
+                try h.post(
+                    token: try h.token(
+                        type: "email-enabled", sub: sub, eventTimeMillis: t - Self.hour,
+                        email: "abc@privaterelay.appleid.com", isPrivateEmail: true)
+                ).code == "accepted")
             #expect(try h.waitForWorker())
             row = try h.query("SELECT email_forwarding FROM siwa.accounts WHERE apple_sub = $1", [sub])
             #expect(row.value(0, "email_forwarding") == "t")
@@ -75,8 +85,12 @@ struct WorkerEffectTests {
         try TestHarness.with { h throws in
             let sub = "000739.delete.0001"
             let t = now() - Self.hour
-            #expect(try h.post(token: try h.token(type: "email-enabled", sub: sub, eventTimeMillis: t - Self.hour,
-                                                  email: "someone@example.com", isPrivateEmail: false)).code == "accepted")
+            #expect(
+                try h.post(
+                    token: try h.token(
+                        type: "email-enabled", sub: sub, eventTimeMillis: t - Self.hour,
+                        email: "someone@example.com", isPrivateEmail: false)
+                ).code == "accepted")
             #expect(try h.waitForWorker())
             let s1 = try h.addSession(sub: sub, createdAtMillis: t - Self.hour)
             let s2 = try h.addSession(sub: sub, createdAtMillis: t + Self.hour / 2)
@@ -90,8 +104,12 @@ struct WorkerEffectTests {
             #expect(try h.scalar("SELECT revoked_reason FROM siwa.sessions WHERE id = $1", [s1]) == "account-delete")
             #expect(try h.scalar("SELECT revoked_reason FROM siwa.sessions WHERE id = $1", [s2]) == "account-delete")
             // Deleted is final: a newer email-enabled changes nothing.
-            #expect(try h.post(token: try h.token(type: "email-enabled", sub: sub, eventTimeMillis: t + Self.hour,
-                                                  email: "back@example.com")).code == "accepted")
+            #expect(
+                try h.post(
+                    token: try h.token(
+                        type: "email-enabled", sub: sub, eventTimeMillis: t + Self.hour,
+                        email: "back@example.com")
+                ).code == "accepted")
             #expect(try h.waitForWorker())
             let after = try h.query("SELECT status, email, email_forwarding FROM siwa.accounts WHERE apple_sub = $1", [sub])
             #expect(after.value(0, "status") == "deleted")
@@ -105,8 +123,10 @@ struct WorkerEffectTests {
         try TestHarness.with { h throws in
             let asString = try h.token(type: "consent-revoked", sub: "000739.string.0001")
             var claims = NotificationSigner.claims(audience: TestHarness.audience, type: "consent-revoked", sub: "000739.object.0001")
-            claims["events"] = .object(["type": .string("consent-revoked"), "sub": .string("000739.object.0001"),
-                                        "event_time": .number(Double(now()))])
+            claims["events"] = .object([
+                "type": .string("consent-revoked"), "sub": .string("000739.object.0001"),
+                "event_time": .number(Double(now())),
+            ])
             let asObject = try h.signer.sign(claims: claims)
             #expect(try h.post(token: asString).code == "accepted")
             #expect(try h.post(token: asObject).code == "accepted")

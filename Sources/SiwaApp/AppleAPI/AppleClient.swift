@@ -87,8 +87,10 @@ public final class AppleClient: Sendable {
     /// - Parameters:
     ///   - privateKey: the key loaded from `configuration.privateKeyFile`.
     ///   - clock: Unix seconds; the wall clock by default (tests inject one).
-    public init(configuration: AppleAPIConfiguration, privateKey: ECPrivateKey, options: Options = Options(),
-                logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
+    public init(
+        configuration: AppleAPIConfiguration, privateKey: ECPrivateKey, options: Options = Options(),
+        logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) {
         self.configuration = configuration
         self.options = options
         self.privateKey = privateKey
@@ -106,16 +108,21 @@ public final class AppleClient: Sendable {
     public func clientSecret(for clientID: String) throws -> String {
         let now = clock()
         if let entry = secrets.withLock({ $0.valid(for: clientID, now: now) }) { return entry.token }
-        let secret = try ClientSecret(teamID: configuration.teamID, keyID: configuration.keyID, clientID: clientID,
-                                      now: now, lifetime: options.secretPolicy.lifetime)
+        let secret = try ClientSecret(
+            teamID: configuration.teamID, keyID: configuration.keyID, clientID: clientID,
+            now: now, lifetime: options.secretPolicy.lifetime)
         let token = secret.assemble(signature: try privateKey.signES256(message: secret.signingInput))
         secrets.withLock {
-            $0.store(ClientSecretCache.Entry(token: token, issuedAt: secret.issuedAt, expiresAt: secret.expiresAt),
-                     for: clientID)
+            $0.store(
+                ClientSecretCache.Entry(token: token, issuedAt: secret.issuedAt, expiresAt: secret.expiresAt),
+                for: clientID)
         }
         minted.add(1, ordering: .relaxed)
-        logger.info("apple client secret signed", metadata: [
-            "client_id": "\(clientID)", "kid": "\(configuration.keyID)", "exp": "\(secret.expiresAt)"])
+        logger.info(
+            "apple client secret signed",
+            metadata: [
+                "client_id": "\(clientID)", "kid": "\(configuration.keyID)", "exp": "\(secret.expiresAt)",
+            ])
         return token
     }
 
@@ -137,16 +144,20 @@ public final class AppleClient: Sendable {
 
     /// `POST /auth/revoke` of a refresh token. Apple answers 200 also for a token it no longer knows.
     public func revoke(refreshToken: String, clientID: String) -> AppleCallResult<Void> {
-        call(path: "/auth/revoke", clientID: clientID,
-             fields: [("client_id", clientID), ("token", refreshToken), ("token_type_hint", "refresh_token")]) { _ in
+        call(
+            path: "/auth/revoke", clientID: clientID,
+            fields: [("client_id", clientID), ("token", refreshToken), ("token_type_hint", "refresh_token")]
+        ) { _ in
             .success(())
         }
     }
 
     // MARK: - Implementation
 
-    private func call<T: Sendable>(path: String, clientID: String, fields: [(String, String)],
-                                   onSuccess: ([UInt8]) -> AppleCallResult<T>) -> AppleCallResult<T> {
+    private func call<T: Sendable>(
+        path: String, clientID: String, fields: [(String, String)],
+        onSuccess: ([UInt8]) -> AppleCallResult<T>
+    ) -> AppleCallResult<T> {
         let result = perform(path: path, clientID: clientID, fields: fields, onSuccess: onSuccess)
         var metadata: Logger.Metadata = ["endpoint": "\(path)", "client_id": "\(clientID)"]
         switch result {
@@ -158,8 +169,9 @@ public final class AppleClient: Sendable {
             logger.info("apple call refused", metadata: metadata)
         case .invalidClient:
             metadata["outcome"] = "invalid_client"
-            logger.error("apple refused our client authentication: check SIWA_TEAM_ID, SIWA_KEY_ID and the .p8 key",
-                         metadata: metadata)
+            logger.error(
+                "apple refused our client authentication: check SIWA_TEAM_ID, SIWA_KEY_ID and the .p8 key",
+                metadata: metadata)
         case .rejected(let failure):
             metadata["outcome"] = "rejected"
             metadata["reason"] = "\(failure)"
@@ -172,8 +184,10 @@ public final class AppleClient: Sendable {
         return result
     }
 
-    private func perform<T: Sendable>(path: String, clientID: String, fields: [(String, String)],
-                                      onSuccess: ([UInt8]) -> AppleCallResult<T>) -> AppleCallResult<T> {
+    private func perform<T: Sendable>(
+        path: String, clientID: String, fields: [(String, String)],
+        onSuccess: ([UInt8]) -> AppleCallResult<T>
+    ) -> AppleCallResult<T> {
         let secret: String
         do {
             secret = try clientSecret(for: clientID)
@@ -198,21 +212,27 @@ public final class AppleClient: Sendable {
                 return .transient(AppleCallFailure(reason: error.code.rawValue, detail: error.description))
             }
         }
-        return Self.classify(status: response.status, headers: response.headers, body: response.body,
-                             onSuccess: onSuccess) { self.secrets.withLock { $0.remove(clientID: clientID) } }
+        return Self.classify(
+            status: response.status, headers: response.headers, body: response.body,
+            onSuccess: onSuccess
+        ) { self.secrets.withLock { $0.remove(clientID: clientID) } }
     }
 
     /// Maps Apple's answer to a result (internal for tests).
-    static func classify<T: Sendable>(status: Int, headers: [String: String], body: [UInt8],
-                                      onSuccess: ([UInt8]) -> AppleCallResult<T>,
-                                      onInvalidClient: () -> Void = {}) -> AppleCallResult<T> {
+    static func classify<T: Sendable>(
+        status: Int, headers: [String: String], body: [UInt8],
+        onSuccess: ([UInt8]) -> AppleCallResult<T>,
+        onInvalidClient: () -> Void = {}
+    ) -> AppleCallResult<T> {
         let retryAfter = headers["retry-after"].flatMap { Int($0) }
         switch status {
         case 200..<300:
             return onSuccess(body)
         case 429, 500..<600:
-            return .transient(AppleCallFailure(status: status, reason: "http_\(status)",
-                                               detail: AppleErrorCode.parse(body)?.description, retryAfter: retryAfter))
+            return .transient(
+                AppleCallFailure(
+                    status: status, reason: "http_\(status)",
+                    detail: AppleErrorCode.parse(body)?.description, retryAfter: retryAfter))
         case 400..<500:
             switch AppleErrorCode.parse(body) {
             case .invalidGrant?:

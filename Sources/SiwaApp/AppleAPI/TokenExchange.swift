@@ -55,14 +55,17 @@ public final class TokenExchange: Sendable {
         guard let object = (try? JSONParser.parse(body))?.objectValue else { return .failure(.init("malformed_json")) }
         guard let code = object["code"]?.stringValue, !code.isEmpty else { return .failure(.init("missing_code")) }
         guard let clientID = object["client_id"]?.stringValue,
-              audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) }) else {
+            audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) })
+        else {
             return .failure(.init("unknown_client_id"))
         }
         for optional in ["redirect_uri", "nonce"] {
             if let value = object[optional], value.stringValue == nil { return .failure(.init("malformed_json")) }
         }
-        return .success(Request(code: code, clientID: clientID, redirectURI: object["redirect_uri"]?.stringValue,
-                                nonce: object["nonce"]?.stringValue))
+        return .success(
+            Request(
+                code: code, clientID: clientID, redirectURI: object["redirect_uri"]?.stringValue,
+                nonce: object["nonce"]?.stringValue))
     }
 
     struct ExchangeError: Error {
@@ -86,8 +89,10 @@ public final class TokenExchange: Sendable {
         }
         let claims: IDTokenClaims
         do {
-            claims = try IDTokenVerifier().verify(token: tokens.idToken, clientID: request.clientID, nonce: request.nonce,
-                                                  now: Int64(Date().timeIntervalSince1970)) { kid, input, signature in
+            claims = try IDTokenVerifier().verify(
+                token: tokens.idToken, clientID: request.clientID, nonce: request.nonce,
+                now: Int64(Date().timeIntervalSince1970)
+            ) { kid, input, signature in
                 keys.check(kid: kid, signingInput: input, signature: signature)
             }
         } catch {
@@ -103,9 +108,11 @@ public final class TokenExchange: Sendable {
                     return created
                 }
             }
-            logger.info("authorization code exchanged, refresh token stored", metadata: [
-                "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))", "account_created": "\(created)",
-            ])
+            logger.info(
+                "authorization code exchanged, refresh token stored",
+                metadata: [
+                    "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))", "account_created": "\(created)",
+                ])
         } catch {
             logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
             return (503, Self.error("database_unavailable"))

@@ -26,7 +26,10 @@ public final class EmbeddedPostgres: Service {
 
     public init(dataDirectory: String, logger: Logger) throws(Failure) {
         guard let bin = Self.findBinaries() else {
-            throw Failure(description: "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin; install postgresql or set SIWA_DATABASE_URL")
+            throw Failure(
+                description:
+                    "PostgreSQL server binaries (initdb, pg_ctl) not found on PATH or in /usr/lib/postgresql/*/bin; install postgresql or set SIWA_DATABASE_URL"
+            )
         }
         self.binDirectory = bin
         self.logger = logger
@@ -72,10 +75,12 @@ public final class EmbeddedPostgres: Service {
             // The directories above the cluster must stay traversable for the `postgres` user;
             // the cluster itself (and its socket directory) is private to it.
             let parent = (clusterDirectory as NSString).deletingLastPathComponent
-            try fm.createDirectory(atPath: parent, withIntermediateDirectories: true,
-                                   attributes: [.posixPermissions: 0o755])
-            try fm.createDirectory(atPath: socketDirectory, withIntermediateDirectories: true,
-                                   attributes: [.posixPermissions: 0o700])
+            try fm.createDirectory(
+                atPath: parent, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o755])
+            try fm.createDirectory(
+                atPath: socketDirectory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
             try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: clusterDirectory)
         } catch {
             throw Failure(description: "cannot create \(socketDirectory)")

@@ -19,8 +19,9 @@ public enum DevKey {
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
         let key = try RSAPrivateKey.generate(bits: 2048)
-        let created = FileManager.default.createFile(atPath: file, contents: Data(key.pemRepresentation.utf8),
-                                                     attributes: [.posixPermissions: 0o600])
+        let created = FileManager.default.createFile(
+            atPath: file, contents: Data(key.pemRepresentation.utf8),
+            attributes: [.posixPermissions: 0o600])
         if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
         return key
     }

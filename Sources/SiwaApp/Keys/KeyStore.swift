@@ -89,9 +89,11 @@ public final class KeyStore: Sendable {
     ///   - extraKeys: keys trusted besides the fetched set (the `--dev` key).
     ///   - minRefreshInterval: seconds between two fetch starts. Default 10.
     ///   - clock: monotonic seconds. Default `KeyStore.monotonicSeconds`.
-    public init(url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
-                fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
-                clock: @escaping @Sendable () -> Double = KeyStore.monotonicSeconds) {
+    public init(
+        url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
+        fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
+        clock: @escaping @Sendable () -> Double = KeyStore.monotonicSeconds
+    ) {
         self.url = url
         self.fetchTimeout = fetchTimeout
         self.extraKeys = extraKeys
@@ -240,7 +242,8 @@ public final class KeyStore: Sendable {
         }
         guard let waiterID else {
             let error = state.withLock { s -> KeyStoreError? in
-                s.policy.lastCompletion?.fetch.id == id && s.policy.lastCompletion?.succeeded == true ? nil
+                s.policy.lastCompletion?.fetch.id == id && s.policy.lastCompletion?.succeeded == true
+                    ? nil
                     : (s.lastError ?? KeyStoreError(message: "key set fetch failed"))
             }
             notify(error.map { .failed($0) } ?? .succeeded)
@@ -287,7 +290,9 @@ public final class KeyStore: Sendable {
                 body = text
                 result = .succeeded
                 metrics?.keyRefresh(succeeded: true)
-                logger.info("key set loaded", metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
+                logger.info(
+                    "key set loaded",
+                    metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
             } catch {
                 let failure = error as? KeyStoreError ?? KeyStoreError(message: "\(error)")
                 result = .failed(failure)
@@ -310,8 +315,10 @@ public final class KeyStore: Sendable {
 
     private func fetch() throws -> ([String: RSAPublicKey], String, Double) {
         let scheme = FetchScheme(url: url) ?? .https
-        let response = try Fetcher.perform(FetchRequest(url: url, connectTimeout: min(5, fetchTimeout), totalTimeout: fetchTimeout,
-                                                        maxResponseBytes: Self.maxResponseBytes, allowedSchemes: [scheme]))
+        let response = try Fetcher.perform(
+            FetchRequest(
+                url: url, connectTimeout: min(5, fetchTimeout), totalTimeout: fetchTimeout,
+                maxResponseBytes: Self.maxResponseBytes, allowedSchemes: [scheme]))
         guard response.status == 200 else {
             throw KeyStoreError(message: "key set endpoint answered HTTP \(response.status)")
         }

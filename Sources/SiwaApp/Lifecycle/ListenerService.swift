@@ -10,8 +10,10 @@ public final class ListenerService: Service {
     private let onPrepare: @Sendable () -> Void
     private let server = Mutex<HTTPServer?>(nil)
 
-    public init(name: String, configuration: HTTPServerConfiguration, handler: any HTTPHandler,
-                prepareToStop: @escaping @Sendable () -> Void = {}) {
+    public init(
+        name: String, configuration: HTTPServerConfiguration, handler: any HTTPHandler,
+        prepareToStop: @escaping @Sendable () -> Void = {}
+    ) {
         self.name = name
         self.configuration = configuration
         self.handler = handler

@@ -39,9 +39,11 @@ public final class ClosureService: Service {
     private let onPrepare: @Sendable () -> Void
     private let onStop: @Sendable (ShutdownDeadline) -> Void
 
-    public init(_ name: String, start: @escaping @Sendable () throws -> Void,
-                prepareToStop: @escaping @Sendable () -> Void = {},
-                stop: @escaping @Sendable (ShutdownDeadline) -> Void) {
+    public init(
+        _ name: String, start: @escaping @Sendable () throws -> Void,
+        prepareToStop: @escaping @Sendable () -> Void = {},
+        stop: @escaping @Sendable (ShutdownDeadline) -> Void
+    ) {
         self.name = name
         onStart = start
         onPrepare = prepareToStop

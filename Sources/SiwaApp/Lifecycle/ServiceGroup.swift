@@ -36,9 +36,11 @@ public final class ServiceGroup: Sendable {
         for service in all.reversed() {
             let before = deadline.remaining
             service.stop(deadline: deadline)
-            logger.debug("service stopped", metadata: [
-                "service": "\(service.name)", "seconds": "\(String(format: "%.3f", before - deadline.remaining))",
-            ])
+            logger.debug(
+                "service stopped",
+                metadata: [
+                    "service": "\(service.name)", "seconds": "\(String(format: "%.3f", before - deadline.remaining))",
+                ])
         }
     }
 }

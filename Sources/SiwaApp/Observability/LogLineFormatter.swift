@@ -22,8 +22,10 @@ public struct LogLineFormatter: Sendable {
         let time = Self.timestamp(date)
         switch format {
         case .json:
-            var parts = ["\"ts\":\(Self.quote(time))", "\"level\":\(Self.quote(level.rawValue))",
-                         "\"logger\":\(Self.quote(label))", "\"msg\":\(Self.quote(message))"]
+            var parts = [
+                "\"ts\":\(Self.quote(time))", "\"level\":\(Self.quote(level.rawValue))",
+                "\"logger\":\(Self.quote(label))", "\"msg\":\(Self.quote(message))",
+            ]
             for key in metadata.keys.sorted() {
                 parts.append("\(Self.quote(key)):\(Self.json(metadata[key]!))")
             }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -38,13 +39,13 @@ public final class LogWriter: Sendable {
     private struct State {
         var buffer: [UInt8] = []
         var lines = 0
-        var accepted: UInt64 = 0   // lines queued, ever
-        var finished: UInt64 = 0   // queued lines the writer wrote or dropped
+        var accepted: UInt64 = 0  // lines queued, ever
+        var finished: UInt64 = 0  // queued lines the writer wrote or dropped
         var dropped: UInt64 = 0
-        var unreported: UInt64 = 0 // drops not yet announced by a notice line
+        var unreported: UInt64 = 0  // drops not yet announced by a notice line
         var written: UInt64 = 0
         var writeCalls: UInt64 = 0
-        var idle = false           // the writer waits for `wake`
+        var idle = false  // the writer waits for `wake`
         var stopping = false
         var noticeFormat: LogLineFormatter.Format = .json
     }
@@ -145,7 +146,10 @@ public final class LogWriter: Sendable {
                     return .wait
                 }
                 swap(&batch, &s.buffer)
-                defer { s.lines = 0; s.unreported = 0 }
+                defer {
+                    s.lines = 0
+                    s.unreported = 0
+                }
                 return .write(lines: s.lines, notice: s.unreported, format: s.noticeFormat)
             }
             switch step {
@@ -165,10 +169,10 @@ public final class LogWriter: Sendable {
                 var lost = UInt64(batch[written...].reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 })
                 var reannounce: UInt64 = 0
                 if written < noticeSize {
-                    lost -= 1                 // the notice itself: announce its count again later
+                    lost -= 1  // the notice itself: announce its count again later
                     reannounce = notice
                 }
-                lost = min(lost, UInt64(lines))   // a text-format message may hold its own newlines
+                lost = min(lost, UInt64(lines))  // a text-format message may hold its own newlines
                 state.withLock { s in
                     s.writeCalls += calls
                     s.finished += UInt64(lines)
@@ -195,7 +199,7 @@ public final class LogWriter: Sendable {
                     continue
                 } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                     var waiter = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                    _ = poll(&waiter, 1, 1000)   // someone made it non-blocking: wait, on this thread only
+                    _ = poll(&waiter, 1, 1000)  // someone made it non-blocking: wait, on this thread only
                 } else {
                     break
                 }

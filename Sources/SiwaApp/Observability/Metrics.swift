@@ -19,9 +19,9 @@ public final class Metrics: Sendable {
     }
 
     struct State {
-        var requests: [String: UInt64] = [:]        // "status|reason"
-        var events: [String: UInt64] = [:]          // "outcome|type"
-        var keyRefreshes: [String: UInt64] = [:]    // "result"
+        var requests: [String: UInt64] = [:]  // "status|reason"
+        var events: [String: UInt64] = [:]  // "outcome|type"
+        var keyRefreshes: [String: UInt64] = [:]  // "result"
         var verification = Histogram()
         var commit = Histogram()
     }

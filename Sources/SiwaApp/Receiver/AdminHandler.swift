@@ -13,8 +13,10 @@ public final class AdminHandler: HTTPHandler {
     private let writer: OutboxWriter?
     private let tokenExchange: TokenExchange?
 
-    public init(pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
-                tokenExchange: TokenExchange? = nil) {
+    public init(
+        pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
+        tokenExchange: TokenExchange? = nil
+    ) {
         self.pool = pool
         self.keys = keys
         self.writer = writer

@@ -7,8 +7,10 @@ public protocol OutboxSink: Sendable {
     /// became of it — by `deadline` (`DispatchTime.uptimeNanoseconds`) at the latest.
     /// Returns `false` (and never calls `completion`) when it is refused: the queue is full
     /// or the sink is not running; the request is then answered 503.
-    func submit(_ notification: VerifiedNotification, deadline: UInt64,
-                completion: @escaping OutboxWriter.Completion) -> Bool
+    func submit(
+        _ notification: VerifiedNotification, deadline: UInt64,
+        completion: @escaping OutboxWriter.Completion
+    ) -> Bool
 }
 
 extension OutboxWriter: OutboxSink {}

@@ -272,7 +272,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     private func insertRetrying(_ rows: [VerifiedNotification]) throws(PostgresError) -> Set<String> {
         do {
             return try insertOnce(rows)
-        } catch where error.isConnectionProblem {
+        } catch  where error.isConnectionProblem {
             return try insertOnce(rows)
         }
     }

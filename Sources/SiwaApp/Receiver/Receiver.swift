@@ -28,10 +28,12 @@ public final class Receiver: HTTPHandler {
 
     /// - Parameter now: the wall clock tokens are checked against (`iat`, `exp`), in Unix
     ///   seconds. Default: the system clock.
-    public init(gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: any OutboxSink,
-                logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5,
-                keyWaitLimit: Double? = nil,
-                now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
+    public init(
+        gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: any OutboxSink,
+        logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5,
+        keyWaitLimit: Double? = nil,
+        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) {
         self.gate = gate
         self.verifier = verifier
         self.keys = keys
@@ -46,8 +48,11 @@ public final class Receiver: HTTPHandler {
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
         let length = head.contentLength.map { $0 < 0 ? Int.max : $0 }
-        guard let reason = gate.check(method: head.method, path: head.path,
-                                      contentType: head.contentType, contentLength: length) else { return nil }
+        guard
+            let reason = gate.check(
+                method: head.method, path: head.path,
+                contentType: head.contentType, contentLength: length)
+        else { return nil }
         return reject(reason, requestID: nextRequestID())
     }
 
@@ -56,16 +61,19 @@ public final class Receiver: HTTPHandler {
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        process(request.body, arrivedAt: keys.now(), arrival: DispatchTime.now().uptimeNanoseconds, mayWait: true,
-                requestID: nextRequestID(), responder: responder)
+        process(
+            request.body, arrivedAt: keys.now(), arrival: DispatchTime.now().uptimeNanoseconds, mayWait: true,
+            requestID: nextRequestID(), responder: responder)
     }
 
     /// Verifies and submits. An unknown `kid` may make the request wait (suspended, holding no
     /// thread) for the key fetch it triggered; it is then processed again with `mayWait: false`
     /// from the thread that finished the fetch.
     /// `arrival` (`DispatchTime.uptimeNanoseconds`) starts the commit timeout.
-    private func process(_ body: [UInt8], arrivedAt: Double, arrival: UInt64, mayWait: Bool, requestID: UInt64,
-                         responder: HTTPResponder) {
+    private func process(
+        _ body: [UInt8], arrivedAt: Double, arrival: UInt64, mayWait: Bool, requestID: UInt64,
+        responder: HTTPResponder
+    ) {
         let started = DispatchTime.now()
         let notification: VerifiedNotification
         var ticket: KeyStore.Ticket?
@@ -85,7 +93,9 @@ public final class Receiver: HTTPHandler {
             }
         } catch {
             if let ticket {
-                let left = Double(arrival + UInt64(commitTimeout * 1e9) - min(arrival + UInt64(commitTimeout * 1e9), DispatchTime.now().uptimeNanoseconds)) / 1e9
+                let left =
+                    Double(arrival + UInt64(commitTimeout * 1e9) - min(arrival + UInt64(commitTimeout * 1e9), DispatchTime.now().uptimeNanoseconds))
+                    / 1e9
                 keys.wait(ticket, timeout: min(keyWaitLimit, left)) { [self] in
                     process(body, arrivedAt: arrivedAt, arrival: arrival, mayWait: false, requestID: requestID, responder: responder)
                 }
@@ -108,27 +118,35 @@ public final class Receiver: HTTPHandler {
         }
     }
 
-    private func answer(_ result: OutboxWriter.Result, notification: VerifiedNotification,
-                        requestID: UInt64, since committing: DispatchTime) -> HTTPResponse {
+    private func answer(
+        _ result: OutboxWriter.Result, notification: VerifiedNotification,
+        requestID: UInt64, since committing: DispatchTime
+    ) -> HTTPResponse {
         switch result {
         case .timedOut:
-            logger.warning("commit timeout: the database did not answer in time", metadata: [
-                "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout)",
-            ])
+            logger.warning(
+                "commit timeout: the database did not answer in time",
+                metadata: [
+                    "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout)",
+                ])
             return reject(.databaseUnavailable, requestID: requestID)
         case .failed(let error):
-            logger.error("outbox insert failed", metadata: [
-                "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
-                "detail": "\(error.serverMessage.prefix(200))",
-            ])
+            logger.error(
+                "outbox insert failed",
+                metadata: [
+                    "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
+                    "detail": "\(error.serverMessage.prefix(200))",
+                ])
             return reject(error.isTransient ? .databaseUnavailable : .internalError, requestID: requestID)
         case .committed(let outcome):
             metrics.observeCommit(seconds: Self.seconds(since: committing))
             metrics.request(status: 200, reason: outcome.rawValue)
-            logger.info("notification \(outcome.rawValue)", metadata: [
-                "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
-                "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
-            ])
+            logger.info(
+                "notification \(outcome.rawValue)",
+                metadata: [
+                    "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
+                    "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
+                ])
             return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
         }
     }
@@ -136,9 +154,11 @@ public final class Receiver: HTTPHandler {
     private func reject(_ reason: RejectReason, requestID: UInt64, retryAfter: Int? = nil) -> HTTPResponse {
         metrics.request(status: reason.httpStatus, reason: reason.rawValue)
         let level: Logger.Level = reason.httpStatus >= 500 ? .warning : .info
-        logger.log(level: level, "notification rejected", metadata: [
-            "request_id": "\(requestID)", "status": "\(reason.httpStatus)", "reason": "\(reason.rawValue)",
-        ])
+        logger.log(
+            level: level, "notification rejected",
+            metadata: [
+                "request_id": "\(requestID)", "status": "\(reason.httpStatus)", "reason": "\(reason.rawValue)",
+            ])
         var headers: [HTTPHeader] = []
         switch reason {
         case .methodNotAllowed: headers.append(HTTPHeader("Allow", "POST"))

@@ -81,10 +81,12 @@ enum DeletionStatements {
         FOR UPDATE SKIP LOCKED
         """,
         decode: { row throws(PostgresError) in
-            ClaimedEvent(id: try row.int64("id"), audience: try row.text("aud"),
-                         event: AppleEvent(type: EventType(rawValue: jobType), sub: try row.text("sub"),
-                                           eventTimeMillis: try row.int64("event_ms")),
-                         attempts: try row.int("attempts"))
+            ClaimedEvent(
+                id: try row.int64("id"), audience: try row.text("aud"),
+                event: AppleEvent(
+                    type: EventType(rawValue: jobType), sub: try row.text("sub"),
+                    eventTimeMillis: try row.int64("event_ms")),
+                attempts: try row.int("attempts"))
         })
 
     /// Deletion jobs waiting and dead (for `status`).

@@ -21,8 +21,9 @@ enum OperatorStatements {
     static let backlog = Statement<Void, Backlog>(
         "backlog", "SELECT pending, failed, dead, oldest_pending_age_seconds FROM siwa.backlog",
         decode: { row throws(PostgresError) in
-            Backlog(pending: try row.int("pending"), failed: try row.int("failed"), dead: try row.int("dead"),
-                    oldestPendingAgeSeconds: try row.double("oldest_pending_age_seconds"))
+            Backlog(
+                pending: try row.int("pending"), failed: try row.int("failed"), dead: try row.int("dead"),
+                oldestPendingAgeSeconds: try row.double("oldest_pending_age_seconds"))
         })
 
     static let keySetAge = Statement<Void, Double?>(
@@ -49,8 +50,9 @@ enum OperatorStatements {
         GROUP BY 1, 2 ORDER BY 1, 2
         """,
         decode: { row throws(PostgresError) in
-            TypeCount(type: try row.text("type"), status: try row.value("status", as: EventStatus.self),
-                      lastHour: try row.int("last_hour"), lastDay: try row.int("last_day"))
+            TypeCount(
+                type: try row.text("type"), status: try row.value("status", as: EventStatus.self),
+                lastHour: try row.int("last_hour"), lastDay: try row.int("last_day"))
         })
 
     struct RecentEvent: Equatable {
@@ -69,8 +71,9 @@ enum OperatorStatements {
         FROM siwa.events ORDER BY id DESC LIMIT 10
         """,
         decode: { row throws(PostgresError) in
-            RecentEvent(id: try row.int64("id"), type: try row.text("type"), status: try row.value("status", as: EventStatus.self),
-                        receivedAt: try row.text("received"), attempts: try row.int("attempts"))
+            RecentEvent(
+                id: try row.int64("id"), type: try row.text("type"), status: try row.value("status", as: EventStatus.self),
+                receivedAt: try row.text("received"), attempts: try row.int("attempts"))
         })
 
     private static let requeue = """

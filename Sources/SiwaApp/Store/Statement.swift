@@ -15,8 +15,10 @@ struct Statement<Binds, Row>: Sendable {
     let bind: @Sendable (Binds) -> [String?]
     let decode: @Sendable (RowReader) throws(PostgresError) -> Row
 
-    init(_ name: String, _ sql: String, bind: @escaping @Sendable (Binds) -> [String?],
-         decode: @escaping @Sendable (RowReader) throws(PostgresError) -> Row) {
+    init(
+        _ name: String, _ sql: String, bind: @escaping @Sendable (Binds) -> [String?],
+        decode: @escaping @Sendable (RowReader) throws(PostgresError) -> Row
+    ) {
         self.name = name
         self.sql = sql
         self.bind = bind

@@ -54,11 +54,13 @@ enum WorkerStatements {
         """,
         bind: { [String($0)] },
         decode: { row throws(PostgresError) in
-            ClaimedEvent(id: try row.int64("id"), audience: try row.text("aud"),
-                         event: AppleEvent(type: EventType(rawValue: try row.text("type")), sub: try row.text("sub"),
-                                           eventTimeMillis: try row.int64("event_ms"), email: try row.optionalText("email"),
-                                           isPrivateEmail: try row.optionalBool("is_private_email")),
-                         attempts: try row.int("attempts"))
+            ClaimedEvent(
+                id: try row.int64("id"), audience: try row.text("aud"),
+                event: AppleEvent(
+                    type: EventType(rawValue: try row.text("type")), sub: try row.text("sub"),
+                    eventTimeMillis: try row.int64("event_ms"), email: try row.optionalText("email"),
+                    isPrivateEmail: try row.optionalBool("is_private_email")),
+                attempts: try row.int("attempts"))
         })
 
     struct Failure {
@@ -102,12 +104,15 @@ enum WorkerStatements {
         """,
         bind: { [SQLEncoding.array($0)] },
         decode: { row throws(PostgresError) in
-            (try row.text("apple_sub"),
-             AccountState(status: try row.value("status", as: AccountStatus.self), email: try row.optionalText("email"),
-                          isPrivateEmail: try row.optionalBool("is_private_email"),
-                          emailForwarding: try row.optionalBool("email_forwarding"),
-                          lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
-                          statusEventTime: try row.optionalInt64("status_ms")))
+            (
+                try row.text("apple_sub"),
+                AccountState(
+                    status: try row.value("status", as: AccountStatus.self), email: try row.optionalText("email"),
+                    isPrivateEmail: try row.optionalBool("is_private_email"),
+                    emailForwarding: try row.optionalBool("email_forwarding"),
+                    lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
+                    statusEventTime: try row.optionalInt64("status_ms"))
+            )
         })
 
     /// Writes new account states.
@@ -151,8 +156,10 @@ enum WorkerStatements {
           AND (u.before_ms IS NULL OR s.created_at <= \(SQLEncoding.timestamp(millis: "u.before_ms")))
         """,
         bind: { rows in
-            [SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.createdAtOrBefore }),
-             SQLEncoding.array(rows.map { $0.reason })]
+            [
+                SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.createdAtOrBefore }),
+                SQLEncoding.array(rows.map { $0.reason }),
+            ]
         })
 
     /// A deleted user's email leaves the outbox too: the `email` column and the `email` inside

@@ -31,8 +31,10 @@ public final class DevApple: Sendable {
         /// When set, the exchange must send this `redirect_uri`.
         public var redirectURI: String?
 
-        public init(sub: String, email: String? = nil, isPrivateEmail: Bool? = nil, emailVerified: Bool? = true,
-                    nonce: String? = nil, redirectURI: String? = nil) {
+        public init(
+            sub: String, email: String? = nil, isPrivateEmail: Bool? = nil, emailVerified: Bool? = true,
+            nonce: String? = nil, redirectURI: String? = nil
+        ) {
             self.sub = sub
             self.email = email
             self.isPrivateEmail = isPrivateEmail
@@ -95,8 +97,10 @@ public final class DevApple: Sendable {
         /// Called after every recorded call (from a listener thread). Default nil.
         public var onCall: (@Sendable (Call) -> Void)?
 
-        public init(teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>? = nil,
-                    signer: NotificationSigner) {
+        public init(
+            teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>? = nil,
+            signer: NotificationSigner
+        ) {
             self.teamID = teamID
             self.keyID = keyID
             self.secretKey = secretKey
@@ -111,9 +115,11 @@ public final class DevApple: Sendable {
     /// Starts listening.
     public init(_ configuration: Configuration) throws {
         endpoint = Endpoint(configuration)
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: configuration.host, port: configuration.port,
-                                                                       threads: 2, connectionTimeout: 30, maxBody: 16 * 1024),
-                                handler: endpoint)
+        server = try HTTPServer(
+            configuration: HTTPServerConfiguration(
+                host: configuration.host, port: configuration.port,
+                threads: 2, connectionTimeout: 30, maxBody: 16 * 1024),
+            handler: endpoint)
     }
 
     /// The bound port.
@@ -154,8 +160,10 @@ public final class DevApple: Sendable {
     }
 
     /// nil when `token` is a client secret Apple would accept for `clientID` at `now`; else the reason.
-    public static func problem(withSecret token: String, clientID: String, teamID: String, keyID: String,
-                               key: ECPublicKey, now: Int64) -> String? {
+    public static func problem(
+        withSecret token: String, clientID: String, teamID: String, keyID: String,
+        key: ECPublicKey, now: Int64
+    ) -> String? {
         guard let jws = try? CompactJWS.parse(token) else { return "not a compact JWS" }
         guard jws.header["alg"]?.stringValue == "ES256" else { return "alg is not ES256" }
         guard jws.header["kid"]?.stringValue == keyID else { return "kid is not the key id" }
@@ -210,8 +218,9 @@ extension DevApple {
 
         func handle(_ request: HTTPRequest, responder: HTTPResponder) {
             let head = request.head
-            var call = Call(method: head.method, path: head.path, contentType: head.contentType, form: nil,
-                            secretProblem: nil, status: 0, error: nil, sub: nil)
+            var call = Call(
+                method: head.method, path: head.path, contentType: head.contentType, form: nil,
+                secretProblem: nil, status: 0, error: nil, sub: nil)
             let answer: Answer
             let response: HTTPResponse
             switch (head.method, head.path) {
@@ -254,7 +263,7 @@ extension DevApple {
         /// a token issued or revoked) only when `effective`.
         private func apple(_ request: HTTPRequest, call: inout Call, effective: Bool) -> HTTPResponse {
             guard let type = request.head.contentType?.lowercased(), type.hasPrefix(FormURLEncoding.contentType),
-                  let form = FormURLEncoding.decodeUnique(request.body)
+                let form = FormURLEncoding.decodeUnique(request.body)
             else { return Self.error("invalid_request") }
             call.form = form
             guard let clientID = form["client_id"], configuration.clientIDs?.contains(clientID) ?? !clientID.isEmpty else {
@@ -265,8 +274,10 @@ extension DevApple {
                 call.secretProblem = "missing"
                 return Self.error("invalid_client")
             }
-            if let problem = DevApple.problem(withSecret: secret, clientID: clientID, teamID: configuration.teamID,
-                                              keyID: configuration.keyID, key: configuration.secretKey, now: now) {
+            if let problem = DevApple.problem(
+                withSecret: secret, clientID: clientID, teamID: configuration.teamID,
+                keyID: configuration.keyID, key: configuration.secretKey, now: now)
+            {
                 call.secretProblem = problem
                 return Self.error("invalid_client")
             }
@@ -287,11 +298,12 @@ extension DevApple {
             let (known, registered): (Bool, User?) = state.withLock { state in
                 guard let user = state.codes[code] else { return (false, nil) }
                 guard user.redirectURI == nil || user.redirectURI == form["redirect_uri"] else { return (true, nil) }
-                if effective { state.codes[code] = nil }           // single use
+                if effective { state.codes[code] = nil }  // single use
                 return (true, user)
             }
             guard let user = known ? registered : configuration.unknownCode?(code),
-                  user.redirectURI == nil || user.redirectURI == form["redirect_uri"] else {
+                user.redirectURI == nil || user.redirectURI == form["redirect_uri"]
+            else {
                 return Self.error("invalid_grant")
             }
             call.sub = user.sub

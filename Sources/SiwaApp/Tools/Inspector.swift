@@ -14,8 +14,10 @@ public enum Inspector {
     }
 
     /// `input`: a compact JWS or a whole body `{"payload":"..."}`. `jwks`: the key set document.
-    public static func inspect(input: String, jwks: [UInt8]?, audiences: Set<String>,
-                               now: Int64 = Int64(Date().timeIntervalSince1970)) -> Result {
+    public static func inspect(
+        input: String, jwks: [UInt8]?, audiences: Set<String>,
+        now: Int64 = Int64(Date().timeIntervalSince1970)
+    ) -> Result {
         let verifier = NotificationVerifier(policy: VerificationPolicy(audiences: audiences))
         let trimmed = input.trimmingCharacters(in: .whitespacesAndNewlines)
         var token = trimmed
@@ -23,8 +25,9 @@ public enum Inspector {
             do throws(RejectReason) {
                 token = try verifier.extractToken(fromBody: Array(trimmed.utf8))
             } catch {
-                return Result(steps: [InspectionStep(name: "body", passed: false, reason: error, detail: error.summary)],
-                              rejection: error)
+                return Result(
+                    steps: [InspectionStep(name: "body", passed: false, reason: error, detail: error.summary)],
+                    rejection: error)
             }
         }
         var keys: [String: RSAPublicKey] = [:]

@@ -60,7 +60,8 @@ public enum OutboxAdmin {
 
     public static func status(conninfo: String, inAppDeletion: Bool = false) throws -> Report {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify status")
-        let backlog = try c.row(OperatorStatements.backlog)
+        let backlog =
+            try c.row(OperatorStatements.backlog)
             ?? OperatorStatements.Backlog(pending: 0, failed: 0, dead: 0, oldestPendingAgeSeconds: 0)
         let keyAge = try c.row(OperatorStatements.keySetAge) ?? nil
         let counts = try c.rows(OperatorStatements.countsLastDay).map { r in
@@ -70,29 +71,41 @@ public enum OutboxAdmin {
             Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
         }
         let jobs = try c.row(DeletionStatements.jobCounts)
-        return Report(pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
-                      oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
-                      keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
-                      deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
+        return Report(
+            pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
+            oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
+            keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
+            deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
     }
 
     /// The report as a readable table.
     public static func render(_ r: Report) -> String {
         var out = ""
-        out += table(["backlog", "value"], [
-            ["pending", String(r.pending)],
-            ["failed (will retry)", String(r.failed)],
-            ["dead letters", String(r.dead)],
-            ["oldest pending", duration(r.oldestPendingAgeSeconds)],
-            ["key set age", r.keySetAgeSeconds.map(duration) ?? "none stored"],
-            ["in-app deletion", r.inAppDeletion == true ? "on" : "off (set SIWA_TEAM_ID, SIWA_KEY_ID, SIWA_PRIVATE_KEY_FILE, SIWA_TOKEN_KEY_FILE)"],
-            ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
-            ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
-        ])
-        out += "\n" + table(["type", "status", "last hour", "last day"],
-                            r.counts.map { [$0.type, $0.status, String($0.lastHour), String($0.lastDay)] })
-        out += "\n" + table(["id", "type", "status", "received (UTC)", "attempts"],
-                            r.recent.map { [String($0.id), $0.type, $0.status, $0.receivedAt, String($0.attempts)] })
+        out += table(
+            ["backlog", "value"],
+            [
+                ["pending", String(r.pending)],
+                ["failed (will retry)", String(r.failed)],
+                ["dead letters", String(r.dead)],
+                ["oldest pending", duration(r.oldestPendingAgeSeconds)],
+                ["key set age", r.keySetAgeSeconds.map(duration) ?? "none stored"],
+                [
+                    "in-app deletion",
+                    r.inAppDeletion == true ? "on" : "off (set SIWA_TEAM_ID, SIWA_KEY_ID, SIWA_PRIVATE_KEY_FILE, SIWA_TOKEN_KEY_FILE)",
+                ],
+                ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
+                ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
+            ])
+        out +=
+            "\n"
+            + table(
+                ["type", "status", "last hour", "last day"],
+                r.counts.map { [$0.type, $0.status, String($0.lastHour), String($0.lastDay)] })
+        out +=
+            "\n"
+            + table(
+                ["id", "type", "status", "received (UTC)", "attempts"],
+                r.recent.map { [String($0.id), $0.type, $0.status, $0.receivedAt, String($0.attempts)] })
         return out
     }
 

@@ -44,8 +44,11 @@ extension Worker {
                 let dead = permanent || options.retry.isExhausted(attempts: attempts)
                 var delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
                 if let retryAfter { delay = max(delay, Double(retryAfter)) }
-                try c.affected(WorkerStatements.markFailed, .init(id: job.id, status: dead ? .dead : .failed, error: message,
-                                                                   retryInSeconds: delay))
+                try c.affected(
+                    WorkerStatements.markFailed,
+                    .init(
+                        id: job.id, status: dead ? .dead : .failed, error: message,
+                        retryInSeconds: delay))
                 outcome = (job, result, attempts, dead)
             }
         }
@@ -55,16 +58,20 @@ extension Worker {
         switch outcome.result {
         case .deleted(let decision):
             metrics.event(outcome: "applied", type: type)
-            logger.info("deletion applied: Apple tokens revoked, account deleted", metadata: [
-                "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
-                "client_id": "\(outcome.job.audience)", "outcome": "\(decision.outcome.rawValue)",
-            ])
+            logger.info(
+                "deletion applied: Apple tokens revoked, account deleted",
+                metadata: [
+                    "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                    "client_id": "\(outcome.job.audience)", "outcome": "\(decision.outcome.rawValue)",
+                ])
         case .failed(let message, _, _):
             metrics.event(outcome: outcome.dead ? "dead" : "failed", type: type)
-            logger.warning(outcome.dead ? "deletion dead-lettered" : "deletion failed, will retry", metadata: [
-                "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
-                "client_id": "\(outcome.job.audience)", "attempts": "\(outcome.attempts)", "error": "\(message)",
-            ])
+            logger.warning(
+                outcome.dead ? "deletion dead-lettered" : "deletion failed, will retry",
+                metadata: [
+                    "event_id": "\(outcome.job.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                    "client_id": "\(outcome.job.audience)", "attempts": "\(outcome.attempts)", "error": "\(message)",
+                ])
         }
         return true
     }
@@ -85,8 +92,9 @@ extension Worker {
                 }
             }
         } else if try c.row(DeletionStatements.accountDeleted, sub) != true {
-            return .failed(message: "missing_token: no refresh token is stored for this user and client id "
-                           + "(exchange the authorization code at sign-in: POST /apple/tokens)", permanent: true, retryAfter: nil)
+            return .failed(
+                message: "missing_token: no refresh token is stored for this user and client id "
+                    + "(exchange the authorization code at sign-in: POST /apple/tokens)", permanent: true, retryAfter: nil)
         }
         var deletion = job
         deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
@@ -96,8 +104,10 @@ extension Worker {
     }
 
     /// Revokes one stored token at Apple; nil on success (or `invalid_grant`: already revoked).
-    private func revokeAtApple(_ stored: DeletionStatements.StoredToken, sub: String, clientID: String,
-                               revocation: Revocation) -> JobResult? {
+    private func revokeAtApple(
+        _ stored: DeletionStatements.StoredToken, sub: String, clientID: String,
+        revocation: Revocation
+    ) -> JobResult? {
         let token: String
         do {
             token = try revocation.vault.open(stored, sub: sub, clientID: clientID)
@@ -109,8 +119,9 @@ extension Worker {
             // invalid_grant: the token is no longer valid at Apple (revoked already): nothing left to revoke.
             return nil
         case .invalidClient:
-            return .failed(message: "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, "
-                           + "SIWA_KEY_ID, the .p8 key and that \(clientID) belongs to the team)", permanent: true, retryAfter: nil)
+            return .failed(
+                message: "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, "
+                    + "SIWA_KEY_ID, the .p8 key and that \(clientID) belongs to the team)", permanent: true, retryAfter: nil)
         case .rejected(let failure):
             return .failed(message: "rejected: \(failure)", permanent: true, retryAfter: nil)
         case .transient(let failure):

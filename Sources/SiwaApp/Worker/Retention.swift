@@ -6,8 +6,10 @@ import SiwaPostgres
 public enum Retention {
     /// One pruning pass; returns how many events it deleted.
     @discardableResult
-    public static func prune(on connection: PostgresConnection, olderThanDays days: Int, maxBatches: Int = 100,
-                             stopping: StopSignal? = nil) throws(PostgresError) -> Int {
+    public static func prune(
+        on connection: PostgresConnection, olderThanDays days: Int, maxBatches: Int = 100,
+        stopping: StopSignal? = nil
+    ) throws(PostgresError) -> Int {
         var total = 0
         for _ in 0..<maxBatches {
             let deleted = try connection.affected(WorkerStatements.prune, days)

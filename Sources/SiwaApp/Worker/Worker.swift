@@ -35,8 +35,10 @@ public final class Worker: Service {
     public let wakeups = WakeSignal()
     private let finished = StopSignal()
 
-    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
-                revocation: Revocation? = nil) {
+    public init(
+        conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
+        revocation: Revocation? = nil
+    ) {
         self.conninfo = conninfo
         self.revocation = revocation
         self.options = options
@@ -127,18 +129,22 @@ public final class Worker: Service {
         // Counted and logged once committed (a rolled-back batch is applied again later).
         for (item, decision) in report.applied {
             metrics.event(outcome: "applied", type: item.event.type.rawValue)
-            logger.info("event applied", metadata: [
-                "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
-                "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
-            ])
+            logger.info(
+                "event applied",
+                metadata: [
+                    "event_id": "\(item.id)", "type": "\(item.event.type.rawValue)",
+                    "sub_hash": "\(SubjectHash.of(item.event.sub))", "outcome": "\(decision.outcome.rawValue)",
+                ])
         }
         for failure in report.failed {
             metrics.event(outcome: failure.dead ? "dead" : "failed", type: failure.item.event.type.rawValue)
-            logger.warning(failure.dead ? "event dead-lettered" : "event failed, will retry", metadata: [
-                "event_id": "\(failure.item.id)", "type": "\(failure.item.event.type.rawValue)",
-                "attempts": "\(failure.attempts)", "sqlstate": "\(failure.sqlState)",
-                "retry_in": "\(failure.dead ? 0 : failure.delay)",
-            ])
+            logger.warning(
+                failure.dead ? "event dead-lettered" : "event failed, will retry",
+                metadata: [
+                    "event_id": "\(failure.item.id)", "type": "\(failure.item.event.type.rawValue)",
+                    "attempts": "\(failure.attempts)", "sqlstate": "\(failure.sqlState)",
+                    "retry_in": "\(failure.dead ? 0 : failure.delay)",
+                ])
         }
         return count
     }
@@ -175,10 +181,15 @@ public final class Worker: Service {
             let dead = options.retry.isExhausted(attempts: attempts)
             let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
             let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
-            try c.affected(WorkerStatements.markFailed, .init(id: item.id, status: dead ? .dead : .failed, error: message,
-                                                               retryInSeconds: delay))
-            report.failed.append(BatchReport.Failure(item: item, dead: dead, attempts: attempts, delay: delay,
-                                                     sqlState: error.sqlState ?? ""))
+            try c.affected(
+                WorkerStatements.markFailed,
+                .init(
+                    id: item.id, status: dead ? .dead : .failed, error: message,
+                    retryInSeconds: delay))
+            report.failed.append(
+                BatchReport.Failure(
+                    item: item, dead: dead, attempts: attempts, delay: delay,
+                    sqlState: error.sqlState ?? ""))
         }
     }
 }

@@ -27,8 +27,10 @@ final class DeletionHarness: Sendable {
     /// - Parameters:
     ///   - roles: `.receive` alone exchanges codes without a worker (a `work` process may revoke).
     ///   - fake: an Apple to use (default: a new one, stopped by `stop`).
-    init(roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
-         retryBaseDelay: Double = 0.2) throws {
+    init(
+        roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
+        retryBaseDelay: Double = 0.2
+    ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
@@ -53,8 +55,9 @@ final class DeletionHarness: Sendable {
         config.httpThreads = 2
         config.keyRefreshInterval = 1
         config.maxAttempts = maxAttempts
-        config.appleAPI = AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
-                                                tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
+        config.appleAPI = AppleAPIConfiguration(
+            teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
+            tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
         var options = Application.Options()
         options.worker.retry.baseDelay = retryBaseDelay
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
@@ -80,10 +83,12 @@ final class DeletionHarness: Sendable {
 
     /// The environment that configures the same in-app deletion for the real binary.
     var environment: [String: String] {
-        ["SIWA_DATABASE_URL": conninfo, "SIWA_TEAM_ID": S.teamID, "SIWA_KEY_ID": S.keyID,
-         "SIWA_PRIVATE_KEY_FILE": privateKeyFile, "SIWA_TOKEN_KEY_FILE": tokenKeyFile, "SIWA_APPLE_URL": fake.baseURL,
-         "SIWA_AUDIENCES": "\(S.clientID),\(S.otherClientID)", "SIWA_JWKS_URL": fake.jwksURL, "SIWA_DATA_DIR": directory,
-         "SIWA_LISTEN": "127.0.0.1:0", "SIWA_ADMIN_LISTEN": "127.0.0.1:0", "SIWA_LOG_LEVEL": "debug"]
+        [
+            "SIWA_DATABASE_URL": conninfo, "SIWA_TEAM_ID": S.teamID, "SIWA_KEY_ID": S.keyID,
+            "SIWA_PRIVATE_KEY_FILE": privateKeyFile, "SIWA_TOKEN_KEY_FILE": tokenKeyFile, "SIWA_APPLE_URL": fake.baseURL,
+            "SIWA_AUDIENCES": "\(S.clientID),\(S.otherClientID)", "SIWA_JWKS_URL": fake.jwksURL, "SIWA_DATA_DIR": directory,
+            "SIWA_LISTEN": "127.0.0.1:0", "SIWA_ADMIN_LISTEN": "127.0.0.1:0", "SIWA_LOG_LEVEL": "debug",
+        ]
     }
 
     // MARK: HTTP
@@ -96,9 +101,11 @@ final class DeletionHarness: Sendable {
     }
 
     static func post(_ url: String, json: String, timeout: Double = 30) throws -> Reply {
-        let response = try Fetcher.perform(FetchRequest(url: url, method: "POST", headers: ["Content-Type: application/json"],
-                                                        body: Array(json.utf8), connectTimeout: 5, totalTimeout: timeout,
-                                                        allowedSchemes: [.http]))
+        let response = try Fetcher.perform(
+            FetchRequest(
+                url: url, method: "POST", headers: ["Content-Type: application/json"],
+                body: Array(json.utf8), connectTimeout: 5, totalTimeout: timeout,
+                allowedSchemes: [.http]))
         return Reply(status: response.status, body: String(decoding: response.body, as: UTF8.self))
     }
 
@@ -111,8 +118,11 @@ final class DeletionHarness: Sendable {
 
     /// `POST /apple/tokens` on the admin listener.
     func exchange(code: String, clientID: String = S.clientID, redirectURI: String? = nil, nonce: String? = nil) throws -> Reply {
-        try Self.post(adminURL + "/apple/tokens", json: Self.exchangeBody(code: code, clientID: clientID, redirectURI: redirectURI,
-                                                                        nonce: nonce))
+        try Self.post(
+            adminURL + "/apple/tokens",
+            json: Self.exchangeBody(
+                code: code, clientID: clientID, redirectURI: redirectURI,
+                nonce: nonce))
     }
 
     /// A sign-in: registers a code at the fake and exchanges it; returns the refresh token Apple issued.
@@ -134,8 +144,10 @@ final class DeletionHarness: Sendable {
 
     /// An Apple notification (signed by the fake's key, which the receiver trusts) to the public listener.
     func notify(type: String, sub: String, email: String? = nil, eventTimeMillis: Int64? = nil) throws -> Reply {
-        let token = try fake.signer.sign(claims: NotificationSigner.claims(audience: S.clientID, type: type, sub: sub,
-                                                                             eventTimeMillis: eventTimeMillis, email: email))
+        let token = try fake.signer.sign(
+            claims: NotificationSigner.claims(
+                audience: S.clientID, type: type, sub: sub,
+                eventTimeMillis: eventTimeMillis, email: email))
         return try Self.post(baseURL + "/apple/notifications", json: NotificationSigner.body(token: token))
     }
 
@@ -162,7 +174,8 @@ final class DeletionHarness: Sendable {
     /// Replaces `siwa.on_event` with one that appends every call to `hook_log`.
     func installLoggingHook() throws {
         _ = try query("CREATE TABLE IF NOT EXISTS public.hook_log (event_id bigint, type text, sub text, outcome text, account_status text)")
-        _ = try query("""
+        _ = try query(
+            """
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql AS $$
             BEGIN

@@ -20,10 +20,14 @@ final class FakeApple: Sendable {
 
     let apple: DevApple
 
-    init(teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>,
-         idTokenKey: RSAPrivateKey = FakeApple.sharedIDTokenKey, idTokenKid: String = "fake-apple-key") throws {
-        apple = try DevApple(DevApple.Configuration(teamID: teamID, keyID: keyID, secretKey: secretKey, clientIDs: clientIDs,
-                                                    signer: NotificationSigner(key: idTokenKey, kid: idTokenKid)))
+    init(
+        teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>,
+        idTokenKey: RSAPrivateKey = FakeApple.sharedIDTokenKey, idTokenKid: String = "fake-apple-key"
+    ) throws {
+        apple = try DevApple(
+            DevApple.Configuration(
+                teamID: teamID, keyID: keyID, secretKey: secretKey, clientIDs: clientIDs,
+                signer: NotificationSigner(key: idTokenKey, kid: idTokenKid)))
     }
 
     /// `SIWA_APPLE_URL` for this fake.
@@ -53,8 +57,10 @@ final class FakeApple: Sendable {
     func stop() { apple.stop() }
 
     /// nil when `token` is a client secret Apple would accept for `clientID` at `now`; else the reason.
-    static func problem(withSecret token: String, clientID: String, teamID: String, keyID: String,
-                        key: ECPublicKey, now: Int64) -> String? {
+    static func problem(
+        withSecret token: String, clientID: String, teamID: String, keyID: String,
+        key: ECPublicKey, now: Int64
+    ) -> String? {
         DevApple.problem(withSecret: token, clientID: clientID, teamID: teamID, keyID: keyID, key: key, now: now)
     }
 }
@@ -73,8 +79,10 @@ enum AppleTestSetup {
     }
 
     /// A client secret signed with `key`.
-    static func secret(clientID: String = clientID, key: ECPrivateKey = teamKey, now: Int64 = wallClock(),
-                       lifetime: Int64 = ClientSecret.defaultLifetime, keyID: String = keyID, teamID: String = teamID) throws -> String {
+    static func secret(
+        clientID: String = clientID, key: ECPrivateKey = teamKey, now: Int64 = wallClock(),
+        lifetime: Int64 = ClientSecret.defaultLifetime, keyID: String = keyID, teamID: String = teamID
+    ) throws -> String {
         let secret = try ClientSecret(teamID: teamID, keyID: keyID, clientID: clientID, now: now, lifetime: lifetime)
         return secret.assemble(signature: try key.signES256(message: secret.signingInput))
     }

@@ -10,9 +10,11 @@ final class JWKSServer {
 
     init(body: String) throws {
         endpoint = JWKSEndpoint(body: body)
-        server = try HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2,
-                                                                       connectionTimeout: 30, maxBody: 1024),
-                                handler: endpoint)
+        server = try HTTPServer(
+            configuration: HTTPServerConfiguration(
+                host: "127.0.0.1", port: 0, threads: 2,
+                connectionTimeout: 30, maxBody: 1024),
+            handler: endpoint)
     }
 
     var url: String { "http://127.0.0.1:\(server.port)/auth/keys" }

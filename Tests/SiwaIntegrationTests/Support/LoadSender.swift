@@ -6,7 +6,7 @@ import Synchronization
 /// Sends pre-signed notifications from a few threads, each token once, and records what each got.
 final class LoadSender: Sendable {
     struct Outcome: Sendable {
-        var status: Int?     // nil: no answer (connection refused/reset/timeout)
+        var status: Int?  // nil: no answer (connection refused/reset/timeout)
         var code: String?
         var time = Date()
     }
@@ -36,10 +36,11 @@ final class LoadSender: Sendable {
                     let (jti, token) = tokens[i]
                     let outcome: Outcome
                     do {
-                        let r = try Fetcher.perform(FetchRequest(
-                            url: url, method: "POST", headers: ["Content-Type: application/json"],
-                            body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: 2, totalTimeout: 5,
-                            allowedSchemes: [.http]))
+                        let r = try Fetcher.perform(
+                            FetchRequest(
+                                url: url, method: "POST", headers: ["Content-Type: application/json"],
+                                body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: 2, totalTimeout: 5,
+                                allowedSchemes: [.http]))
                         let text = String(decoding: r.body, as: UTF8.self)
                         let code = text.split(separator: "\"").dropFirst(3).first.map(String.init)
                         outcome = Outcome(status: r.status, code: code)

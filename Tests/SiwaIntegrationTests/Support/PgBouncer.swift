@@ -1,5 +1,6 @@
 import Foundation
 import SiwaPostgres
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -37,24 +38,24 @@ final class PgBouncer {
         try fm.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         try "\"postgres\" \"\"\n".write(toFile: directory + "/users.txt", atomically: true, encoding: .utf8)
         try """
-            [databases]
-            * = host=\(host) port=\(upstreamPort)
+        [databases]
+        * = host=\(host) port=\(upstreamPort)
 
-            [pgbouncer]
-            listen_addr = 127.0.0.1
-            listen_port = \(port)
-            unix_socket_dir =
-            auth_type = trust
-            auth_file = \(directory)/users.txt
-            pool_mode = \(poolMode)
-            default_pool_size = \(poolSize)
-            max_client_conn = 200
-            ignore_startup_parameters = extra_float_digits
-            logfile = \(directory)/pgbouncer.log
-            pidfile = \(directory)/pgbouncer.pid
-            admin_users = postgres
+        [pgbouncer]
+        listen_addr = 127.0.0.1
+        listen_port = \(port)
+        unix_socket_dir =
+        auth_type = trust
+        auth_file = \(directory)/users.txt
+        pool_mode = \(poolMode)
+        default_pool_size = \(poolSize)
+        max_client_conn = 200
+        ignore_startup_parameters = extra_float_digits
+        logfile = \(directory)/pgbouncer.log
+        pidfile = \(directory)/pgbouncer.pid
+        admin_users = postgres
 
-            """.write(toFile: directory + "/pgbouncer.ini", atomically: true, encoding: .utf8)
+        """.write(toFile: directory + "/pgbouncer.ini", atomically: true, encoding: .utf8)
         if geteuid() == 0 {
             for name in ["", "/users.txt", "/pgbouncer.ini"] {
                 try fm.setAttributes([.ownerAccountName: "postgres"], ofItemAtPath: directory + name)
@@ -65,12 +66,15 @@ final class PgBouncer {
         // of the test process inherits a mask that blocks SIGTERM). Started with posix_spawn
         // and waitpid: Foundation's `Process` waits for the daemon too (it inherits the pipe
         // `Process` watches), so `waitUntilExit` would never return.
-        let command = (geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : [])
+        let command =
+            (geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : [])
             + [binary, "-d", directory + "/pgbouncer.ini"]
         let launched = Self.run(command)
-        let ready = launched == 0 && eventually(timeout: 15) {
-            (try? PostgresConnection(conninfo: conninfo(dbname: "postgres")).execute("SELECT 1").scalar) == "1"
-        }
+        let ready =
+            launched == 0
+            && eventually(timeout: 15) {
+                (try? PostgresConnection(conninfo: conninfo(dbname: "postgres")).execute("SELECT 1").scalar) == "1"
+            }
         guard ready else {
             let log = self.log
             stop()
@@ -88,9 +92,10 @@ final class PgBouncer {
     /// The daemon's pid (its pid file), while that process is alive and not a zombie.
     var pid: pid_t? {
         guard let text = try? String(contentsOfFile: directory + "/pgbouncer.pid", encoding: .utf8),
-              let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
-              let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              stat.contains("(pgbouncer)"), !stat.contains(") Z ") else { return nil }
+            let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
+            let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            stat.contains("(pgbouncer)"), !stat.contains(") Z ")
+        else { return nil }
         return pid
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,8 +20,9 @@ final class PostgresProcesses: @unchecked Sendable {
     /// The postmaster's pid, from postmaster.pid.
     func postmaster() -> pid_t? {
         guard let text = try? String(contentsOfFile: dataDirectory + "/postmaster.pid", encoding: .utf8),
-              let first = text.split(separator: "\n").first, let pid = pid_t(first.trimmingCharacters(in: .whitespaces)),
-              pid > 0 else { return nil }
+            let first = text.split(separator: "\n").first, let pid = pid_t(first.trimmingCharacters(in: .whitespaces)),
+            pid > 0
+        else { return nil }
         return pid
     }
 
@@ -29,8 +31,9 @@ final class PostgresProcesses: @unchecked Sendable {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return entries.compactMap { name -> pid_t? in
             guard let pid = pid_t(name),
-                  let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return nil }
+                let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return nil }
             // "pid (comm) state ppid ...": the command may contain spaces and parentheses.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             guard fields.count > 1, pid_t(fields[1]) == parent else { return nil }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -55,7 +56,7 @@ final class ServerProcess {
                 closeStandardErrorPipe()
                 throw error
             }
-            try? writer.close()   // the child has its own copy
+            try? writer.close()  // the child has its own copy
         }
     }
 

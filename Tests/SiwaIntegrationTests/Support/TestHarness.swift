@@ -25,9 +25,11 @@ final class TestHarness: Sendable {
     let startedAt: Date
 
     /// - Parameter jwksURL: where the keys are fetched from; default the file `jwksPath`.
-    init(conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
-         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
-         retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts()) throws {
+    init(
+        conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
+        jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
+        retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts()
+    ) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
         signer = NotificationSigner(key: Self.sharedKey, kid: "test-key-1")
@@ -90,8 +92,10 @@ final class TestHarness: Sendable {
     }
 
     /// Runs `body` with a started harness and always stops it.
-    static func with<T>(roles: Application.Roles = .all, maxBody: Int = 65536,
-                        _ body: (TestHarness) throws -> T) throws -> T {
+    static func with<T>(
+        roles: Application.Roles = .all, maxBody: Int = 65536,
+        _ body: (TestHarness) throws -> T
+    ) throws -> T {
         let harness = try TestHarness(roles: roles, maxBody: maxBody)
         defer { harness.stop() }
         return try body(harness)
@@ -99,11 +103,15 @@ final class TestHarness: Sendable {
 
     // MARK: Tokens
 
-    func token(type: String = "consent-revoked", sub: String = "000739.test.0001", eventTimeMillis: Int64? = nil,
-               email: String? = nil, isPrivateEmail: Bool? = nil, jti: String = NotificationSigner.newJTI()) throws -> String {
-        try signer.sign(claims: NotificationSigner.claims(audience: Self.audience, type: type, sub: sub,
-                                                          eventTimeMillis: eventTimeMillis, email: email,
-                                                          isPrivateEmail: isPrivateEmail, jti: jti))
+    func token(
+        type: String = "consent-revoked", sub: String = "000739.test.0001", eventTimeMillis: Int64? = nil,
+        email: String? = nil, isPrivateEmail: Bool? = nil, jti: String = NotificationSigner.newJTI()
+    ) throws -> String {
+        try signer.sign(
+            claims: NotificationSigner.claims(
+                audience: Self.audience, type: type, sub: sub,
+                eventTimeMillis: eventTimeMillis, email: email,
+                isPrivateEmail: isPrivateEmail, jti: jti))
     }
 
     // MARK: HTTP
@@ -123,13 +131,17 @@ final class TestHarness: Sendable {
         try send(body: NotificationSigner.body(token: token))
     }
 
-    func send(body: String, method: String = "POST", path: String = "/apple/notifications",
-              contentType: String? = "application/json;charset=UTF-8") throws -> Reply {
+    func send(
+        body: String, method: String = "POST", path: String = "/apple/notifications",
+        contentType: String? = "application/json;charset=UTF-8"
+    ) throws -> Reply {
         var headers = [contentType.map { "Content-Type: \($0)" } ?? "Content-Type:"]
         if method != "POST" && body.isEmpty { headers = [] }
-        let response = try Fetcher.perform(FetchRequest(url: baseURL + path, method: method, headers: headers,
-                                                        body: body.isEmpty && method != "POST" ? nil : Array(body.utf8),
-                                                        connectTimeout: 5, totalTimeout: 15, allowedSchemes: [.http]))
+        let response = try Fetcher.perform(
+            FetchRequest(
+                url: baseURL + path, method: method, headers: headers,
+                body: body.isEmpty && method != "POST" ? nil : Array(body.utf8),
+                connectTimeout: 5, totalTimeout: 15, allowedSchemes: [.http]))
         return Reply(status: response.status, headers: response.headers, body: String(decoding: response.body, as: UTF8.self))
     }
 
@@ -158,7 +170,8 @@ final class TestHarness: Sendable {
     /// Inserts a session for `sub` created at `createdAt` (ms since epoch); returns its id.
     @discardableResult
     func addSession(sub: String, createdAtMillis: Int64) throws -> String {
-        try scalar("""
+        try scalar(
+            """
             INSERT INTO siwa.sessions (apple_sub, created_at, expires_at)
             VALUES ($1, timestamptz 'epoch' + $2::bigint * interval '1 millisecond', now() + interval '30 days')
             RETURNING id

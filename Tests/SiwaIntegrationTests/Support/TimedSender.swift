@@ -14,7 +14,7 @@ final class TimedSender: Sendable {
         var jti: String
         var sent: Date
         var answered: Date
-        var status: Int?      // nil: no answer (refused, reset or the client timeout)
+        var status: Int?  // nil: no answer (refused, reset or the client timeout)
         var code: String?
         var retryAfter: String?
         var seconds: Double { answered.timeIntervalSince(sent) }
@@ -31,8 +31,10 @@ final class TimedSender: Sendable {
     private let stopped = Atomic<Bool>(false)
     private let group = DispatchGroup()
 
-    init(url: String, prefix: String, signer: NotificationSigner, limit: Int = 5000, pause: Double = 0.02,
-         timeout: Double = 20) {
+    init(
+        url: String, prefix: String, signer: NotificationSigner, limit: Int = 5000, pause: Double = 0.02,
+        timeout: Double = 20
+    ) {
         self.url = url
         self.prefix = prefix
         self.signer = signer
@@ -51,15 +53,18 @@ final class TimedSender: Sendable {
                     let i = next.add(1, ordering: .relaxed).oldValue
                     guard i < limit else { return }
                     let jti = NotificationSigner.newJTI()
-                    let claims = NotificationSigner.claims(audience: TestHarness.audience, type: "consent-revoked",
-                                                           sub: "\(prefix).\(i)", jti: jti)
+                    let claims = NotificationSigner.claims(
+                        audience: TestHarness.audience, type: "consent-revoked",
+                        sub: "\(prefix).\(i)", jti: jti)
                     guard let token = try? signer.sign(claims: claims) else { continue }
                     let sent = Date()
                     var exchange = Exchange(jti: jti, sent: sent, answered: sent)
-                    if let r = try? Fetcher.perform(FetchRequest(
-                        url: url, method: "POST", headers: ["Content-Type: application/json;charset=UTF-8"],
-                        body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: timeout,
-                        totalTimeout: timeout, allowedSchemes: [.http])) {
+                    if let r = try? Fetcher.perform(
+                        FetchRequest(
+                            url: url, method: "POST", headers: ["Content-Type: application/json;charset=UTF-8"],
+                            body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: timeout,
+                            totalTimeout: timeout, allowedSchemes: [.http]))
+                    {
                         exchange.status = r.status
                         let value = try? JSONParser.parse(String(decoding: r.body, as: UTF8.self))
                         exchange.code = value?["error"]?.stringValue ?? value?["status"]?.stringValue
