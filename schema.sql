@@ -10,13 +10,16 @@ SELECT pg_advisory_xact_lock(74657374);  -- one migration at a time
 CREATE SCHEMA IF NOT EXISTS siwa;
 
 -- Running workers lock siwa.events, then siwa.accounts, then siwa.sessions. Take this
--- migration's table locks up front in that same order (as strong as the DDL below needs), so a
--- migration during a rolling deploy waits for the current batch instead of deadlocking with it.
+-- migration's table locks up front in that same order, each as strong as the DDL below needs
+-- (siwa.events: ACCESS EXCLUSIVE, for its trigger and indexes), so a migration during a rolling
+-- deploy waits for the current batch instead of deadlocking with it. Receivers wait (or answer
+-- 503 after SIWA_COMMIT_TIMEOUT) while it runs: milliseconds when nothing changes.
 DO $$
 BEGIN
     IF to_regclass('siwa.events') IS NOT NULL AND to_regclass('siwa.accounts') IS NOT NULL
        AND to_regclass('siwa.sessions') IS NOT NULL THEN
-        LOCK TABLE siwa.events, siwa.accounts, siwa.sessions IN SHARE ROW EXCLUSIVE MODE;
+        LOCK TABLE siwa.events IN ACCESS EXCLUSIVE MODE;
+        LOCK TABLE siwa.accounts, siwa.sessions IN SHARE ROW EXCLUSIVE MODE;
     END IF;
 END
 $$;
@@ -124,6 +127,38 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     PRIMARY KEY (apple_sub, client_id)
 );
 
+-- After a code exchange (POST /apple/tokens): the account of the user who signed in (created if
+-- new, its email recorded unless deleted) and the encrypted refresh token, in one call that the
+-- least-privilege roles may make. Returns 'created', 'updated', or 'deleted' (the account is
+-- deleted: deletion is final, nothing is stored).
+CREATE OR REPLACE FUNCTION siwa.store_apple_token(apple_sub text, client_id text, key_id text, ciphertext bytea,
+                                                  email text, is_private_email boolean) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    existing text;
+BEGIN
+    SELECT a.status INTO existing FROM siwa.accounts a WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
+    IF existing = 'deleted' THEN
+        RETURN 'deleted';
+    END IF;
+    IF existing IS NULL THEN
+        INSERT INTO siwa.accounts AS a (apple_sub, email, is_private_email)
+        VALUES (store_apple_token.apple_sub, store_apple_token.email, store_apple_token.is_private_email)
+        ON CONFLICT ON CONSTRAINT accounts_pkey DO NOTHING;
+    ELSE
+        UPDATE siwa.accounts a SET email = coalesce(store_apple_token.email, a.email),
+            is_private_email = coalesce(store_apple_token.is_private_email, a.is_private_email), updated_at = now()
+        WHERE a.apple_sub = store_apple_token.apple_sub;
+    END IF;
+    INSERT INTO siwa.apple_tokens AS t (apple_sub, client_id, key_id, ciphertext)
+    VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id, store_apple_token.ciphertext)
+    ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
+        SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, updated_at = now();
+    RETURN CASE WHEN existing IS NULL THEN 'created' ELSE 'updated' END;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean) FROM PUBLIC;
+
 -- Queues the revocation of a user's Apple tokens (then the account is deleted as for Apple's
 -- account-delete), in the caller's transaction: call it in the same transaction as your app's
 -- own delete. `aud` is the client id; NULL: every client id with a stored token for that user
@@ -165,9 +200,14 @@ BEGIN
     RETURN NULL;
 END
 $$;
-DROP TRIGGER IF EXISTS events_notify ON siwa.events;
-CREATE TRIGGER events_notify AFTER INSERT ON siwa.events
-    FOR EACH STATEMENT EXECUTE FUNCTION siwa.notify_new_events();
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_notify' AND tgrelid = 'siwa.events'::regclass) THEN
+        CREATE TRIGGER events_notify AFTER INSERT ON siwa.events
+            FOR EACH STATEMENT EXECUTE FUNCTION siwa.notify_new_events();
+    END IF;
+END
+$$;
 
 -- The integration hook: the worker calls siwa.on_event(event, account) for every event it
 -- handles, in the same transaction that marks the event done. `event.outcome` says what the
@@ -176,8 +216,9 @@ CREATE TRIGGER events_notify AFTER INSERT ON siwa.events
 -- 'final_deleted' (the account was deleted before). Replace it (CREATE OR REPLACE FUNCTION
 -- siwa.on_event(siwa.events, siwa.accounts) ...) to update your own tables; raising an exception
 -- makes the event retry. `migrate` never overwrites your version. The shipped one is a no-op
--- marked by the setting `siwa.hook = 'default'` (the worker does not call it while it is there;
--- your CREATE OR REPLACE drops the marker).
+-- marked by the setting `application_name = 'siwa-notify:default-hook'` in its definition (a
+-- setting any owner may attach; the worker does not call the function while it is there; your
+-- CREATE OR REPLACE drops it).
 DO $$
 DECLARE
     existing pg_proc;
@@ -190,7 +231,7 @@ BEGIN
           = 'BEGIN--siwa-notify:default-hook(theworkerskipscallingitwhilethismarkerishere)END' THEN
         EXECUTE $fn$
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql SET siwa.hook = 'default' AS $body$
+            LANGUAGE plpgsql SET application_name = 'siwa-notify:default-hook' AS $body$
             BEGIN
                 -- The shipped no-op. Replace it with your own (see README, "What the worker does").
             END
@@ -244,6 +285,7 @@ GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.apple_tokens TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
+GRANT EXECUTE ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean) TO siwa_receiver, siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;

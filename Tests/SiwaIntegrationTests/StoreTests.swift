@@ -220,3 +220,23 @@ struct StoreTests {
         }
     }
 }
+
+@Suite("Schema: migrations by a database owner that is not a superuser", .enabled(if: TestDatabase.isAvailable))
+struct OwnerMigrationTests {
+    @Test("a non-superuser owner (as on managed PostgreSQL) migrates a new database, and again")
+    func nonSuperuserOwner() throws {
+        let admin = try TestDatabase.adminURL()
+        let name = "owner_\(UInt32.random(in: 0...UInt32.max))"
+        _ = try TestDatabase.query(admin, "CREATE ROLE \(name) LOGIN CREATEROLE")
+        _ = try TestDatabase.query(admin, "CREATE DATABASE \(name) OWNER \(name)")
+        // The siwa_* roles are cluster-wide and exist already; the owner needs to grant to them.
+        _ = try TestDatabase.query(admin, "GRANT siwa_receiver, siwa_worker, siwa_dashboard TO \(name) WITH ADMIN OPTION")
+        let fields = admin.split(separator: " ").filter { !$0.hasPrefix("user=") && !$0.hasPrefix("dbname=") }
+        let url = (fields + ["user=\(name)", "dbname=\(name)"]).joined(separator: " ")
+        try Migrator.migrate(conninfo: url, force: true)
+        try Migrator.migrate(conninfo: url, force: true)
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM pg_proc WHERE proname = 'on_event'").scalar == "1")
+        let connection = try PostgresConnection(conninfo: url)
+        #expect(try connection.row(WorkerStatements.hookIsDefault) == true)
+    }
+}

@@ -114,7 +114,13 @@ struct WorkerEffectTests {
             let after = try h.query("SELECT status, email, email_forwarding FROM siwa.accounts WHERE apple_sub = $1", [sub])
             #expect(after.value(0, "status") == "deleted")
             #expect(after.value(0, "email") == nil)
-            #expect(try h.scalar("SELECT outcome FROM siwa.events WHERE email = 'back@example.com'") == "final_deleted")
+            // ... and its email is erased from the outbox too (column and claims).
+            let late = try h.query(
+                "SELECT outcome, email, claims::text LIKE '%back@example.com%' AS in_claims FROM siwa.events WHERE sub = $1 AND type = 'email-enabled' ORDER BY event_time DESC LIMIT 1",
+                [sub])
+            #expect(late.value(0, "outcome") == "final_deleted")
+            #expect(late.value(0, "email") == nil)
+            #expect(late.value(0, "in_claims") == "f")
         }
     }
 

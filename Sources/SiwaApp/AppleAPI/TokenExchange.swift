@@ -101,17 +101,15 @@ public final class TokenExchange: Sendable {
         }
         do {
             let sealed = try revocation.vault.seal(tokens.refreshToken, sub: claims.sub, clientID: request.clientID)
-            let created = try pool.withConnection(timeout: 5) { c in
-                try c.transaction { c throws(PostgresError) in
-                    let created = try c.row(DeletionStatements.signedIn, (claims.sub, claims.email, claims.isPrivateEmail)) ?? false
-                    try c.affected(DeletionStatements.saveToken, (claims.sub, request.clientID, sealed))
-                    return created
-                }
+            let stored = try pool.withConnection(timeout: 5) { c in
+                try c.row(DeletionStatements.storeToken, (claims.sub, request.clientID, sealed, claims.email, claims.isPrivateEmail))
             }
             logger.info(
-                "authorization code exchanged, refresh token stored",
+                stored == .deleted
+                    ? "authorization code exchanged; the account is deleted, no token stored" : "authorization code exchanged, refresh token stored",
                 metadata: [
-                    "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))", "account_created": "\(created)",
+                    "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))",
+                    "account": "\(stored?.rawValue ?? "unknown")",
                 ])
         } catch {
             logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])

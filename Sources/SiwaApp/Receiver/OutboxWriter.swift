@@ -67,6 +67,8 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     private var inFlight: [Int: [Item]] = [:]
     private var running = false
     private var idleWriters = 0
+    /// The deadline the deadline thread sleeps until (`.max`: until woken).
+    private var sleepingUntil: UInt64 = .max
     private let finished = DispatchGroup()
 
     public init(conninfo: String, options: Options = Options(), logger: Logger) {
@@ -134,9 +136,9 @@ public final class OutboxWriter: Service, @unchecked Sendable {
         guard running, queue.count < options.maxQueue else { return false }
         queue.append(item)
         // Wake a writer only if one is idle: a busy one takes what has queued when it finishes.
-        // (The deadline thread sleeps until the earliest deadline, which only a new first item
-        // can bring forward.)
-        if idleWriters > 0 || queue.count == 1 { condition.broadcast() }
+        // Wake the deadline thread only if this deadline is earlier than the one it sleeps until
+        // (in order of arrival, never: no hand-off per request).
+        if idleWriters > 0 || deadline < sleepingUntil { condition.broadcast() }
         return true
     }
 
@@ -171,12 +173,18 @@ public final class OutboxWriter: Service, @unchecked Sendable {
         defer { condition.unlock() }
         while running || !queue.isEmpty || !inFlight.isEmpty {
             let now = DispatchTime.now().uptimeNanoseconds
+            // Queued items are mostly in deadline order, but one that waited for a key fetch
+            // arrives late with an early deadline: look at all of them.
             var expired: [Item] = []
-            while let first = queue.first, first.deadline <= now {
-                expired.append(queue.removeFirst())
+            if queue.contains(where: { $0.deadline <= now }) {
+                expired = queue.filter { $0.deadline <= now }
+                queue.removeAll { $0.deadline <= now }
             }
-            for batch in inFlight.values {
+            // In a batch the database does not answer: answer each once, and forget it here (the
+            // writer still holds it and its late outcome is ignored).
+            for (writer, batch) in inFlight where batch.contains(where: { $0.deadline <= now }) {
                 expired += batch.filter { $0.deadline <= now }
+                inFlight[writer] = batch.filter { $0.deadline > now }
             }
             if !expired.isEmpty {
                 condition.unlock()
@@ -184,12 +192,13 @@ public final class OutboxWriter: Service, @unchecked Sendable {
                 condition.lock()
                 continue
             }
-            let earliest = ([queue.first?.deadline] + inFlight.values.map { batch in batch.lazy.map(\.deadline).min() })
-                .compactMap { $0 }.min()
+            let earliest = (queue.map(\.deadline) + inFlight.values.flatMap { $0.map(\.deadline) }).min()
             if let earliest {
+                sleepingUntil = earliest
                 let seconds = Double(earliest - min(earliest, now)) / 1e9 + 0.001
                 _ = condition.wait(until: Date().addingTimeInterval(seconds))
             } else if running {
+                sleepingUntil = .max
                 condition.wait()
             } else {
                 return

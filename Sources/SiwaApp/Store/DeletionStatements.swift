@@ -12,16 +12,6 @@ enum DeletionStatements {
         var ciphertext: [UInt8]
     }
 
-    /// Stores (or replaces) the encrypted refresh token of a user and client id.
-    static let saveToken = Statement<(sub: String, clientID: String, token: StoredToken), Void>(
-        "save_token",
-        """
-        INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ($1, $2, $3, $4::bytea)
-        ON CONFLICT (apple_sub, client_id) DO UPDATE
-            SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, updated_at = now()
-        """,
-        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext)] })
-
     static let loadToken = Statement<(sub: String, clientID: String), StoredToken>(
         "load_token", "SELECT key_id, ciphertext FROM siwa.apple_tokens WHERE apple_sub = $1 AND client_id = $2",
         bind: { [$0.sub, $0.clientID] },
@@ -48,20 +38,22 @@ enum DeletionStatements {
         "erase_tokens", "DELETE FROM siwa.apple_tokens WHERE apple_sub = ANY($1::text[])",
         bind: { [SQLEncoding.array($0)] })
 
-    /// The account of a user who just signed in: created if new; email recorded unless deleted.
-    /// Returns true when it was created.
-    static let signedIn = Statement<(sub: String, email: String?, isPrivateEmail: Bool?), Bool>(
-        "account_signed_in",
-        """
-        INSERT INTO siwa.accounts AS a (apple_sub, email, is_private_email) VALUES ($1, $2, $3::boolean)
-        ON CONFLICT (apple_sub) DO UPDATE
-            SET email = coalesce(excluded.email, a.email),
-                is_private_email = coalesce(excluded.is_private_email, a.is_private_email), updated_at = now()
-            WHERE a.status <> 'deleted'
-        RETURNING (xmax = 0) AS created
-        """,
-        bind: { [$0.sub, $0.email, $0.isPrivateEmail.map(SQLEncoding.bool)] },
-        decode: { row throws(PostgresError) in try row.bool("created") })
+    /// What storing a token after a code exchange did (`siwa.store_apple_token`).
+    enum TokenStored: String, Sendable {
+        case created, updated
+        /// The account is deleted (final): nothing was stored.
+        case deleted
+    }
+
+    /// `siwa.store_apple_token`: the account of the user who signed in (created if new) and the
+    /// encrypted refresh token, unless the account is deleted.
+    static let storeToken = Statement<(sub: String, clientID: String, token: StoredToken, email: String?, isPrivateEmail: Bool?), TokenStored>(
+        "store_apple_token",
+        "SELECT siwa.store_apple_token($1, $2, $3, $4::bytea, $5, $6::boolean) AS stored",
+        bind: {
+            [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext), $0.email, $0.isPrivateEmail.map(SQLEncoding.bool)]
+        },
+        decode: { row throws(PostgresError) in try row.value("stored", as: TokenStored.self) })
 
     /// `siwa.request_deletion(sub, aud)`: returns how many jobs were queued.
     static let request = Statement<(sub: String, clientID: String?), Int>(

@@ -164,6 +164,8 @@ enum WorkerStatements {
 
     /// A deleted user's email leaves the outbox too: the `email` column and the `email` inside
     /// the stored claims (`events` is a JSON string in Apple's tokens, an object in its docs).
+    /// Rows another worker has claimed are skipped (no lock wait, no deadlock): they are that
+    /// user's events too, and erase again when they are applied.
     static let eraseEventEmails = Statement<[String], Void>(
         "erase_event_emails",
         """
@@ -172,9 +174,11 @@ enum WorkerStatements {
                 WHEN 'string' THEN jsonb_set(e.claims, '{events}', to_jsonb((((e.claims ->> 'events')::jsonb) - 'email')::text))
                 WHEN 'object' THEN jsonb_set(e.claims, '{events}', (e.claims -> 'events') - 'email')
                 ELSE e.claims END
-        FROM unnest($1::text[]) AS u(sub)
-        WHERE e.sub = u.sub
-          AND (e.email IS NOT NULL OR (e.claims -> 'events')::text LIKE '%email%')
+        WHERE e.id IN (
+            SELECT x.id FROM siwa.events x
+            WHERE x.sub = ANY($1::text[])
+              AND (x.email IS NOT NULL OR (x.claims -> 'events')::text LIKE '%email%')
+            FOR UPDATE SKIP LOCKED)
         """,
         bind: { [SQLEncoding.array($0)] })
 
@@ -191,11 +195,13 @@ enum WorkerStatements {
         bind: { rows in [SQLEncoding.array(rows.map { $0.id }), SQLEncoding.array(rows.map { $0.outcome })] })
 
     /// True while `siwa.on_event` is the shipped no-op: the schema creates it with the setting
-    /// `siwa.hook = 'default'`, which any `CREATE OR REPLACE` of the operator's own drops.
+    /// `application_name = 'siwa-notify:default-hook'` (one any owner may attach; a custom
+    /// `siwa.*` setting would need a superuser), which any `CREATE OR REPLACE` of the operator's
+    /// own drops.
     static let hookIsDefault = Statement<Void, Bool>(
         "hook_is_default",
         """
-        SELECT coalesce(bool_and(p.proconfig @> ARRAY['siwa.hook=default']), false) AS is_default
+        SELECT coalesce(bool_and(p.proconfig @> ARRAY['application_name=siwa-notify:default-hook']), false) AS is_default
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'siwa' AND p.proname = 'on_event'
         """,

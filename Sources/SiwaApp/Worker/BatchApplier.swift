@@ -32,7 +32,9 @@ enum BatchApplier {
             case .all: revocations.append(.init(sub: sub, createdAtOrBefore: nil, reason: reason))
             case .createdAtOrBefore(let ms): revocations.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason))
             }
-            if decision.newState.status == .deleted && current[sub]?.status != .deleted { deleted.append(sub) }
+            // Every event of a deleted user erases: also one that arrives after the deletion
+            // (it may carry an email), and tokens stored after it.
+            if decision.newState.status == .deleted { deleted.append(sub) }
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }

@@ -60,7 +60,9 @@ public final class Worker: Service {
     /// back when the process exits: its events are claimed again later).
     public func stop(deadline: ShutdownDeadline) {
         wakeups.stop()
-        if !finished.wait(deadline.remaining) {
+        // At most half of what is left: the listeners and the writer stop after the worker and
+        // need time to answer what is in flight.
+        if !finished.wait(deadline.remaining / 2) {
             logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
         }
     }
