@@ -202,6 +202,34 @@ struct InAppDeletionTests {
         #expect(h.logText.contains("deletion applied: Apple tokens revoked, account deleted"))
     }
 
+    @Test("POST /apple/refresh-tokens: a token the backend obtained itself is stored encrypted and revoked at deletion")
+    func handOver() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.handover.0001", refresh = "r.handed-over." + NotificationSigner.newJTI()
+        let url = h.adminURL + TokenExchange.handoverPath
+        // Refusals first: nothing stored.
+        #expect(try H.post(url, json: "{").error == "malformed_json")
+        #expect(try H.post(url, json: #"{"sub":"\#(sub)","client_id":"com.other","refresh_token":"x"}"#).error == "unknown_client_id")
+        #expect(try H.post(url, json: #"{"sub":"\#(sub)","client_id":"\#(S.clientID)"}"#).error == "missing_refresh_token")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens") == "0")
+        let reply = try H.post(
+            url, json: #"{"sub":"\#(sub)","client_id":"\#(S.clientID)","refresh_token":"\#(refresh)","email":"h@example.com"}"#)
+        #expect(reply.status == 200 && reply.json?["stored"]?.stringValue == "created")
+        #expect(
+            try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1 AND position($2::bytea in ciphertext) = 0", [sub, refresh])
+                == "1")
+        // Revocation at deletion sends it to Apple.
+        _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
+        #expect(try eventually { try h.jobStatus(sub) == "done" })
+        #expect(h.fake.calls(to: "/auth/revoke").last?.form?["token"] == refresh)
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
+        // A deleted account takes no new token.
+        let again = try H.post(url, json: #"{"sub":"\#(sub)","client_id":"\#(S.clientID)","refresh_token":"r.later"}"#)
+        #expect(again.json?["stored"]?.stringValue == "deleted")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
+    }
+
     @Test("request_deletion(sub) without aud revokes the token of every client id once, and the account is deleted once")
     func everyClientID() throws {
         let h = try H()

@@ -18,6 +18,11 @@ import SiwaPostgres
 /// `database_unavailable`.
 public final class TokenExchange: Sendable {
     public static let path = "/apple/tokens"
+    /// For a backend that exchanges codes itself: it hands over the refresh token here
+    /// (`{"sub", "client_id", "refresh_token", "email"?, "is_private_email"?}`) and siwa-notify
+    /// stores it encrypted (the key never enters the database, so this is not a SQL function).
+    /// Answers 200 `{"stored":"created"|"updated"|"deleted"}`, 400 for a malformed request.
+    public static let handoverPath = "/apple/refresh-tokens"
 
     private let revocation: Revocation
     private let keys: KeyStore
@@ -34,10 +39,46 @@ public final class TokenExchange: Sendable {
     }
 
     /// Answers through `responder` from a background thread.
-    public func handle(body: [UInt8], responder: HTTPResponder) {
+    public func handle(path: String = TokenExchange.path, body: [UInt8], responder: HTTPResponder) {
         DispatchQueue.global().async { [self] in
-            let (status, json) = exchange(body)
+            let (status, json) = path == Self.handoverPath ? handOver(body) : exchange(body)
             responder.respond(.json(status, json))
+        }
+    }
+
+    /// `POST /apple/refresh-tokens`: stores a refresh token the app's backend obtained itself.
+    func handOver(_ body: [UInt8]) -> (Int, String) {
+        guard let object = (try? JSONParser.parse(body))?.objectValue else { return (400, Self.error("malformed_json")) }
+        guard let sub = object["sub"]?.stringValue, !sub.isEmpty else { return (400, Self.error("missing_sub")) }
+        guard let clientID = object["client_id"]?.stringValue, audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) }) else {
+            return (400, Self.error("unknown_client_id"))
+        }
+        guard let token = object["refresh_token"]?.stringValue, !token.isEmpty else { return (400, Self.error("missing_refresh_token")) }
+        var email: String?
+        if let value = object["email"] {
+            guard let text = value.stringValue else { return (400, Self.error("malformed_json")) }
+            email = text
+        }
+        var isPrivate: Bool?
+        switch object["is_private_email"] {
+        case nil, .null?: break
+        case .bool(let b)?: isPrivate = b
+        case .string("true")?: isPrivate = true
+        case .string("false")?: isPrivate = false
+        default: return (400, Self.error("malformed_json"))
+        }
+        do {
+            let sealed = try revocation.vault.seal(token, sub: sub, clientID: clientID)
+            let stored = try pool.withConnection(timeout: 5) { c in
+                try c.row(DeletionStatements.storeToken, (sub, clientID, sealed, email, isPrivate))
+            }
+            logger.info(
+                "refresh token handed over",
+                metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(sub))", "account": "\(stored?.rawValue ?? "unknown")"])
+            return (200, "{\"stored\":\"\(stored?.rawValue ?? "unknown")\"}")
+        } catch {
+            logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
+            return (503, Self.error("database_unavailable"))
         }
     }
 

@@ -30,7 +30,7 @@ public final class AdminHandler: HTTPHandler {
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
-        if head.path == TokenExchange.path {
+        if head.path == TokenExchange.path || head.path == TokenExchange.handoverPath {
             guard head.method == "POST" else { return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "POST")]) }
             guard tokenExchange != nil else { return .json(404, "{\"error\":\"in_app_deletion_off\"}") }
             return nil
@@ -47,9 +47,9 @@ public final class AdminHandler: HTTPHandler {
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         switch request.head.path {
-        case TokenExchange.path:
+        case TokenExchange.path, TokenExchange.handoverPath:
             if let tokenExchange {
-                tokenExchange.handle(body: request.body, responder: responder)
+                tokenExchange.handle(path: request.head.path, body: request.body, responder: responder)
             } else {
                 responder.respond(.json(404, "{\"error\":\"in_app_deletion_off\"}"))
             }
