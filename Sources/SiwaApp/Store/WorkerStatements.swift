@@ -169,16 +169,18 @@ enum WorkerStatements {
     static let eraseEventEmails = Statement<[String], Void>(
         "erase_event_emails",
         """
+        WITH target AS (
+            SELECT x.id FROM siwa.events x
+            WHERE x.sub = ANY($1::text[])
+              AND (x.email IS NOT NULL OR (x.claims -> 'events')::text LIKE '%email%')
+            FOR UPDATE SKIP LOCKED)
         UPDATE siwa.events e SET email = NULL,
             claims = CASE jsonb_typeof(e.claims -> 'events')
                 WHEN 'string' THEN jsonb_set(e.claims, '{events}', to_jsonb((((e.claims ->> 'events')::jsonb) - 'email')::text))
                 WHEN 'object' THEN jsonb_set(e.claims, '{events}', (e.claims -> 'events') - 'email')
                 ELSE e.claims END
-        WHERE e.id IN (
-            SELECT x.id FROM siwa.events x
-            WHERE x.sub = ANY($1::text[])
-              AND (x.email IS NOT NULL OR (x.claims -> 'events')::text LIKE '%email%')
-            FOR UPDATE SKIP LOCKED)
+        FROM target
+        WHERE e.id = target.id
         """,
         bind: { [SQLEncoding.array($0)] })
 
