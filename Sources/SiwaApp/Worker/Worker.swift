@@ -182,7 +182,8 @@ public final class Worker: Service {
             let attempts = item.attempts + 1
             let dead = options.retry.isExhausted(attempts: attempts)
             let delay = options.retry.delay(afterAttempts: attempts, jitter: Double.random(in: 0..<1))
-            let message = "\(error.sqlState ?? "?????"): \(error.serverMessage)"
+            // Dashboards read last_error (siwa.dead_letters): no address from a hook's message.
+            let message = "\(error.sqlState ?? "?????"): \(Redaction.withoutEmails(error.serverMessage))"
             try c.affected(
                 WorkerStatements.markFailed,
                 .init(
