@@ -55,6 +55,9 @@ struct Revoke: ParsableCommand {
 
     func run() throws {
         let config = try options.load(requireAudiences: false)
+        if let aud, !config.audiences.isEmpty, !config.audiences.contains(aud) {
+            throw CLIError("revoke: --aud \(aud) is not one of SIWA_AUDIENCES (\(config.audiences.joined(separator: ",")))")
+        }
         do {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
             print(

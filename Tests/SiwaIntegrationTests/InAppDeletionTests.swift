@@ -230,6 +230,20 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
     }
 
+    @Test("a stored token of a client id no longer in SIWA_AUDIENCES: dead unknown_client_id, Apple not called")
+    func unknownClientID() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.removed.0001"
+        _ = try h.query(
+            "INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ($1, 'com.example.removed', 'k', '\\x00')",
+            [sub])
+        _ = try h.query("SELECT siwa.request_deletion($1, 'com.example.removed')", [sub])
+        #expect(try eventually { try h.jobStatus(sub) == "dead" })
+        #expect(try h.scalar("SELECT last_error FROM siwa.events WHERE sub = $1", [sub])?.hasPrefix("unknown_client_id") == true)
+        #expect(h.fake.calls(to: "/auth/revoke").isEmpty)
+    }
+
     @Test("request_deletion(sub) without aud revokes the token of every client id once, and the account is deleted once")
     func everyClientID() throws {
         let h = try H()

@@ -6,14 +6,18 @@ import SiwaCrypto
 public struct Revocation: Sendable {
     public let client: AppleClient
     public let vault: TokenVault
+    /// `SIWA_AUDIENCES`: the client ids Apple may be called for (empty: not checked, e.g. a `work`
+    /// process started without them).
+    public let audiences: [String]
 
-    public init(client: AppleClient, vault: TokenVault) {
+    public init(client: AppleClient, vault: TokenVault, audiences: [String] = []) {
         self.client = client
         self.vault = vault
+        self.audiences = audiences
     }
 
     /// Loads the `.p8` and token key files named by `configuration`; errors name the variable.
-    public static func load(_ configuration: AppleAPIConfiguration, logger: Logger) throws -> Revocation {
+    public static func load(_ configuration: AppleAPIConfiguration, audiences: [String] = [], logger: Logger) throws -> Revocation {
         let key: ECPrivateKey
         do {
             key = try ECPrivateKey(contentsOfFile: configuration.privateKeyFile)
@@ -26,6 +30,6 @@ public struct Revocation: Sendable {
         } catch {
             throw Application.StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
         }
-        return Revocation(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault)
+        return Revocation(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
     }
 }

@@ -108,6 +108,12 @@ extension Worker {
         _ stored: DeletionStatements.StoredToken, sub: String, clientID: String,
         revocation: Revocation
     ) -> JobResult? {
+        // Every call's client_id is one of SIWA_AUDIENCES (when this process knows them).
+        if !revocation.audiences.isEmpty && !revocation.audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) }) {
+            return .failed(
+                message: "unknown_client_id: the stored token's client id \(clientID) is not in SIWA_AUDIENCES", permanent: true,
+                retryAfter: nil)
+        }
         let token: String
         do {
             token = try revocation.vault.open(stored, sub: sub, clientID: clientID)
