@@ -201,7 +201,7 @@ public struct TokenKey: Sendable, Equatable, CustomStringConvertible {
         let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0a || $0 == 0x0d }
         let trimmed = Array(fileContents.drop(while: isSpace).reversed().drop(while: isSpace).reversed())
         let text = String(decoding: trimmed, as: UTF8.self)
-        if trimmed.count == 2 * AESGCM.keyLength, let key = Self.hexDecode(trimmed) {
+        if trimmed.count == 2 * AESGCM.keyLength, let key = Hex.decode(trimmed) {
             try self.init(bytes: key)
             return
         }
@@ -238,23 +238,4 @@ public struct TokenKey: Sendable, Equatable, CustomStringConvertible {
 
     /// "TokenKey(id)": never the key.
     public var description: String { "TokenKey(\(id))" }
-
-    private static func hexDecode(_ text: [UInt8]) -> [UInt8]? {
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-        }
-        var out: [UInt8] = []
-        var i = 0
-        while i + 1 < text.count {
-            guard let hi = nibble(text[i]), let lo = nibble(text[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
-    }
 }

@@ -125,11 +125,11 @@ struct LifecycleTests {
             if runs.add(1, ordering: .relaxed).newValue == 3 { enough.stop() }
             // A long run ends early once stopping: this waits for the stop, not 30 s.
             if runs.load(ordering: .relaxed) == 3 {
-                sawStop.store(stopping.wait(30), ordering: .relaxed)
+                sawStop.store(stopping.wait(timeout: 30), ordering: .relaxed)
             }
         }
         task.start()
-        #expect(enough.wait(60), "the body did not run three times")
+        #expect(enough.wait(timeout: 60), "the body did not run three times")
         let started = Date()
         task.stop(deadline: ShutdownDeadline(secondsFromNow: 60))
         #expect(Date().timeIntervalSince(started) < 25)
@@ -143,12 +143,12 @@ struct LifecycleTests {
     func stopSignal() {
         let signal = StopSignal()
         #expect(!signal.isStopped)
-        #expect(!signal.wait(0.01))
+        #expect(!signal.wait(timeout: 0.01))
         let waiter = Thread { signal.stop() }
         waiter.start()
-        #expect(signal.wait(30))
+        #expect(signal.wait(timeout: 30))
         #expect(signal.isStopped)
-        #expect(signal.wait(30))  // stays stopped
+        #expect(signal.wait(timeout: 30))  // stays stopped
         signal.stop()
         #expect(signal.isStopped)
     }

@@ -18,7 +18,7 @@ public final class PeriodicTask: Service {
 
     public func start() {
         let thread = Thread { [self] in
-            while !stopping.wait(interval) {
+            while !stopping.wait(timeout: interval) {
                 body(stopping)
             }
             finished.stop()
@@ -29,6 +29,6 @@ public final class PeriodicTask: Service {
 
     public func stop(deadline: ShutdownDeadline) {
         stopping.stop()
-        finished.wait(deadline.remaining)
+        finished.wait(timeout: deadline.remaining)
     }
 }

@@ -2,7 +2,8 @@ import Foundation
 
 /// Wakes a waiting thread early: `wake()` (e.g. a NOTIFY arrived) or `stop()` (shutdown) end a
 /// `wait(timeout:)` at once; otherwise it returns at the timeout (the poll that finds retries
-/// falling due). A wake with nobody waiting is remembered for the next wait.
+/// falling due). A wake with nobody waiting is remembered for the next wait. Used without
+/// `wake()` it is a one-way stop flag that threads wait on (`StopSignal`).
 public final class WakeSignal: @unchecked Sendable {
     // @unchecked: `pending` and `stopped` are only touched with `condition` locked.
     private let condition = NSCondition()
@@ -31,8 +32,10 @@ public final class WakeSignal: @unchecked Sendable {
         return stopped
     }
 
-    /// Waits up to `seconds` for a wake or a stop; consumes a pending wake.
-    public func wait(timeout seconds: Double) {
+    /// Waits up to `seconds` for a wake or a stop; consumes a pending wake. Returns true when
+    /// stopped (at once if it already was).
+    @discardableResult
+    public func wait(timeout seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(max(0, seconds))
         condition.lock()
         defer { condition.unlock() }
@@ -40,5 +43,9 @@ public final class WakeSignal: @unchecked Sendable {
             if !condition.wait(until: deadline) { break }
         }
         pending = false
+        return stopped
     }
 }
+
+/// A `WakeSignal` used only as a stop flag: `stop()` ends every `wait(timeout:)` at once.
+public typealias StopSignal = WakeSignal

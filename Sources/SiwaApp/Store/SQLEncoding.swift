@@ -1,3 +1,5 @@
+import SiwaCrypto
+
 /// The one place where Swift values become PostgreSQL text parameters and SQL time expressions.
 enum SQLEncoding {
     /// `{"a","b\"c",NULL}`: a text array literal, every element quoted, `"` and `\` escaped
@@ -30,38 +32,13 @@ enum SQLEncoding {
     static func bool(_ value: Bool) -> String { value ? "true" : "false" }
 
     /// `\x0a1b…`: bytes as a `bytea` text parameter (hex format).
-    static func bytea(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [UInt8(ascii: "\\"), UInt8(ascii: "x")]
-        out.reserveCapacity(2 + bytes.count * 2)
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0x0f)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func bytea(_ bytes: [UInt8]) -> String { "\\x" + Hex.encode(bytes) }
 
     /// The bytes of a `bytea` column in hex output format (`\x…`); nil if it is not that.
     static func bytes(fromBytea text: String) -> [UInt8]? {
         let utf8 = Array(text.utf8)
-        guard utf8.count >= 2, utf8.count % 2 == 0, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x") else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-            default: return nil
-            }
-        }
-        var out: [UInt8] = []
-        out.reserveCapacity((utf8.count - 2) / 2)
-        var i = 2
-        while i < utf8.count {
-            guard let hi = nibble(utf8[i]), let lo = nibble(utf8[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
+        guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x") else { return nil }
+        return Hex.decode(utf8.dropFirst(2))
     }
 
     /// SQL: a `bigint` expression of milliseconds since the epoch as `timestamptz`.

@@ -33,7 +33,7 @@ public final class WakeUpListener: Service {
 
     public func stop(deadline: ShutdownDeadline) {
         stopping.stop()
-        finished.wait(min(deadline.remaining, checkInterval + 0.5))
+        finished.wait(timeout: min(deadline.remaining, checkInterval + 0.5))
     }
 
     private func loop() {
@@ -56,7 +56,7 @@ public final class WakeUpListener: Service {
             } catch {
                 logger.debug("listener connection lost, reconnecting", metadata: ["error": "\(error)"])
                 connection = nil
-                stopping.wait(backoff)
+                stopping.wait(timeout: backoff)
                 backoff = min(backoff * 2, 5)
             }
         }

@@ -62,7 +62,7 @@ public final class Worker: Service {
         wakeups.stop()
         // At most half of what is left: the listeners and the writer stop after the worker and
         // need time to answer what is in flight.
-        if !finished.wait(deadline.remaining / 2) {
+        if !finished.wait(timeout: deadline.remaining / 2) {
             logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
         }
     }
