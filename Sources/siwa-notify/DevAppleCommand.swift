@@ -87,17 +87,9 @@ struct DevAppleCommand: ParsableCommand {
             Any authorization code is accepted (POST /apple/tokens on the admin listener); revocations are logged here.
             """)
 
-        let stop = DispatchSemaphore(value: 0)
-        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            return source
-        }
-        stop.wait()
+        let termination = TerminationSignals()
+        termination.wait()
         server.stop()
-        sources.forEach { $0.cancel() }
         Self.say("dev-apple: stopped")
     }
 

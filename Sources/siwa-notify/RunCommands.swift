@@ -63,23 +63,38 @@ enum Runner {
         let config = try options.load(dev: dev, requireAudiences: audiencesRequired)
         let logger = Bootstrap.logging(config)
         let app = Application(configuration: config, roles: roles, logger: logger)
-        let stop = DispatchSemaphore(value: 0)
-        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { stop.signal() }
-            source.resume()
-            return source
-        }
+        let termination = TerminationSignals()
         do {
             try app.start()
         } catch {
             app.shutdown()
             throw CLIError("cannot start: \(error)")
         }
-        stop.wait()
+        termination.wait()
         logger.notice("shutting down")
         app.shutdown()
+    }
+}
+
+/// SIGTERM and SIGINT turned into something to wait for: create it before starting (a signal
+/// during the start is kept), then `wait()`.
+final class TerminationSignals {
+    private let received = DispatchSemaphore(value: 0)
+    private var sources: [DispatchSourceSignal] = []
+
+    init() {
+        sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { [received] in received.signal() }
+            source.resume()
+            return source
+        }
+    }
+
+    /// Blocks until SIGTERM or SIGINT.
+    func wait() {
+        received.wait()
         sources.forEach { $0.cancel() }
     }
 }
