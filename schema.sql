@@ -76,6 +76,9 @@ CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) I
 CREATE INDEX IF NOT EXISTS events_day_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type, status)
     INCLUDE (received_at);
 CREATE INDEX IF NOT EXISTS events_dead_idx ON siwa.events (id) WHERE status = 'dead';
+-- Due deletion jobs (siwa.request_deletion): found without walking the queue of Apple's events.
+CREATE INDEX IF NOT EXISTS events_deletion_due_idx ON siwa.events (next_attempt_at, id)
+    WHERE status IN ('pending', 'failed') AND type = 'deletion-requested';
 
 -- One row per Apple user. Created by the first event for an unknown sub.
 CREATE TABLE IF NOT EXISTS siwa.accounts (

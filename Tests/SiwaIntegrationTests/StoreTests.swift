@@ -248,6 +248,11 @@ struct StoreTests {
                 let problems = Self.wholeTableScans(plan, tables: ["events", "accounts", "sessions"])
                 #expect(problems.isEmpty, "\(name) reads a whole table: \(problems)\n\(plan.joined(separator: "\n"))")
             }
+            // Deletion jobs are claimed through their own partial index, never by walking the
+            // queue of Apple's events (which may hold a large backlog).
+            let deletionPlan = try c.execute("EXPLAIN " + DeletionStatements.claim.sql).rows.compactMap { $0.first ?? nil }
+            #expect(
+                deletionPlan.contains { $0.contains("events_deletion_due_idx") }, "\(deletionPlan.joined(separator: "\n"))")
         }
     }
 }
