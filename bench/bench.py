@@ -535,6 +535,12 @@ def pending_count():
     return int(psql("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')"))
 
 
+def pending_exists():
+    # Through the due index whatever the statistics say (no scan of a 5M-row table per probe).
+    return psql("SET enable_seqscan = off; SET enable_bitmapscan = off; "
+                "SELECT EXISTS (SELECT FROM siwa.events WHERE status IN ('pending', 'failed'))").splitlines()[-1] == "t"
+
+
 def drain(workers=1, app_prefix=None, label="worker"):
     """Starts `workers` `siwa-notify work` processes at once (launched back to back, none waits for
     another to be ready) on the pending backlog already in siwa.events, and polls every 0.2 s until
@@ -553,8 +559,10 @@ def drain(workers=1, app_prefix=None, label="worker"):
         sampler = RSSSampler(servers[0])
         sampler.start()
         while time.perf_counter() - started < timeout:
-            left = pending_count()
-            if left == 0:
+            # A cheap probe while the worker runs (a count(*) of a 100k backlog every 0.2 s took
+            # a third of a core from the worker on this 2-core machine); the count at the end.
+            if not pending_exists():
+                left = 0
                 break
             for k, server in enumerate(servers):
                 if server.proc.poll() is not None:
@@ -570,6 +578,8 @@ def drain(workers=1, app_prefix=None, label="worker"):
             time.sleep(0.2)
         elapsed = time.perf_counter() - started
         memory = sampler.finish()
+        if left != 0:
+            left = pending_count()
     finally:
         for server in servers:
             server.stop()
