@@ -547,7 +547,8 @@ def drain(workers=1, app_prefix=None, label="worker"):
     none is left. events/s = applied / wall time from the first launch; also from the span of
     processed_at (excludes start-up: connecting, preparing, the first pruning pass)."""
     timeout = env_int("BENCH_WORKER_MAX_SECONDS", 300)
-    first_id = int(psql("SELECT coalesce(min(id), 0) FROM siwa.events WHERE status IN ('pending', 'failed')"))
+    first_id = int(psql("SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM siwa.events "
+                        "WHERE status IN ('pending', 'failed')").splitlines()[-1])
     backlog = pending_count()
     servers = [Server("work", 1, app_name=f"{app_prefix}{k + 1}" if app_prefix else None) for k in range(workers)]
     left = backlog

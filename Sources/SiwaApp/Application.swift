@@ -189,6 +189,7 @@ public final class Application: Sendable {
             workerOptions.retry.maxAttempts = config.maxAttempts
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
+            workerOptions.connections = config.workerConnections
             let worker = Worker(
                 conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
                 revocation: revocation)

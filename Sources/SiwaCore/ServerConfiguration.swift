@@ -45,6 +45,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_WORKER_LOCK_TIMEOUT`: seconds the worker waits for a row lock (e.g. held by a
     /// dashboard query) before the event fails and is retried. Default 5 (1...600).
     public var workerLockTimeout: Int
+    /// `SIWA_WORKER_CONNECTIONS`: batches a `serve`/`work` process applies at once, each on a
+    /// database connection of its own. Default 2 (1...32): one batch keeps one PostgreSQL backend
+    /// busy (its round trips are sequential), two use both cores of a small machine.
+    public var workerConnections: Int
     /// `SIWA_SHUTDOWN_TIMEOUT`: the graceful-stop budget in seconds shared by every part of the
     /// process on SIGTERM. Default 20 (1...600; keep it under systemd's `TimeoutStopSec=30`).
     public var shutdownTimeout: Int
@@ -61,7 +65,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_ADMIN_LISTEN", "SIWA_MAX_BODY", "SIWA_LOG_LEVEL", "SIWA_LOG_FORMAT", "SIWA_CONNECTION_TIMEOUT",
         "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
         "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
-        "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
+        "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
         "SIWA_APPLE_URL",
     ]
 
@@ -94,6 +98,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         commitTimeout = 5
         workerStatementTimeout = 30
         workerLockTimeout = 5
+        workerConnections = 2
         shutdownTimeout = 20
         appleAPI = nil
         dev = false
@@ -190,6 +195,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.commitTimeout = try integer("SIWA_COMMIT_TIMEOUT", 1...60, default: config.commitTimeout)
         config.workerStatementTimeout = try integer("SIWA_WORKER_STATEMENT_TIMEOUT", 1...3600, default: config.workerStatementTimeout)
         config.workerLockTimeout = try integer("SIWA_WORKER_LOCK_TIMEOUT", 1...600, default: config.workerLockTimeout)
+        config.workerConnections = try integer("SIWA_WORKER_CONNECTIONS", 1...32, default: config.workerConnections)
         config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
         config.appleAPI = try AppleAPIConfiguration.load(value)
 

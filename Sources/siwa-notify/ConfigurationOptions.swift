@@ -44,6 +44,10 @@ struct ConfigurationOptions: ParsableArguments {
     var workerStatementTimeout: String?
     @Option(name: .customLong("worker-lock-timeout"), help: "Seconds the worker waits for a row lock (SIWA_WORKER_LOCK_TIMEOUT, default 5).")
     var workerLockTimeout: String?
+    @Option(
+        name: .customLong("worker-connections"),
+        help: "Batches the worker applies at once, a database connection each (SIWA_WORKER_CONNECTIONS, default 2).")
+    var workerConnections: String?
     @Option(name: .customLong("shutdown-timeout"), help: "Graceful-stop budget in seconds (SIWA_SHUTDOWN_TIMEOUT, default 20).")
     var shutdownTimeout: String?
     @Option(name: .customLong("team-id"), help: "Apple Developer team id, for app-initiated deletion (SIWA_TEAM_ID).")
@@ -78,6 +82,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_COMMIT_TIMEOUT"] = commitTimeout
         o["SIWA_WORKER_STATEMENT_TIMEOUT"] = workerStatementTimeout
         o["SIWA_WORKER_LOCK_TIMEOUT"] = workerLockTimeout
+        o["SIWA_WORKER_CONNECTIONS"] = workerConnections
         o["SIWA_SHUTDOWN_TIMEOUT"] = shutdownTimeout
         o["SIWA_TEAM_ID"] = teamID
         o["SIWA_KEY_ID"] = keyID

@@ -27,6 +27,14 @@ enum DeletionStatements {
             (try row.text("client_id"), StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
         })
 
+    /// Locks the user's account for the job's transaction: jobs of one user (one per client id
+    /// after `request_deletion(sub)`) run one after the other, in any number of workers, so a
+    /// second job sees the first one's outcome (tokens erased, account deleted) instead of
+    /// revoking the same tokens again.
+    static let lockAccount = Statement<String, Void>(
+        "lock_account_for_deletion", "SELECT FROM siwa.accounts WHERE apple_sub = $1 FOR UPDATE",
+        bind: { [$0] })
+
     /// True when the user's account exists and is deleted.
     static let accountDeleted = Statement<String, Bool>(
         "account_deleted", "SELECT status = 'deleted' AS deleted FROM siwa.accounts WHERE apple_sub = $1",

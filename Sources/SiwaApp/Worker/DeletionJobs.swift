@@ -83,6 +83,7 @@ extension Worker {
     /// done (outcome `final_deleted`).
     private func revoke(_ job: ClaimedEvent, revocation: Revocation, on c: PostgresConnection) throws(PostgresError) -> JobResult {
         let sub = job.event.sub, clientID = job.audience
+        try c.affected(DeletionStatements.lockAccount, sub)
         let stored = clientID.isEmpty ? nil : try c.row(DeletionStatements.loadToken, (sub, clientID))
         if let stored {
             if let failure = revokeAtApple(stored, sub: sub, clientID: clientID, revocation: revocation) { return failure }

@@ -21,6 +21,10 @@ public final class Worker: Service {
         public var statementTimeout: Int = 30
         /// Seconds a batch waits for a row lock. Default 5.
         public var lockTimeout: Int = 5
+        /// Batch loops, each on a thread and a database connection of its own. Default 1 (the
+        /// application sets `SIWA_WORKER_CONNECTIONS`). They share the queue as separate `work`
+        /// processes do (`SKIP LOCKED`; accounts locked in one order).
+        public var connections: Int = 1
         public init() {}
     }
 
@@ -33,7 +37,8 @@ public final class Worker: Service {
     let revocation: Revocation?
     /// Woken by new events and by `stop`.
     public let wakeups = WakeSignal()
-    private let finished = StopSignal()
+    /// One per batch loop, set when it has ended.
+    private let finished: [StopSignal]
 
     public init(
         conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
@@ -44,16 +49,19 @@ public final class Worker: Service {
         self.options = options
         self.logger = logger
         self.metrics = metrics
+        self.finished = (0..<max(1, options.connections)).map { _ in StopSignal() }
     }
 
-    /// Starts the loop on a thread of its own.
+    /// Starts the batch loops, each on a thread of its own.
     public func start() {
-        let thread = Thread { [self] in
-            self.loop()
-            self.finished.stop()
+        for (k, done) in finished.enumerated() {
+            let thread = Thread { [self] in
+                self.loop()
+                done.stop()
+            }
+            thread.name = "siwa-worker-\(k + 1)"
+            thread.start()
         }
-        thread.name = "siwa-worker"
-        thread.start()
     }
 
     /// Stops after the current batch; waits for it until the deadline (an abandoned batch rolls
@@ -62,8 +70,10 @@ public final class Worker: Service {
         wakeups.stop()
         // At most half of what is left: the listeners and the writer stop after the worker and
         // need time to answer what is in flight.
-        if !finished.wait(timeout: deadline.remaining / 2) {
+        let budget = ShutdownDeadline(secondsFromNow: deadline.remaining / 2)
+        for done in finished where !done.wait(timeout: budget.remaining) {
             logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
+            break
         }
     }
 
@@ -78,7 +88,10 @@ public final class Worker: Service {
                 let processed = try processBatch(on: work!)
                 let deletions = try processDeletions(on: work!)
                 backoff = 0.2
-                if processed < options.batchSize && deletions == 0 {
+                if processed == options.batchSize {
+                    // More may be due: another loop that is waiting helps with it.
+                    wakeups.wake()
+                } else if deletions == 0 {
                     wakeups.wait(timeout: options.pollInterval)
                 }
             } catch {
