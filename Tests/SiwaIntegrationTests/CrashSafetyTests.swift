@@ -26,7 +26,7 @@ struct CrashSafetyTests {
             try CrashSafetyTests.signer.jwks.write(toFile: jwks, atomically: true, encoding: .utf8)
         }
 
-        func start(_ command: String) throws -> (ServerProcess, String) {
+        func start(_ command: String, environment extra: [String: String] = [:]) throws -> (ServerProcess, String) {
             let port = ServerProcess.freePort()
             let process = try ServerProcess(
                 [command],
@@ -34,7 +34,7 @@ struct CrashSafetyTests {
                     "SIWA_DATABASE_URL": conninfo, "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file://" + jwks,
                     "SIWA_LISTEN": "127.0.0.1:\(port)", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ServerProcess.freePort())",
                     "SIWA_LOG_LEVEL": "info",
-                ])
+                ].merging(extra) { _, new in new })
             return (process, "http://127.0.0.1:\(port)/apple/notifications")
         }
 
@@ -207,5 +207,34 @@ struct CrashSafetyTests {
         }
         #expect(shares.count == 3 && shares.allSatisfy { $0 > 0 }, "every worker must apply a share: \(shares)\n\(idle.joined(separator: "\n"))")
         print("3 workers: \(n) events applied once each; shares \(shares)")
+    }
+
+    @Test("one work process: its second connection joins in on a backlog (full batches), every event applied once")
+    func secondConnectionHelpsWithBacklog() throws {
+        let env = try Environment()
+        let n = 6000
+        // The hook records which backend applied each event (and sleeps a little, so one
+        // connection alone would take a while).
+        _ = try TestDatabase.query(
+            env.conninfo,
+            """
+            CREATE TABLE public.applied_by (event_id bigint, backend int);
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO public.applied_by VALUES (event.id, pg_backend_pid());
+                PERFORM pg_sleep(0.0005);
+            END $$;
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims)
+            SELECT 'h-' || g, 'a', 'h.' || g, 'consent-revoked', now() - interval '1 hour', 'pending', '{}'
+            FROM generate_series(1, \(n)) g;
+            """)
+        let (worker, _) = try env.start("work", environment: ["SIWA_WORKER_CONNECTIONS": "2"])
+        defer { worker.terminate() }
+        let finished = eventually(timeout: 120) { (try? env.count("SELECT count(*) FROM siwa.events WHERE status = 'done'")) == n }
+        #expect(finished)
+        #expect(try env.count("SELECT count(*) FROM public.applied_by") == n)
+        #expect(try env.count("SELECT count(DISTINCT event_id) FROM public.applied_by") == n)
+        #expect(try env.count("SELECT count(DISTINCT backend) FROM public.applied_by") == 2, "the second connection never helped")
     }
 }
