@@ -11,6 +11,11 @@
 -- Per-thread counts of answers (accepted / duplicate / other 200 / each non-200 status) and the
 -- monotonic times of the first send and the last answer are printed by done() as one JSON line
 -- prefixed "BENCH_JSON ".
+-- BENCH_RATE (requests/s over all threads; unset or 0: as fast as the connections go) paces each
+-- thread on a fixed schedule: request i of a thread is due at start + i * threads / rate (wrk's
+-- delay() has 1 ms steps; a late request goes at once and the schedule does not slip). wrk times
+-- each request from its send, in C: the latency mode's light client (no interpreter on the
+-- shared cores between the server and its answers).
 
 local ffi = require("ffi")
 ffi.cdef [[
@@ -37,6 +42,8 @@ bodies = {}
 count = 0
 idx = 0
 sent = 0
+interval = 0
+next_at = 0
 recv = 0
 counts = {}
 first_send = 0
@@ -57,6 +64,8 @@ end
 
 function init(args)
     local nthreads = tonumber(os.getenv("BENCH_WRK_THREADS") or "1")
+    local rate = tonumber(os.getenv("BENCH_RATE") or "0")
+    if rate > 0 then interval = nthreads / rate end
     local file = assert(os.getenv("BENCH_BODIES"), "BENCH_BODIES not set")
     local line = 0
     for body in io.lines(file) do
@@ -86,7 +95,13 @@ end
 
 function delay()
     if idx >= count then return 3600000 end
-    return 0
+    if interval == 0 then return 0 end
+    local t = now()
+    if next_at == 0 then next_at = t end
+    next_at = next_at + interval
+    local wait = (next_at - t) * 1000
+    if wait < 0 then return 0 end
+    return wait
 end
 
 function response(status, hdrs, body)
