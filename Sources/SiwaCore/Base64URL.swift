@@ -42,36 +42,46 @@ public enum Base64URL {
     /// length % 4 != 1; unused trailing bits must be zero. Returns nil otherwise.
     /// The empty string decodes to no bytes.
     public static func decode<S: StringProtocol>(_ text: S) -> [UInt8]? {
-        var values: [UInt8] = []
-        values.reserveCapacity(text.utf8.count)
-        for c in text.utf8 {
-            let v = decodeTable[Int(c)]
-            if v == 0xFF { return nil }
-            values.append(v)
-        }
-        let remainder = values.count % 4
+        if let decoded = text.utf8.withContiguousStorageIfAvailable({ decode(bytes: $0) }) { return decoded }
+        return Array(text.utf8).withUnsafeBufferPointer { decode(bytes: $0) }
+    }
+
+    /// `decode(_:)` on the encoded text's bytes (e.g. a segment of a token, without making a
+    /// `String` of it first). One pass, four characters at a time.
+    public static func decode(bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        let remainder = bytes.count % 4
         if remainder == 1 { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(values.count / 4 * 3 + 2)
-        var i = 0
-        while i + 4 <= values.count {
-            let n = UInt32(values[i]) << 18 | UInt32(values[i + 1]) << 12 | UInt32(values[i + 2]) << 6 | UInt32(values[i + 3])
-            out.append(UInt8(truncatingIfNeeded: n >> 16))
-            out.append(UInt8(truncatingIfNeeded: n >> 8))
-            out.append(UInt8(truncatingIfNeeded: n))
-            i += 4
+        let table = decodeTable
+        return table.withUnsafeBufferPointer { table -> [UInt8]? in
+            var out: [UInt8] = []
+            out.reserveCapacity(bytes.count / 4 * 3 + 2)
+            var i = 0
+            let whole = bytes.count - remainder
+            while i < whole {
+                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
+                let c = table[Int(bytes[i + 2])], d = table[Int(bytes[i + 3])]
+                // Valid values are 0...63; the table marks anything else 0xFF.
+                if (a | b | c | d) & 0xC0 != 0 { return nil }
+                let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                out.append(UInt8(truncatingIfNeeded: n >> 16))
+                out.append(UInt8(truncatingIfNeeded: n >> 8))
+                out.append(UInt8(truncatingIfNeeded: n))
+                i += 4
+            }
+            switch remainder {
+            case 2:
+                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
+                guard a != 0xFF, b != 0xFF, b & 0x0F == 0 else { return nil }
+                out.append(a << 2 | b >> 4)
+            case 3:
+                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])], c = table[Int(bytes[i + 2])]
+                guard a != 0xFF, b != 0xFF, c != 0xFF, c & 0x03 == 0 else { return nil }
+                out.append(a << 2 | b >> 4)
+                out.append((b & 0x0F) << 4 | c >> 2)
+            default:
+                break
+            }
+            return out
         }
-        switch remainder {
-        case 2:
-            guard values[i + 1] & 0x0F == 0 else { return nil }
-            out.append(values[i] << 2 | values[i + 1] >> 4)
-        case 3:
-            guard values[i + 2] & 0x03 == 0 else { return nil }
-            out.append(values[i] << 2 | values[i + 1] >> 4)
-            out.append((values[i + 1] & 0x0F) << 4 | values[i + 2] >> 2)
-        default:
-            break
-        }
-        return out
     }
 }

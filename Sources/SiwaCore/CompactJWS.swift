@@ -34,10 +34,13 @@ public struct CompactJWS: Sendable {
         let headerSegment = utf8[0..<dots[0]]
         let claimsSegment = utf8[(dots[0] + 1)..<dots[1]]
         let signatureSegment = utf8[(dots[1] + 1)...]
+        func decoded(_ segment: ArraySlice<UInt8>) -> [UInt8]? {
+            segment.withUnsafeBufferPointer { Base64URL.decode(bytes: $0) }
+        }
         guard !headerSegment.isEmpty, !claimsSegment.isEmpty,
-            let headerBytes = Base64URL.decode(String(decoding: headerSegment, as: UTF8.self)),
-            let claimsBytes = Base64URL.decode(String(decoding: claimsSegment, as: UTF8.self)),
-            let signature = Base64URL.decode(String(decoding: signatureSegment, as: UTF8.self))
+            let headerBytes = decoded(headerSegment),
+            let claimsBytes = decoded(claimsSegment),
+            let signature = decoded(signatureSegment)
         else { throw .malformedJWS }
         guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { throw .malformedHeader }
         guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { throw .malformedClaims }

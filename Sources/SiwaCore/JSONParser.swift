@@ -158,30 +158,42 @@ private struct Parser {
 
     mutating func parseString() throws(JSONError) -> String {
         index += 1  // opening quote
-        scratch.removeAll(keepingCapacity: true)
+        // Plain bytes (and validated multi-byte sequences) are taken as runs; only an escape
+        // copies through `scratch`. A string without escapes is made from the input directly.
+        var runStart = index
+        var escaped = false
         while true {
             guard index < bytes.count else { throw error("unterminated string") }
             let byte = bytes[index]
             switch byte {
             case UInt8(ascii: "\""):
+                let run = bytes[runStart..<index]
                 index += 1
-                // scratch holds validated UTF-8, so decoding never substitutes.
+                // Validated UTF-8 either way, so decoding never substitutes.
+                if !escaped { return String(decoding: run, as: UTF8.self) }
+                scratch.append(contentsOf: run)
                 return String(decoding: scratch, as: UTF8.self)
             case UInt8(ascii: "\\"):
+                if !escaped {
+                    scratch.removeAll(keepingCapacity: true)
+                    escaped = true
+                }
+                scratch.append(contentsOf: bytes[runStart..<index])
                 try parseEscape()
+                runStart = index
             case 0x00..<0x20:
                 throw error("control character in string")
             case 0x20..<0x80:
-                scratch.append(byte)
                 index += 1
             default:
-                try copyMultiByteSequence()
+                try skipMultiByteSequence()
             }
         }
     }
 
-    /// Validates one multi-byte UTF-8 sequence (Unicode Table 3-7) at `index` and copies it.
-    mutating func copyMultiByteSequence() throws(JSONError) {
+    /// Validates one UTF-8 multi-byte sequence at `index` (no overlongs, no surrogates, nothing
+    /// above U+10FFFF) and steps over it.
+    mutating func skipMultiByteSequence() throws(JSONError) {
         let lead = bytes[index]
         let length: Int
         var secondLow: UInt8 = 0x80
@@ -212,7 +224,6 @@ private struct Parser {
             guard bytes[index + i] & 0xC0 == 0x80 else { throw error("invalid UTF-8") }
             i += 1
         }
-        scratch.append(contentsOf: bytes[index..<(index + length)])
         index += length
     }
 

@@ -44,9 +44,7 @@ struct ConfigurationOptions: ParsableArguments {
     var workerStatementTimeout: String?
     @Option(name: .customLong("worker-lock-timeout"), help: "Seconds the worker waits for a row lock (SIWA_WORKER_LOCK_TIMEOUT, default 5).")
     var workerLockTimeout: String?
-    @Option(
-        name: .customLong("worker-connections"),
-        help: "Batches the worker applies at once, a database connection each (SIWA_WORKER_CONNECTIONS, default 2).")
+    @Option(name: .customLong("worker-connections"), help: "Worker database connections (SIWA_WORKER_CONNECTIONS, default 2).")
     var workerConnections: String?
     @Option(name: .customLong("shutdown-timeout"), help: "Graceful-stop budget in seconds (SIWA_SHUTDOWN_TIMEOUT, default 20).")
     var shutdownTimeout: String?

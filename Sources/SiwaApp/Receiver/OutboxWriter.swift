@@ -219,7 +219,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
         // Duplicates inside one batch, compared as exact bytes (as PostgreSQL compares them, not
         // as Swift's Unicode-aware `==`): the first copy goes to the database; a later copy is a
         // `duplicate` once the first is stored, and shares its failure otherwise.
-        var firstOf: [[UInt8]: Int] = [:]
+        var firstOf: [DedupeKey: Int] = [:]
         var unique: [Int] = []
         var copyOf: [Int: Int] = [:]
         for (i, item) in batch.enumerated() {
@@ -246,7 +246,16 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     }
 
     /// The two dedupe keys of the outbox as bytes: `jti`, and (`aud`, `sub`, `type`, `event_time`).
-    static func dedupeKeys(_ n: VerifiedNotification) -> [[UInt8]] {
+    /// Exact bytes, hashed as one block (an `[UInt8]` key hashes byte by byte).
+    struct DedupeKey: Hashable {
+        var bytes: [UInt8]
+
+        func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+    }
+
+    static func dedupeKeys(_ n: VerifiedNotification) -> [DedupeKey] {
         var jti: [UInt8] = [1]
         jti.append(contentsOf: n.jti.utf8)
         var event: [UInt8] = [2]
@@ -255,7 +264,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
             event.append(0)
         }
         event.append(contentsOf: String(n.event.eventTimeMillis).utf8)
-        return [jti, event]
+        return [DedupeKey(bytes: jti), DedupeKey(bytes: event)]
     }
 
     /// Inserts `rows` (no duplicates among them) in one statement; when that fails on a bad row

@@ -14,14 +14,26 @@ enum SQLEncoding {
                 continue
             }
             out.append(UInt8(ascii: "\""))
-            for byte in value.utf8 {
-                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
-                out.append(byte)
-            }
+            appendEscaped(value, to: &out)
             out.append(UInt8(ascii: "\""))
         }
         out.append(UInt8(ascii: "}"))
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `value`'s UTF-8 with `"` and `\` escaped, copied in runs between them (the claims JSON of
+    /// a notification is ~600 bytes, most of it plain).
+    private static func appendEscaped(_ value: String, to out: inout [UInt8]) {
+        var value = value
+        value.withUTF8 { bytes in
+            var runStart = 0
+            for (i, byte) in bytes.enumerated() where byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i]))
+                out.append(UInt8(ascii: "\\"))
+                runStart = i
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
+        }
     }
 
     static func array(_ values: [String]) -> String { array(values.map { Optional($0) }) }
