@@ -521,6 +521,7 @@ def latency():
     # The same schedule from wrk (C, 2 threads, timed from each send): the Python client takes
     # about a core at 2,000/s on this 2-core machine, and its event loop adds its own delays.
     wrk_bodies = presign("latency-wrk", rate * seconds)
+    psql("TRUNCATE siwa.events")  # the same start as the Python pass (its rows are counted already)
     psql("CHECKPOINT")
     wrk_before = event_count()
     with Server(role, threads) as server:
@@ -530,7 +531,13 @@ def latency():
     summary["wrk"] = {"latency_ms": {k: round(v / 1000, 3) for k, v in w["latency_us"]["percentiles"].items()},
                       "achieved_rate": round(w["received"] / wrk_elapsed, 1), "counts": w["counts"],
                       "rows_added": event_count() - wrk_before, "accepted": wrk_accepted,
-                      "errors": w["errors"]}
+                      "unrecorded_answers": max(0, w["sent"] - w["received"]), "errors": w["errors"],
+                      "late_sends": w.get("late", 0), "late_max_ms": w.get("late_max_ms", 0)}
+    # As in ingest: every accepted answer stored; an extra row only for a request whose answer
+    # wrk did not record (its known quirk), never a row from nowhere.
+    wl = summary["wrk"]
+    wl["ok"] = wl["accepted"] <= wl["rows_added"] <= wl["accepted"] + wl["unrecorded_answers"]
+    wl["all_accepted"] = set(w["counts"]) <= {"accepted"} and not any(w["errors"].values())
     summary.update({"role": role, "http_threads": threads, "connections": connections, "memory": memory,
                     "verify": {"accepted_answers": accepted, "rows_added": after - before, "ok": after - before == accepted,
                        "every_accepted_stored": after - before >= accepted},
@@ -539,7 +546,9 @@ def latency():
         f"{summary['achieved_rate']}/s, non-2xx {summary['non_2xx']}, verified={summary['verify']['ok']}, "
         f"RSS peak {memory['rss_peak_sampled_mb']} MB (Python client); wrk at the same rate: p50 "
         f"{summary['wrk']['latency_ms']['50']} ms, p99 {summary['wrk']['latency_ms']['99']} ms at "
-        f"{summary['wrk']['achieved_rate']}/s, {wrk_accepted} accepted = {summary['wrk']['rows_added']} rows")
+        f"{summary['wrk']['achieved_rate']}/s, {wrk_accepted} accepted, {summary['wrk']['rows_added']} rows, "
+        f"verified={summary['wrk']['ok']}, {summary['wrk']['late_sends']} sends late (max "
+        f"{summary['wrk']['late_max_ms']} ms)")
     return summary
 
 
@@ -1090,8 +1099,9 @@ def compare_table(baseline, lat, sc):
         if lat.get("wrk"):
             wl = lat["wrk"]
             rows.append((f"p99 at {lat['target_rate']:,} requests/s (`{lat['role']}`, wrk on a fixed schedule)", "≤ 5 ms",
-                         f"{wl['latency_ms']['99']} ms (p50 {wl['latency_ms']['50']} ms, {wl['achieved_rate']:,.0f}/s reached)",
-                         yes(wl["latency_ms"]["99"] <= 5 and wl["accepted"] == wl["rows_added"])))
+                         f"{wl['latency_ms']['99']} ms (p50 {wl['latency_ms']['50']} ms, {wl['achieved_rate']:,.0f}/s reached, "
+                         f"{wl.get('late_sends', 0)} sends late by up to {wl.get('late_max_ms', 0)} ms)",
+                         yes(wl["latency_ms"]["99"] <= 5 and wl.get("ok", False) and wl.get("all_accepted", False))))
     rows += [
         (f"worker events/s, empty database ({e['worker']['backlog']:,} pending, half for existing accounts)", "≥ 20,000",
          f"{w0:,.0f}", yes(w0 >= 20000)),

@@ -44,6 +44,8 @@ idx = 0
 sent = 0
 interval = 0
 next_at = 0
+late = 0
+late_max_ms = 0
 recv = 0
 counts = {}
 first_send = 0
@@ -100,7 +102,13 @@ function delay()
     if next_at == 0 then next_at = t end
     next_at = next_at + interval
     local wait = (next_at - t) * 1000
-    if wait < 0 then return 0 end
+    if wait < 0 then
+        -- Behind schedule (every connection busy, or this thread descheduled): sent at once;
+        -- counted, so a result that hides a slipping client says so.
+        late = late + 1
+        if -wait > late_max_ms then late_max_ms = -wait end
+        return 0
+    end
     return wait
 end
 
@@ -131,7 +139,7 @@ local function esc(s) return '"' .. tostring(s):gsub('[%c"\\]', '') .. '"' end
 
 function done(summary, latency, requests)
     local total = {}
-    local first, last, nsent, nrecv, nbodies = nil, 0, 0, 0, 0
+    local first, last, nsent, nrecv, nbodies, nlate, late_max = nil, 0, 0, 0, 0, 0, 0
     for _, t in ipairs(threads) do
         local c = t:get("counts") or {}
         for k, v in pairs(c) do total[k] = (total[k] or 0) + v end
@@ -141,6 +149,9 @@ function done(summary, latency, requests)
         nsent = nsent + (t:get("sent") or 0)
         nrecv = nrecv + (t:get("recv") or 0)
         nbodies = nbodies + (t:get("count") or 0)
+        nlate = nlate + (t:get("late") or 0)
+        local m = t:get("late_max_ms") or 0
+        if m > late_max then late_max = m end
     end
     local parts = {}
     for k, v in pairs(total) do table.insert(parts, esc(k) .. ":" .. v) end
@@ -152,6 +163,7 @@ function done(summary, latency, requests)
     io.write("BENCH_JSON {",
         '"counts":{', table.concat(parts, ","), "},",
         '"sent":', nsent, ',"received":', nrecv, ',"bodies":', nbodies, ",",
+        '"late":', nlate, ',"late_max_ms":', string.format("%.3f", late_max), ",",
         '"first_send":', string.format("%.6f", first or 0), ',"last_recv":', string.format("%.6f", last), ",",
         '"wrk_requests":', summary.requests, ',"wrk_duration_us":', summary.duration, ",",
         '"errors":{"connect":', e.connect, ',"read":', e.read, ',"write":', e.write,

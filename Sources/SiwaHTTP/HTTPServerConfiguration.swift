@@ -12,7 +12,8 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     public var connectionLimit: Int
     /// Per-connection memory for headers and upload chunks. Default 16 KiB (libmicrohttpd clears
     /// it for every request: 32 KiB cost ~3% of the receiver's CPU; a notification with its
-    /// headers is under 2 KiB, and bodies are streamed through it in chunks).
+    /// headers is under 2 KiB, and bodies are streamed through it in chunks). Request headers
+    /// larger than about half of it are refused by libmicrohttpd (431).
     public var connectionMemoryLimit: Int
     /// Largest request body kept; larger bodies are answered by `HTTPHandler.bodyTooLarge`. Default 64 KiB.
     public var maxBody: Int

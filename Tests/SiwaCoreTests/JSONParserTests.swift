@@ -73,6 +73,19 @@ import Testing
         #expect(try parse(#""\uffff""#) == .string("\u{FFFF}"))
     }
 
+    @Test("escapes next to plain runs, multi-byte characters and the string's ends; keys and values reuse no state")
+    func escapesBetweenRuns() throws {
+        #expect(try parse(#""\"é\n\"x""#) == .string("\"é\n\"x"))
+        #expect(try parse(#""\\""#) == .string("\\"))
+        #expect(try parse(#""é\u00e9é""#) == .string("ééé"))
+        #expect(try parse(#""plain""#) == .string("plain"))
+        #expect(try parse("\"\"") == .string(""))
+        let object = try parse(#"{"a\"b": "c\\d", "plain": "x", "é": "\"", "k": "tail"}"#)
+        #expect(object == .object(["a\"b": .string("c\\d"), "plain": .string("x"), "é": .string("\""), "k": .string("tail")]))
+        // The events claim as Apple sends it: a string of JSON, escaped quotes throughout.
+        #expect(try parse(#""{\"type\":\"email-enabled\",\"email\":\"a@b.c\"}""#) == .string(#"{"type":"email-enabled","email":"a@b.c"}"#))
+    }
+
     @Test func rawUTF8IsKept() throws {
         #expect(try parse("\"Grüße 😀 €\"") == .string("Grüße 😀 €"))
         // U+007F DEL is not a control character in JSON's sense.

@@ -235,6 +235,7 @@ struct CrashSafetyTests {
         #expect(finished)
         #expect(try env.count("SELECT count(*) FROM public.applied_by") == n)
         #expect(try env.count("SELECT count(DISTINCT event_id) FROM public.applied_by") == n)
-        #expect(try env.count("SELECT count(DISTINCT backend) FROM public.applied_by") == 2, "the second connection never helped")
+        // At least two backends (a loop that reconnected would add one).
+        #expect(try env.count("SELECT count(DISTINCT backend) FROM public.applied_by") >= 2, "the second connection never helped")
     }
 }

@@ -27,13 +27,23 @@ enum DeletionStatements {
             (try row.text("client_id"), StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
         })
 
-    /// Locks the user's account for the job's transaction: jobs of one user (one per client id
-    /// after `request_deletion(sub)`) run one after the other, in any number of workers, so a
-    /// second job sees the first one's outcome (tokens erased, account deleted) instead of
-    /// revoking the same tokens again.
-    static let lockAccount = Statement<String, Void>(
-        "lock_account_for_deletion", "SELECT FROM siwa.accounts WHERE apple_sub = $1 FOR UPDATE",
-        bind: { [$0] })
+    /// Takes the user's deletion lock for the job's transaction, without waiting (true when
+    /// taken): jobs of one user (one per client id after `request_deletion(sub)`) run one after
+    /// the other, in any number of loops and processes, so a second job sees the first one's
+    /// outcome (tokens erased, account deleted) instead of revoking the same tokens again. An
+    /// advisory lock, not the account row: the job holds it while it waits on Apple, and events
+    /// of that user (which lock the account) and token hand-overs must not wait that long.
+    static let tryLockUser = Statement<String, Bool>(
+        "try_lock_user_for_deletion", "SELECT pg_try_advisory_xact_lock(hashtextextended('siwa-deletion:' || $1, 0)) AS locked",
+        bind: { [$0] },
+        decode: { row throws(PostgresError) in try row.bool("locked") })
+
+    /// Puts a job back for `$2` seconds without counting an attempt (a sibling job of the same
+    /// user holds its deletion lock).
+    static let postpone = Statement<(id: Int64, seconds: Double), Void>(
+        "postpone_deletion",
+        "UPDATE siwa.events SET next_attempt_at = now() + $2::double precision * interval '1 second' WHERE id = $1",
+        bind: { [String($0.id), String($0.seconds)] })
 
     /// True when the user's account exists and is deleted.
     static let accountDeleted = Statement<String, Bool>(

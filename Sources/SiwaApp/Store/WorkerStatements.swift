@@ -176,7 +176,10 @@ enum WorkerStatements {
     /// the stored claims (`events` is a JSON string in Apple's tokens, an object in its docs).
     /// Only rows that still hold an address are written (an erased row no longer matches: the
     /// `email` key, quoted, not the `email-…` type names), so a deleted user's later events do not
-    /// rewrite the history again. Rows another worker has claimed are skipped (no lock wait, no
+    /// rewrite the history again. A key spelled with escapes (`"\u0065mail"`) is not seen by the
+    /// text match, but the receiver parsed it and filled the `email` column, which is. A row
+    /// with `"email"` as a value, not a key, matches for ever and is rewritten (harmlessly) by
+    /// each later event of that user. Rows another worker has claimed are skipped (no lock wait, no
     /// deadlock): they are that user's events too, and erase again when they are applied.
     static let eraseEventEmails = Statement<[String], Void>(
         "erase_event_emails",

@@ -18,7 +18,7 @@ extension Worker {
     func processDeletions(on connection: PostgresConnection) throws(PostgresError) -> Int {
         guard let revocation else { return 0 }
         var handled = 0
-        while handled < Self.deletionsPerRound, try processDeletion(on: connection, revocation: revocation) {
+        while handled < Self.deletionsPerRound, !wakeups.isStopped, try processDeletion(on: connection, revocation: revocation) {
             handled += 1
         }
         return handled
@@ -29,12 +29,22 @@ extension Worker {
         case failed(message: String, permanent: Bool, retryAfter: Int?)
     }
 
-    /// One job in one transaction; false when none was due.
+    /// One job in one transaction; false when none was due (true when it was put back because a
+    /// sibling job of the same user is running).
     private func processDeletion(on connection: PostgresConnection, revocation: Revocation) throws(PostgresError) -> Bool {
         var outcome: (job: ClaimedEvent, result: JobResult, attempts: Int, dead: Bool)?
+        var postponed = false
         try connection.transaction(begin: beginBatch) { c throws(PostgresError) in
             outcome = nil
+            postponed = false
             guard let job = try c.row(DeletionStatements.claim) else { return }
+            guard try c.row(DeletionStatements.tryLockUser, job.event.sub) == true else {
+                // A sibling job of this user is at Apple right now: after it, this one finds
+                // the account deleted and nothing left to revoke.
+                try c.affected(DeletionStatements.postpone, (job.id, 2))
+                postponed = true
+                return
+            }
             let result = try revoke(job, revocation: revocation, on: c)
             switch result {
             case .deleted(let decision):
@@ -52,7 +62,7 @@ extension Worker {
                 outcome = (job, result, attempts, dead)
             }
         }
-        guard let outcome else { return false }
+        guard let outcome else { return postponed }
         let type = DeletionStatements.jobType
         let subHash = SubjectHash.of(outcome.job.event.sub)
         switch outcome.result {
@@ -83,7 +93,6 @@ extension Worker {
     /// done (outcome `final_deleted`).
     private func revoke(_ job: ClaimedEvent, revocation: Revocation, on c: PostgresConnection) throws(PostgresError) -> JobResult {
         let sub = job.event.sub, clientID = job.audience
-        try c.affected(DeletionStatements.lockAccount, sub)
         let stored = clientID.isEmpty ? nil : try c.row(DeletionStatements.loadToken, (sub, clientID))
         if let stored {
             if let failure = revokeAtApple(stored, sub: sub, clientID: clientID, revocation: revocation) { return failure }
