@@ -64,22 +64,10 @@ CREATE TABLE IF NOT EXISTS siwa.events (
     CONSTRAINT events_status_check CHECK (status IN ('pending', 'done', 'failed', 'dead', 'ignored'))
 );
 -- Apple may re-sign a retry with a new jti: the same (aud, sub, type, event_time) is a duplicate.
--- (`aud` is part of the key: the same event for a second configured app is its own row.)
--- `event_time` leads: marking an event done is not a HOT update (`status` is indexed), so it
--- inserts into every index; with `sub` leading, each event landed on a random leaf of a large
--- index. Measured on 1M users and 5M events after a checkpoint, per 100k events: full-page images
--- written by marking events done 44k -> 15k (erasing a deleted user's older rows writes more:
--- their keys are spread in time). Built before the old one is dropped, so the key is enforced
--- throughout (migrate takes siwa.events exclusively meanwhile).
-CREATE UNIQUE INDEX IF NOT EXISTS events_dedupe_time_key ON siwa.events (event_time, sub, type, aud);
-DROP INDEX IF EXISTS siwa.events_dedupe_key;
+-- (`aud` is part of the key: the same event for a second configured app is its own row.) `sub`
+-- leads, so a user's events are also found by it (erasure on account-delete).
+CREATE UNIQUE INDEX IF NOT EXISTS events_dedupe_key ON siwa.events (sub, type, event_time, aud);
 DROP INDEX IF EXISTS siwa.events_sub_type_time_key;
--- A user's events that still hold an email address, by `sub`: what erasure on account-delete
--- looks for (the predicate is the erase statement's own, so the planner can use it; an erased row
--- leaves the index). Other events are not indexed by `sub` (see above); add
--- `CREATE INDEX ON siwa.events (sub)` if you look users up by it often.
-CREATE INDEX IF NOT EXISTS events_email_sub_idx ON siwa.events (sub)
-    WHERE email IS NOT NULL OR claims ->> 'events' LIKE '%"email"%';
 -- The worker's queue: only rows that still need work.
 -- It also answers the backlog gauges (counts by status, oldest received_at) without the heap.
 CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) INCLUDE (status, received_at)

@@ -74,31 +74,6 @@ struct StoreTests {
         #expect(Self.write([Self.notification(jti: "j4", aud: "com.example.b", sub: "s1")], conninfo: url) == ["duplicate"])
     }
 
-    @Test("migrate replaces a sub-led dedupe key with the time-led one; duplicates stay duplicates")
-    func dedupeKeyMigration() throws {
-        let url = try TestDatabase.create()
-        // A database as session 2's schema left it.
-        _ = try TestDatabase.query(
-            url,
-            """
-            DROP INDEX siwa.events_dedupe_time_key;
-            CREATE UNIQUE INDEX events_dedupe_key ON siwa.events (sub, type, event_time, aud);
-            """)
-        #expect(Self.write([Self.notification(jti: "m1", aud: "com.example.a", sub: "s1")], conninfo: url) == ["accepted"])
-        try Migrator.migrate(conninfo: url, force: true)
-        let indexes =
-            try TestDatabase.query(
-                url, "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes WHERE schemaname = 'siwa' AND tablename = 'events'"
-            ).scalar ?? ""
-        #expect(indexes.contains("events_dedupe_time_key") && indexes.contains("events_email_sub_idx"), "\(indexes)")
-        #expect(!indexes.contains("events_dedupe_key"), "\(indexes)")
-        #expect(
-            try TestDatabase.query(url, "SELECT indexdef FROM pg_indexes WHERE indexname = 'events_dedupe_time_key'").scalar?.contains(
-                "(event_time, sub, type, aud)") == true)
-        // Apple's re-signed retry of the event stored before the migration is still a duplicate.
-        #expect(Self.write([Self.notification(jti: "m2", aud: "com.example.a", sub: "s1")], conninfo: url) == ["duplicate"])
-    }
-
     @Test("batch dedupe compares exact bytes: canonically equivalent subs and jtis are different keys, as in PostgreSQL")
     func dedupeIsByteExact() throws {
         let url = try TestDatabase.create()
@@ -289,11 +264,6 @@ struct StoreTests {
                 let problems = Self.wholeTableScans(plan, tables: ["events", "accounts", "sessions"])
                 #expect(problems.isEmpty, "\(name) reads a whole table: \(problems)\n\(plan.joined(separator: "\n"))")
             }
-            // Erasure finds a user's events that hold an address through the partial index made
-            // for it (its predicate is the statement's own condition).
-            let erasePlan = try c.execute("EXPLAIN " + WorkerStatements.eraseEventEmails.sql, WorkerStatements.eraseEventEmails.bind(subs))
-                .rows.compactMap { $0.first ?? nil }
-            #expect(erasePlan.contains { $0.contains("events_email_sub_idx") }, "\(erasePlan.joined(separator: "\n"))")
             // Deletion jobs are claimed through their own partial index, never by walking the
             // queue of Apple's events (which may hold a large backlog).
             let deletionPlan = try c.execute("EXPLAIN " + DeletionStatements.claim.sql).rows.compactMap { $0.first ?? nil }

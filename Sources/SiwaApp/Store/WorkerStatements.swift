@@ -174,8 +174,6 @@ enum WorkerStatements {
 
     /// A deleted user's email leaves the outbox too: the `email` column and the `email` inside
     /// the stored claims (`events` is a JSON string in Apple's tokens, an object in its docs).
-    /// Found through `events_email_sub_idx`, whose predicate is this statement's address
-    /// condition word for word (keep the two identical, or the planner cannot use the index).
     /// Only rows that still hold an address are written (an erased row no longer matches: the
     /// `email` key, quoted, not the `email-…` type names), so a deleted user's later events do not
     /// rewrite the history again. A key spelled with escapes (`"\u0065mail"`) is not seen by the
