@@ -148,6 +148,13 @@ BEGIN
         INSERT INTO siwa.accounts AS a (apple_sub, email, is_private_email)
         VALUES (store_apple_token.apple_sub, store_apple_token.email, store_apple_token.is_private_email)
         ON CONFLICT ON CONSTRAINT accounts_pkey DO NOTHING;
+        -- A worker may have created (and deleted) the account meanwhile: the insert then waited
+        -- for it and did nothing. Lock the row now and look again: deletion is final.
+        SELECT a.status INTO existing FROM siwa.accounts a WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
+        IF existing = 'deleted' THEN
+            RETURN 'deleted';
+        END IF;
+        existing := NULL;
     ELSE
         UPDATE siwa.accounts a SET email = coalesce(store_apple_token.email, a.email),
             is_private_email = coalesce(store_apple_token.is_private_email, a.is_private_email), updated_at = now()
@@ -228,10 +235,13 @@ DECLARE
 BEGIN
     SELECT p.* INTO existing FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
     WHERE n.nspname = 'siwa' AND p.proname = 'on_event';
-    -- Absent, or the shipped no-op of an earlier version (recognised by its marker comment).
+    -- Absent, or the shipped no-op of an earlier version: recognised by its marker comment, or
+    -- by the setting `siwa.hook = 'default'` it carried (the worker looks only for the current
+    -- marker, and would call an old no-op for every event).
     IF existing.oid IS NULL
        OR regexp_replace(existing.prosrc, '[[:space:]]', '', 'g')
-          = 'BEGIN--siwa-notify:default-hook(theworkerskipscallingitwhilethismarkerishere)END' THEN
+          = 'BEGIN--siwa-notify:default-hook(theworkerskipscallingitwhilethismarkerishere)END'
+       OR existing.proconfig @> ARRAY['siwa.hook=default'] THEN
         EXECUTE $fn$
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
             LANGUAGE plpgsql SET application_name = 'siwa-notify:default-hook' AS $body$

@@ -145,7 +145,7 @@ public struct NotificationVerifier: Sendable {
 
         // (6) audience
         guard let audience = claims["aud"]?.stringValue,
-            policy.audiences.contains(where: { $0.utf8.elementsEqual(audience.utf8) })
+            policy.audiences.containsExactly(audience)
         else {
             let expected = policy.audiences.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
             throw r.fail("audience", .wrongAudience, "aud is \(Self.describe(claims["aud"])), expected one of [\(expected)]")

@@ -55,7 +55,7 @@ struct Revoke: ParsableCommand {
 
     func run() throws {
         let config = try options.load(requireAudiences: false)
-        if let aud, !config.audiences.isEmpty, !config.audiences.contains(aud) {
+        if let aud, !config.audiences.isEmpty, !config.audiences.containsExactly(aud) {
             throw CLIError("revoke: --aud \(aud) is not one of SIWA_AUDIENCES (\(config.audiences.joined(separator: ",")))")
         }
         do {

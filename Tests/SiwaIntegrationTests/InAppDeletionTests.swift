@@ -228,6 +228,8 @@ struct InAppDeletionTests {
         let again = try H.post(url, json: #"{"sub":"\#(sub)","client_id":"\#(S.clientID)","refresh_token":"r.later"}"#)
         #expect(again.json?["stored"]?.stringValue == "deleted")
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
+        // Not stored, so no job would ever revoke it: it is revoked at Apple at once.
+        #expect(h.fake.calls(to: "/auth/revoke").last?.form?["token"] == "r.later")
     }
 
     @Test("a stored token of a client id no longer in SIWA_AUDIENCES: dead unknown_client_id, Apple not called")

@@ -1,7 +1,8 @@
 import Foundation
-import SiwaApp
 import SiwaPostgres
 import Testing
+
+@testable import SiwaApp
 
 @Suite("Schema and migrations", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct SchemaTests {
@@ -30,6 +31,26 @@ struct SchemaTests {
             """
         ).scalar
         #expect(language == "sql")
+    }
+
+    @Test("migrate replaces the shipped no-op of an earlier version (marked siwa.hook = 'default'), so the worker skips it")
+    func upgradesTheOldDefaultHook() throws {
+        let url = try TestDatabase.create()
+        // The shipped hook as an earlier schema created it.
+        _ = try TestDatabase.query(
+            url,
+            """
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql SET siwa.hook = 'default' AS $$
+            BEGIN
+                -- The shipped no-op.
+            END
+            $$
+            """)
+        let connection = try PostgresConnection(conninfo: url)
+        #expect(try connection.row(WorkerStatements.hookIsDefault) == false)
+        try Migrator.migrate(conninfo: url, force: true)
+        #expect(try connection.row(WorkerStatements.hookIsDefault) == true)
     }
 
     @Test("siwa_receiver may insert events but not read accounts; siwa_dashboard sees no raw emails")

@@ -50,7 +50,7 @@ public final class TokenExchange: Sendable {
     func handOver(_ body: [UInt8]) -> (Int, String) {
         guard let object = (try? JSONParser.parse(body))?.objectValue else { return (400, Self.error("malformed_json")) }
         guard let sub = object["sub"]?.stringValue, !sub.isEmpty else { return (400, Self.error("missing_sub")) }
-        guard let clientID = object["client_id"]?.stringValue, audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) }) else {
+        guard let clientID = object["client_id"]?.stringValue, audiences.containsExactly(clientID) else {
             return (400, Self.error("unknown_client_id"))
         }
         guard let token = object["refresh_token"]?.stringValue, !token.isEmpty else { return (400, Self.error("missing_refresh_token")) }
@@ -75,6 +75,7 @@ public final class TokenExchange: Sendable {
             logger.info(
                 "refresh token handed over",
                 metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(sub))", "account": "\(stored?.rawValue ?? "unknown")"])
+            if stored == .deleted { revokeUnstored(token, sub: sub, clientID: clientID) }
             return (200, "{\"stored\":\"\(stored?.rawValue ?? "unknown")\"}")
         } catch {
             logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
@@ -96,7 +97,7 @@ public final class TokenExchange: Sendable {
         guard let object = (try? JSONParser.parse(body))?.objectValue else { return .failure(.init("malformed_json")) }
         guard let code = object["code"]?.stringValue, !code.isEmpty else { return .failure(.init("missing_code")) }
         guard let clientID = object["client_id"]?.stringValue,
-            audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) })
+            audiences.containsExactly(clientID)
         else {
             return .failure(.init("unknown_client_id"))
         }
@@ -152,6 +153,7 @@ public final class TokenExchange: Sendable {
                     "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))",
                     "account": "\(stored?.rawValue ?? "unknown")",
                 ])
+            if stored == .deleted { revokeUnstored(tokens.refreshToken, sub: claims.sub, clientID: request.clientID) }
         } catch {
             logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
             return (503, Self.error("database_unavailable"))
@@ -161,5 +163,21 @@ public final class TokenExchange: Sendable {
         answer["is_private_email"] = claims.isPrivateEmail.map { .bool($0) } ?? .null
         answer["email_verified"] = claims.emailVerified.map { .bool($0) } ?? .null
         return (200, JSONValue.object(answer).serialized())
+    }
+
+    /// A token for an account that is deleted (final) is not stored, so no deletion job would ever
+    /// revoke it: revoke it at Apple now (once; a failure is logged, the grant then lapses at
+    /// Apple's side only when the user removes the app).
+    private func revokeUnstored(_ token: String, sub: String, clientID: String) {
+        let outcome: String
+        switch revocation.client.revoke(refreshToken: token, clientID: clientID) {
+        case .success, .invalidGrant: outcome = "revoked"
+        case .invalidClient: outcome = "invalid_client"
+        case .rejected: outcome = "rejected"
+        case .transient: outcome = "unreachable"
+        }
+        logger.log(
+            level: outcome == "revoked" ? .info : .warning, "token for a deleted account revoked at Apple, not stored",
+            metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(sub))", "outcome": "\(outcome)"])
     }
 }

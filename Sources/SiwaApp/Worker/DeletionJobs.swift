@@ -108,8 +108,8 @@ extension Worker {
         }
         var deletion = job
         deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
+        // The account is deleted now: BatchApplier erases the user's tokens with the email.
         let decision = try BatchApplier.apply([deletion], on: c)[0]
-        try c.affected(DeletionStatements.eraseTokens, [sub])
         return .deleted(decision)
     }
 
@@ -119,7 +119,7 @@ extension Worker {
         revocation: Revocation
     ) -> JobResult? {
         // Every call's client_id is one of SIWA_AUDIENCES (when this process knows them).
-        if !revocation.audiences.isEmpty && !revocation.audiences.contains(where: { $0.utf8.elementsEqual(clientID.utf8) }) {
+        if !revocation.audiences.isEmpty && !revocation.audiences.containsExactly(clientID) {
             return .failed(
                 message: "unknown_client_id: the stored token's client id \(clientID) is not in SIWA_AUDIENCES", permanent: true,
                 retryAfter: nil)

@@ -150,7 +150,8 @@ public final class Worker: Service {
                     rest = claimed.sorted(by: bySub)
                 }
             } else {
-                rest = claimed
+                // One sub (or one event): still in event_time order, as the hook sees it.
+                rest = claimed.sorted(by: bySub)
             }
             for item in rest {
                 try applyOne(item, on: c, report: &report)

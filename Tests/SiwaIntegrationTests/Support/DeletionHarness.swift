@@ -58,13 +58,9 @@ final class DeletionHarness: Sendable {
         config.appleAPI = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
             tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
-        var options = Application.Options()
-        options.worker.retry.baseDelay = retryBaseDelay
-        options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
-        options.worker.pollInterval = 0.2
-        let sink = logs
-        let logger = Logger(label: "siwa-test") { LineLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
-        app = Application(configuration: config, roles: roles, options: options, logger: logger)
+        app = Application(
+            configuration: config, roles: roles, options: TestHarness.options(retryBaseDelay: retryBaseDelay),
+            logger: TestHarness.logger(into: logs))
         do {
             try app.start()
         } catch {

@@ -12,6 +12,20 @@ final class TestHarness: Sendable {
     static let audience = "com.example.siwa.tests"
     static let sharedKey: RSAPrivateKey = try! RSAPrivateKey.generate(bits: 2048)
 
+    /// Application options of the in-process harnesses: quick retries and polls.
+    static func options(retryBaseDelay: Double) -> Application.Options {
+        var options = Application.Options()
+        options.worker.retry.baseDelay = retryBaseDelay
+        options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
+        options.worker.pollInterval = 0.2
+        return options
+    }
+
+    /// A debug-level JSON logger whose lines land in `sink` (tests read them).
+    static func logger(into sink: LogSink) -> Logger {
+        Logger(label: "siwa-test") { LineLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
+    }
+
     let app: Application
     let conninfo: String
     let signer: NotificationSigner
@@ -53,13 +67,9 @@ final class TestHarness: Sendable {
         if let t = timeouts.commit { config.commitTimeout = t }
         if let t = timeouts.workerStatement { config.workerStatementTimeout = t }
         if let t = timeouts.workerLock { config.workerLockTimeout = t }
-        var options = Application.Options()
-        options.worker.retry.baseDelay = retryBaseDelay
-        options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
-        options.worker.pollInterval = 0.2
-        let sink = logs
-        let logger = Logger(label: "siwa-test") { LineLogHandler(label: $0, level: .debug, format: .json, sink: sink) }
-        app = Application(configuration: config, roles: roles, options: options, logger: logger)
+        app = Application(
+            configuration: config, roles: roles, options: Self.options(retryBaseDelay: retryBaseDelay),
+            logger: Self.logger(into: logs))
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
         adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
