@@ -8,8 +8,18 @@ import SiwaPostgres
 /// a whole batch (fast path) and, under a savepoint per event, for one event at a time when the
 /// batch fails (e.g. the hook raised for one of them): the same statements either way.
 enum BatchApplier {
+    /// Whether `siwa.on_event` is the operator's (called) or the shipped no-op (skipped: calling a
+    /// plpgsql function 1000 times costs more than the rest of a batch). Read once per transaction.
+    enum Hook {
+        case shippedNoOp, operators
+
+        static func current(on c: PostgresConnection) throws(PostgresError) -> Hook {
+            try c.row(WorkerStatements.hookIsDefault) == true ? .shippedNoOp : .operators
+        }
+    }
+
     /// Applies `events` (distinct subs) in the caller's transaction; returns each one's decision, in order.
-    static func apply(_ events: [ClaimedEvent], on c: PostgresConnection) throws(PostgresError) -> [AccountDecision] {
+    static func apply(_ events: [ClaimedEvent], hook: Hook, on c: PostgresConnection) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         let created = Set(try c.rows(WorkerStatements.createAccounts, subs))
@@ -44,9 +54,8 @@ enum BatchApplier {
         }
         let ids = events.map(\.id)
         try c.affected(WorkerStatements.markDone, zip(ids, decisions).map { ($0, $1.outcome.rawValue) })
-        // The shipped hook does nothing: calling it 1000 times costs more than the rest of the
-        // batch. Any other (checked every batch) is always called, with the decision recorded.
-        if try c.row(WorkerStatements.hookIsDefault) != true {
+        // The operator's hook is always called, with the decision recorded; the shipped no-op is not.
+        if hook == .operators {
             try c.affected(WorkerStatements.plannerDefaults, ())
             try c.affected(WorkerStatements.callHook, ids)
             try c.affected(WorkerStatements.keyLookupsOnly, ())

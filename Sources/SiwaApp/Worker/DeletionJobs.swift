@@ -109,7 +109,7 @@ extension Worker {
         var deletion = job
         deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
         // The account is deleted now: BatchApplier erases the user's tokens with the email.
-        let decision = try BatchApplier.apply([deletion], on: c)[0]
+        let decision = try BatchApplier.apply([deletion], hook: try .current(on: c), on: c)[0]
         return .deleted(decision)
     }
 

@@ -127,6 +127,9 @@ public final class Worker: Service {
         let count = try connection.transaction(begin: beginBatch) { c throws(PostgresError) in
             report = BatchReport()
             let claimed = try c.rows(WorkerStatements.claim, options.batchSize)
+            if claimed.isEmpty { return 0 }
+            // Read once per batch, not per event of the one-by-one path.
+            let hook = try BatchApplier.Hook.current(on: c)
             // Accounts are locked in one order by every path (sorted by sub): no deadlocks.
             let bySub: (ClaimedEvent, ClaimedEvent) -> Bool = {
                 if $0.event.sub != $1.event.sub { return $0.event.sub.utf8.lexicographicallyPrecedes($1.event.sub.utf8) }
@@ -141,7 +144,7 @@ public final class Worker: Service {
             if first.count > 1 {
                 do throws(PostgresError) {
                     let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
-                        try BatchApplier.apply(first, on: c)
+                        try BatchApplier.apply(first, hook: hook, on: c)
                     }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
@@ -154,7 +157,7 @@ public final class Worker: Service {
                 rest = claimed.sorted(by: bySub)
             }
             for item in rest {
-                try applyOne(item, on: c, report: &report)
+                try applyOne(item, hook: hook, on: c, report: &report)
             }
             return claimed.count
         }
@@ -201,10 +204,12 @@ public final class Worker: Service {
     }
 
     /// The slow path: one event under its own savepoint; a failure is recorded for retry.
-    private func applyOne(_ item: ClaimedEvent, on c: PostgresConnection, report: inout BatchReport) throws(PostgresError) {
+    private func applyOne(
+        _ item: ClaimedEvent, hook: BatchApplier.Hook, on c: PostgresConnection, report: inout BatchReport
+    ) throws(PostgresError) {
         do throws(PostgresError) {
             let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
-                try BatchApplier.apply([item], on: c)[0]
+                try BatchApplier.apply([item], hook: hook, on: c)[0]
             }
             report.applied.append((item, decision))
         } catch {
