@@ -181,6 +181,15 @@ class Server:
             pass
         return out
 
+    def cpu_seconds(self):
+        """User + system CPU seconds the process has used so far (/proc/<pid>/stat)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
+
     def warnings(self):
         text = self.tail()
         return [l for l in text.splitlines() if '"level":"error"' in l or '"level":"warning"' in l][-5:]
@@ -353,7 +362,9 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         sampler = RSSSampler(server)
         sampler.start()
         perf = perf_start(min(10, seconds)) if profile else None
+        cpu_before = server.cpu_seconds()
         w = run_wrk(server, bodies, n, seconds, wrk_threads, connections)
+        cpu_after = server.cpu_seconds()
         memory = sampler.finish()
         report = perf_finish(perf)
         warnings = server.warnings()
@@ -380,6 +391,9 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         "latency_mean_ms": round(w["latency_us"]["mean"] / 1000, 3),
         "latency_max_ms": round(w["latency_us"]["max"] / 1000, 3),
         "memory": memory,
+        # The server's user + system CPU per accepted event while wrk ran (serve: its worker too).
+        "cpu_us_per_event": round((cpu_after - cpu_before) * 1e6 / accepted, 1)
+        if accepted and cpu_before is not None and cpu_after is not None else None,
         # ok: every answered "accepted" is stored, and any extra row belongs to a request whose
         # answer wrk did not record (in flight when wrk was stopped) — never a row from nowhere.
         "verify": {"accepted_answers": accepted, "rows_before": before, "rows_after": after,
@@ -396,7 +410,7 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         f"({accepted} accepted, {after - before} rows), p50 {run['latency_ms']['50']} ms, "
         f"p99 {run['latency_ms']['99']} ms, non-2xx {non2xx}"
         + (f", {run['ratio_to_pgbench']}x pgbench" if baseline_tps else "")
-        + f", RSS peak {memory['rss_peak_sampled_mb']} MB")
+        + f", RSS peak {memory['rss_peak_sampled_mb']} MB, CPU {run['cpu_us_per_event']} µs/event")
     return run
 
 
