@@ -13,7 +13,11 @@ import Glibc
     "Operator commands and graceful shutdown", .serialized,
     .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct OperatorCommandTests {
-    static func run(_ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> (status: Int32, output: String) {
+    /// Runs `siwa-notify <arguments>` to its end. A command still running after `timeout` seconds
+    /// (e.g. a `serve` that should have refused to start) is killed: status -1 and a line saying so.
+    static func run(
+        _ arguments: [String], environment: [String: String] = [:], stdin: String? = nil, timeout: Double = 120
+    ) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: ServerProcess.binary)
         process.arguments = arguments
@@ -26,9 +30,23 @@ struct OperatorCommandTests {
         try process.run()
         if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
         try input.fileHandleForWriting.close()
+        // SIGKILL (a `serve` would take SIGTERM as a graceful stop and exit 0).
+        let killed = NSLock()
+        nonisolated(unsafe) var fired = false
+        let pid = process.processIdentifier
+        let watchdog = DispatchWorkItem {
+            killed.withLock { fired = true }
+            kill(pid, SIGKILL)
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        watchdog.cancel()
+        let text = String(decoding: data, as: UTF8.self)
+        if killed.withLock({ fired }) {
+            return (-1, text + "\n[test: still running after \(timeout) s, killed]")
+        }
+        return (process.terminationStatus, text)
     }
 
     @Test("migrate, status (table and JSON) and replay against a database")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -99,20 +100,41 @@ final class ServerProcess {
         try? FileManager.default.removeItem(atPath: logPath)
     }
 
-    /// A loopback port that was free a moment ago.
+    /// A loopback port for a child process to listen on, free a moment ago. Taken below the
+    /// kernel's ephemeral range (which every outgoing connection of the parallel tests draws
+    /// from, so a port from it can be taken again before the child binds it) and never the same
+    /// twice in this test process.
     static func freePort() -> UInt16 {
+        let ephemeralStart =
+            (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+            .flatMap { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) } } ?? 32768
+        let low = 10_000
+        let span = max(1000, ephemeralStart - low)
+        while true {
+            let port = UInt16(
+                low
+                    + portCounter.withLock { n -> Int in
+                        if n < 0 { n = Int.random(in: 0..<span) }
+                        n = (n + 1) % span
+                        return n
+                    })
+            if isBindable(port) { return port }
+        }
+    }
+
+    private static let portCounter = Mutex(-1)
+
+    private static func isBindable(_ port: UInt16) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
+        var reuse: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &address) {
+        return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        return UInt16(bigEndian: address.sin_port)
+        } == 0
     }
 }
