@@ -94,6 +94,42 @@ struct RetryAndHookTests {
         #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = 'sub.poison'") == "consent_revoked")
     }
 
+    @Test("a hook that refuses deleted users' events: the event fails and goes dead, and its address is erased all the same")
+    func deadEventOfDeletedUserKeepsNoEmail() throws {
+        let h = try TestHarness(maxAttempts: 2, retryBaseDelay: 0.05)
+        defer { h.stop() }
+        _ = try h.query(
+            """
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF account.status = 'deleted' AND event.type <> 'account-delete' THEN
+                    RAISE EXCEPTION 'user % is gone', event.sub;
+                END IF;
+            END $$;
+            """)
+        let sub = "sub.gone"
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try h.post(token: try h.token(type: "account-delete", sub: sub, eventTimeMillis: now - 60_000)).code == "accepted")
+        #expect(try h.waitForWorker())
+        #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = '\(sub)'") == "deleted")
+        // Apple's late email event for the deleted user: the hook refuses it, twice.
+        let late = try h.token(
+            type: "email-enabled", sub: sub, eventTimeMillis: now - 120_000, email: "gone@privaterelay.appleid.com",
+            isPrivateEmail: true)
+        #expect(try h.post(token: late).code == "accepted")
+        let settled = try eventually(timeout: 15) {
+            try h.scalar("SELECT status FROM siwa.events WHERE sub = '\(sub)' AND type = 'email-enabled'") == "dead"
+        }
+        #expect(settled)
+        // Dead, with no address left: not in the column, not in the claims, not in any view.
+        let row = try h.query("SELECT email, claims::text AS claims FROM siwa.events WHERE sub = '\(sub)' AND type = 'email-enabled'")
+        #expect(row.value(0, "email") == nil)
+        #expect(row.value(0, "claims")?.contains("gone@") == false)
+        #expect(row.value(0, "claims")?.contains("email-enabled") == true)
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE claims::text LIKE '%gone@%' OR email LIKE '%gone@%'") == "0")
+    }
+
     @Test("replay by id and all")
     func replaySelections() throws {
         let url = try TestDatabase.create()

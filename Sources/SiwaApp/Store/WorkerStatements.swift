@@ -185,19 +185,38 @@ enum WorkerStatements {
         "erase_event_emails",
         """
         WITH target AS (
-            SELECT x.id FROM siwa.events x
-            WHERE x.sub = ANY($1::text[])
-              AND (x.email IS NOT NULL OR x.claims ->> 'events' LIKE '%"email"%')
+            SELECT e.id FROM siwa.events e
+            WHERE e.sub = ANY($1::text[]) AND \(holdsEmail)
             FOR UPDATE SKIP LOCKED)
-        UPDATE siwa.events e SET email = NULL,
-            claims = CASE jsonb_typeof(e.claims -> 'events')
+        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
+        FROM target t
+        WHERE e.id = t.id
+        """,
+        bind: { [SQLEncoding.array($0)] })
+
+    /// Events that hold an address, as `eraseEventEmails` finds them (alias `e`).
+    private static let holdsEmail = #"(e.email IS NOT NULL OR e.claims ->> 'events' LIKE '%"email"%')"#
+
+    /// `e.claims` without the `email` of its `events` (a JSON string in Apple's tokens, an
+    /// object in its docs).
+    private static let claimsWithoutEmail = """
+        CASE jsonb_typeof(e.claims -> 'events')
                 WHEN 'string' THEN jsonb_set(e.claims, '{events}', to_jsonb((((e.claims ->> 'events')::jsonb) - 'email')::text))
                 WHEN 'object' THEN jsonb_set(e.claims, '{events}', (e.claims -> 'events') - 'email')
                 ELSE e.claims END
-        FROM target
-        WHERE e.id = target.id
+        """
+
+    /// An event that failed (its savepoint, erasure included, rolled back) for a user whose
+    /// account is deleted loses its address now: it may stay `dead` for ever, and a hook that
+    /// refuses deleted users' events makes exactly that likely.
+    static let eraseFailedEventEmail = Statement<Int64, Void>(
+        "erase_failed_event_email",
+        """
+        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
+        WHERE e.id = $1 AND \(holdsEmail)
+          AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
         """,
-        bind: { [SQLEncoding.array($0)] })
+        bind: { [String($0)] })
 
     /// Marks events done with what the worker decided (`applied`, `stale`, `final_deleted`):
     /// before the hook runs, so the hook reads the decision in `event.outcome`.

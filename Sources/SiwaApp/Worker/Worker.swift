@@ -224,6 +224,8 @@ public final class Worker: Service {
                 .init(
                     id: item.id, status: dead ? .dead : .failed, error: message,
                     retryInSeconds: delay))
+            // Its erasure was rolled back with it: a deleted user's address goes now all the same.
+            try c.affected(WorkerStatements.eraseFailedEventEmail, item.id)
             report.failed.append(
                 BatchReport.Failure(
                     item: item, dead: dead, attempts: attempts, delay: delay,
