@@ -588,6 +588,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     first_id = int(psql("SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM siwa.events "
                         "WHERE status IN ('pending', 'failed')").splitlines()[-1])
     backlog = pending_count()
+    wal_before = wal_stats()
     servers = [Server("work", 1, app_name=f"{app_prefix}{k + 1}" if app_prefix else None) for k in range(workers)]
     left = backlog
     restarts = []
@@ -626,6 +627,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     row = psql(f"SELECT count(*), extract(epoch FROM min(processed_at)), extract(epoch FROM max(processed_at)) "
                f"FROM siwa.events WHERE id >= {first_id} AND status = 'done' AND processed_at >= to_timestamp({started_wall})")
     done_rows, first_at, last_at = row.split("|")
+    wal_after = wal_stats()
     span = float(last_at) - float(first_at) if first_at else 0
     applied = backlog - left
     result = {"workers": workers, "backlog": backlog, "applied": applied, "left": left,
@@ -633,11 +635,24 @@ def drain(workers=1, app_prefix=None, label="worker"):
               "events_per_s": round(applied / elapsed, 1),
               "events_per_s_in_table": round(int(done_rows) / span, 1) if span > 0 else None,
               "seconds_to_first_applied": round(float(first_at) - started_wall, 3) if first_at else None,
-              "memory_first_worker": memory, "worker_restarts": restarts, "server_warnings": warnings[-10:]}
+              "memory_first_worker": memory, "worker_restarts": restarts, "server_warnings": warnings[-10:],
+              # WAL written per applied event (whole cluster while the worker ran): full-page images
+              # are what a large table's random index pages cost after a checkpoint.
+              "wal_per_event": {k: round((wal_after[k] - wal_before[k]) / applied, 2) for k in wal_before}
+              if applied and wal_before and wal_after else None}
     log(f"{label}: {applied}/{backlog} applied by {workers} worker(s) in {elapsed:.1f} s -> "
         f"{result['events_per_s']:.0f} events/s (processed_at span: {result['events_per_s_in_table']} events/s, "
-        f"first applied after {result['seconds_to_first_applied']} s)")
+        f"first applied after {result['seconds_to_first_applied']} s; WAL per event {result['wal_per_event']})")
     return result
+
+
+def wal_stats():
+    """The cluster's WAL counters so far (pg_stat_wal): records, full-page images, bytes."""
+    try:
+        records, fpi, size = psql("SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").split("|")
+        return {"records": int(records), "fpi": int(fpi), "bytes": int(float(size))}
+    except (RuntimeError, ValueError):
+        return None
 
 
 def insert_backlog(m, prefix="bench.worker."):

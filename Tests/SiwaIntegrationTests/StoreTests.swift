@@ -246,7 +246,7 @@ struct StoreTests {
         try c.transaction(begin: WorkerStatements.beginBatch(statementTimeoutSeconds: 30, lockTimeoutSeconds: 5)) { c throws(PostgresError) in
             let plans: [(String, String, [String?])] = [
                 ("claim", WorkerStatements.claim.sql, WorkerStatements.claim.bind(1000)),
-                ("create", WorkerStatements.createAccounts.sql, WorkerStatements.createAccounts.bind(subs)),
+                ("create", WorkerStatements.createOrLockAccounts.sql, WorkerStatements.createOrLockAccounts.bind(subs)),
                 ("lock", WorkerStatements.lockAccounts.sql, WorkerStatements.lockAccounts.bind(subs)),
                 (
                     "update", WorkerStatements.updateAccounts.sql,
@@ -258,6 +258,7 @@ struct StoreTests {
                 ),
                 ("erase", WorkerStatements.eraseEventEmails.sql, WorkerStatements.eraseEventEmails.bind(subs)),
                 ("done", WorkerStatements.markDone.sql, WorkerStatements.markDone.bind(ids.map { ($0, "applied") })),
+                ("erase failed", WorkerStatements.eraseFailedEventEmail.sql, WorkerStatements.eraseFailedEventEmail.bind(97)),
             ]
             for (name, sql, parameters) in plans {
                 let plan = try c.execute("EXPLAIN " + sql, parameters).rows.compactMap { $0.first ?? nil }
@@ -270,6 +271,55 @@ struct StoreTests {
             #expect(
                 deletionPlan.contains { $0.contains("events_deletion_due_idx") }, "\(deletionPlan.joined(separator: "\n"))")
         }
+    }
+
+    @Test("accounts are created and locked in one sub order: a batch and another worker's one-by-one path do not deadlock")
+    func accountLockOrder() throws {
+        let url = try TestDatabase.create()
+        // 'lock.a' already took a newer consent-revoked: the events below are stale for it, so a
+        // worker only locks its row (no new row version, which others would wait for anyway).
+        _ = try TestDatabase.query(
+            url,
+            """
+            INSERT INTO siwa.accounts (apple_sub, status, last_event_time, status_event_time)
+            VALUES ('lock.a', 'consent_revoked', '2040-01-01', '2040-01-01')
+            """)
+        func event(_ sub: String) -> ClaimedEvent {
+            ClaimedEvent(
+                id: -1, audience: "a", event: AppleEvent(type: .consentRevoked, sub: sub, eventTimeMillis: 1_700_000_000_000),
+                attempts: 0)
+        }
+        // One by one (worker B): the existing 'lock.a' first, then the new 'lock.b', in one transaction.
+        let b = try PostgresConnection(conninfo: url)
+        _ = try b.execute("BEGIN")
+        _ = try BatchApplier.apply([event("lock.a")], hook: .shippedNoOp, on: b)
+        // A batch of both (worker A) waits for B's lock on 'lock.a'. It must not hold 'lock.b'
+        // meanwhile (inserting new accounts before locking existing ones did).
+        let both = [event("lock.a"), event("lock.b")]
+        let batch = Mutex<Result<[AccountDecision], PostgresError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let result = Result { () throws(PostgresError) -> [AccountDecision] in
+                let a = try PostgresConnection(conninfo: url)
+                return try a.transaction { c throws(PostgresError) in try BatchApplier.apply(both, hook: .shippedNoOp, on: c) }
+            }
+            batch.withLock { $0 = result }
+            done.signal()
+        }
+        let waiting = try eventually(timeout: 10) {
+            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                .scalar == "1"
+        }
+        #expect(waiting, "the batch never waited for the account lock")
+        // B goes on with 'lock.b': it must not wait for A (a deadlock PostgreSQL would break after
+        // deadlock_timeout by failing one side).
+        let second = Result { () throws(PostgresError) -> [AccountDecision] in try BatchApplier.apply([event("lock.b")], hook: .shippedNoOp, on: b) }
+        #expect(throws: Never.self) { try second.get() }
+        _ = try b.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 15) == .success)
+        let outcome = batch.withLock { $0 }
+        #expect(throws: Never.self) { try outcome?.get() }
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.accounts WHERE status = 'consent_revoked'").scalar == "2")
     }
 
     @Test("the claim reads the due index in order on a never-analyzed table with a large backlog; no JIT")

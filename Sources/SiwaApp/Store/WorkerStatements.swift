@@ -90,19 +90,25 @@ enum WorkerStatements {
         """,
         bind: { [String($0.id), $0.status.rawValue, String($0.error.prefix(500)), String($0.retryInSeconds)] })
 
-    /// Creates the accounts that do not exist yet (subs sorted: one lock order for all workers);
-    /// returns the subs it created.
-    static let createAccounts = Statement<[String], String>(
-        "create_accounts",
+    /// Creates the accounts that do not exist yet and locks the others, in one pass in `sub`
+    /// order, and returns the subs it created. One order for new and existing accounts alike:
+    /// inserting the new ones first and locking the existing ones after could deadlock with
+    /// another worker's one-by-one path, which takes a batch's subs in sorted order, one at a
+    /// time. (`DO UPDATE … WHERE false` locks the existing row and writes nothing; only inserted
+    /// rows are returned.)
+    static let createOrLockAccounts = Statement<[String], String>(
+        "create_or_lock_accounts",
         """
-        INSERT INTO siwa.accounts (apple_sub)
+        INSERT INTO siwa.accounts AS a (apple_sub)
         SELECT s FROM unnest($1::text[]) AS u(s) ORDER BY s
-        ON CONFLICT DO NOTHING RETURNING apple_sub
+        ON CONFLICT (apple_sub) DO UPDATE SET apple_sub = excluded.apple_sub WHERE false
+        RETURNING apple_sub
         """,
         bind: { [SQLEncoding.array($0)] },
         decode: { row throws(PostgresError) in try row.text("apple_sub") })
 
-    /// Locks the accounts of these subs and reads their state.
+    /// Reads the state of the accounts of these subs, locked (`createOrLockAccounts` took the
+    /// locks already: this waits for nothing).
     static let lockAccounts = Statement<[String], (sub: String, state: AccountState)>(
         "lock_accounts",
         """

@@ -22,7 +22,7 @@ enum BatchApplier {
     static func apply(_ events: [ClaimedEvent], hook: Hook, on c: PostgresConnection) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-        let created = Set(try c.rows(WorkerStatements.createAccounts, subs))
+        let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs))
         var current: [String: AccountState] = [:]
         for (sub, state) in try c.rows(WorkerStatements.lockAccounts, subs) where !created.contains(sub) {
             current[sub] = state
