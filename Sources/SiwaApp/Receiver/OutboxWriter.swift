@@ -15,8 +15,8 @@ import Synchronization
 /// database does not answer, so a hung database never makes Apple wait longer than the bound.
 /// A request that timed out may still be committed later: Apple's retry is then a duplicate.
 public final class OutboxWriter: Service, @unchecked Sendable {
-    // @unchecked: `queue`, `inFlight`, `running`, `idleWriters` and `sleepingUntil` are only
-    // touched with `condition` locked; `deadlineWake` only with `deadlineTimer` locked.
+    // @unchecked: `queue`, `inFlight`, `running` and `idleWriters` are only touched with
+    // `condition` locked.
 
     public struct Options: Sendable {
         /// Writer threads, each with its own connection. Default 1: one commit at a time while the
@@ -62,20 +62,13 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     private let pool: PostgresPool
     private let options: Options
     private let logger: Logger
-    /// Guards the queue; idle writers wait on it.
     private let condition = NSCondition()
-    private var queue = DeadlineQueue<Item>()
+    private var queue: [Item] = []
     private var inFlight: [Int: [Item]] = [:]
     private var running = false
     private var idleWriters = 0
-    /// The deadline thread waits on its own condition: waking a writer for a request never
-    /// wakes it too (one context switch fewer per request at low load).
-    private let deadlineTimer = NSCondition()
-    private var deadlineWake = false
-    /// The deadline the deadline thread sleeps until; when nothing is queued it still looks
-    /// every `idleTick` (so a request with a normal deadline never has to wake it).
-    private var sleepingUntil: UInt64 = 0
-    private static let idleTick: UInt64 = 1_000_000_000
+    /// The deadline the deadline thread sleeps until (`.max`: until woken).
+    private var sleepingUntil: UInt64 = .max
     private let finished = DispatchGroup()
 
     public init(conninfo: String, options: Options = Options(), logger: Logger) {
@@ -116,7 +109,6 @@ public final class OutboxWriter: Service, @unchecked Sendable {
         running = false
         condition.broadcast()
         condition.unlock()
-        wakeDeadlineThread()
         if finished.wait(timeout: .now() + timeout) == .timedOut {
             logger.warning("writer did not finish its batch within the shutdown budget; its requests were answered 503")
             expireAll()
@@ -140,26 +132,14 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     public func submit(_ notification: VerifiedNotification, deadline: UInt64, completion: @escaping Completion) -> Bool {
         let item = Item(notification: notification, deadline: deadline, completion: completion)
         condition.lock()
-        guard running, queue.count < options.maxQueue else {
-            condition.unlock()
-            return false
-        }
-        queue.append(item, deadline: deadline)
+        defer { condition.unlock() }
+        guard running, queue.count < options.maxQueue else { return false }
+        queue.append(item)
         // Wake a writer only if one is idle: a busy one takes what has queued when it finishes.
-        if idleWriters > 0 { condition.signal() }
         // Wake the deadline thread only if this deadline is earlier than the one it sleeps until
         // (in order of arrival, never: no hand-off per request).
-        let early = deadline < sleepingUntil
-        condition.unlock()
-        if early { wakeDeadlineThread() }
+        if idleWriters > 0 || deadline < sleepingUntil { condition.broadcast() }
         return true
-    }
-
-    private func wakeDeadlineThread() {
-        deadlineTimer.lock()
-        deadlineWake = true
-        deadlineTimer.signal()
-        deadlineTimer.unlock()
     }
 
     private func loop(writer: Int) {
@@ -174,60 +154,63 @@ public final class OutboxWriter: Service, @unchecked Sendable {
                 condition.unlock()
                 return
             }
-            let batch = queue.take(options.maxBatch)
+            let take = min(options.maxBatch, queue.count)
+            let batch = Array(queue.prefix(take))
+            queue.removeFirst(take)
             inFlight[writer] = batch
             condition.unlock()
             write(batch)
             condition.lock()
             inFlight[writer] = nil
-            let stopping = !running
             condition.unlock()
-            // Shutting down: the deadline thread stops once nothing is left (it sleeps until a
-            // deadline otherwise).
-            if stopping { wakeDeadlineThread() }
         }
     }
 
     /// The deadline thread: sleeps until the earliest deadline of what is queued or in flight,
     /// then answers `.timedOut` to everything past its deadline.
     private func expireLoop() {
-        while true {
-            condition.lock()
+        condition.lock()
+        defer { condition.unlock() }
+        while running || !queue.isEmpty || !inFlight.isEmpty {
             let now = DispatchTime.now().uptimeNanoseconds
-            var expired = queue.expire(now: now)
+            // Queued items are mostly in deadline order, but one that waited for a key fetch
+            // arrives late with an early deadline: look at all of them.
+            var expired: [Item] = []
+            if queue.contains(where: { $0.deadline <= now }) {
+                expired = queue.filter { $0.deadline <= now }
+                queue.removeAll { $0.deadline <= now }
+            }
             // In a batch the database does not answer: answer each once, and forget it here (the
             // writer still holds it and its late outcome is ignored).
-            var earliest = queue.earliestDeadline ?? .max
-            for (writer, var batch) in inFlight {
-                if batch.contains(where: { $0.deadline <= now }) {
-                    expired += batch.filter { $0.deadline <= now }
-                    batch.removeAll { $0.deadline <= now }
-                    inFlight[writer] = batch
-                }
-                for item in batch { earliest = min(earliest, item.deadline) }
+            for (writer, batch) in inFlight where batch.contains(where: { $0.deadline <= now }) {
+                expired += batch.filter { $0.deadline <= now }
+                inFlight[writer] = batch.filter { $0.deadline > now }
             }
-            let done = !running && queue.isEmpty && inFlight.isEmpty
-            // Nothing pending: look again in `idleTick` (a new request's deadline is later).
-            let wakeAt = earliest == .max ? now + Self.idleTick : earliest
-            sleepingUntil = wakeAt
-            condition.unlock()
-            for item in expired { item.answer(.timedOut) }
-            if done { return }
-            if !expired.isEmpty { continue }
-            deadlineTimer.lock()
-            if !deadlineWake {
-                let seconds = Double(wakeAt - min(wakeAt, now)) / 1e9 + 0.001
-                _ = deadlineTimer.wait(until: Date().addingTimeInterval(seconds))
+            if !expired.isEmpty {
+                condition.unlock()
+                for item in expired { item.answer(.timedOut) }
+                condition.lock()
+                continue
             }
-            deadlineWake = false
-            deadlineTimer.unlock()
+            let earliest = (queue.map(\.deadline) + inFlight.values.flatMap { $0.map(\.deadline) }).min()
+            if let earliest {
+                sleepingUntil = earliest
+                let seconds = Double(earliest - min(earliest, now)) / 1e9 + 0.001
+                _ = condition.wait(until: Date().addingTimeInterval(seconds))
+            } else if running {
+                sleepingUntil = .max
+                condition.wait()
+            } else {
+                return
+            }
         }
     }
 
     /// Shutdown ran out of time: everything not yet answered is answered `.timedOut`.
     private func expireAll() {
         condition.lock()
-        let items = queue.removeAll() + inFlight.values.flatMap { $0 }
+        let items = queue + inFlight.values.flatMap { $0 }
+        queue.removeAll()
         condition.unlock()
         for item in items { item.answer(.timedOut) }
     }
