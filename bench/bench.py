@@ -83,11 +83,14 @@ def migrate():
 def durability_settings():
     rows = psql("SELECT name || '=' || setting FROM pg_settings WHERE name IN "
                 "('fsync','synchronous_commit','full_page_writes','wal_sync_method','shared_buffers',"
-                "'max_wal_size','track_commit_timestamp','commit_delay') ORDER BY name")
+                "'max_wal_size','track_commit_timestamp','commit_delay','wal_compression','checkpoint_timeout') ORDER BY name")
+    settings_extra = os.environ.get("BENCH_PG_OPTIONS", "")
     settings = dict(line.split("=", 1) for line in rows.splitlines())
     assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on", \
         f"durability must stay on: {settings}"
     settings["version"] = psql("SHOW server_version")
+    if settings_extra:
+        settings["bench_pg_options"] = settings_extra
     return settings
 
 
