@@ -159,10 +159,11 @@ final class ServerContext: Sendable {
             while sweeping.load(ordering: .relaxed) {
                 usleep(200_000)
                 let limit = UInt64(requestTimeout * 1e9)
-                let now = Self.now()
                 connections.withLock { all in
-                    for (key, entry) in all where !entry.busy && !entry.cut && now &- entry.since > limit {
-                        _ = Glibc.shutdown(entry.fd, Int32(SHUT_RDWR))
+                    // The clock is read under the lock: a connection that started while the
+                    // sweeper waited for it has a `since` later than a clock read before.
+                    for key in Self.overdue(all, now: Self.now(), limit: limit) {
+                        if let fd = all[key]?.fd { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
                         all[key]?.cut = true
                     }
                 }
@@ -171,6 +172,17 @@ final class ServerContext: Sendable {
         }
         thread.name = "siwa-http-sweeper"
         thread.start()
+    }
+
+    /// The connections to cut at `now`: not with the handler, not cut yet, and their current
+    /// request (or the connection) started more than `limit` nanoseconds ago. A `since` later
+    /// than `now` is a connection that just started, never an overdue one (a wrapping
+    /// subtraction made it look ~584 years old and cut fresh connections: "server returned
+    /// nothing").
+    static func overdue(_ all: [UInt: Tracked], now: UInt64, limit: UInt64) -> [UInt] {
+        all.compactMap { key, entry in
+            !entry.busy && !entry.cut && now > entry.since && now - entry.since > limit ? key : nil
+        }
     }
 
     func stopSweeper() {
