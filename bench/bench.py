@@ -591,6 +591,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     first_id = int(psql("SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM siwa.events "
                         "WHERE status IN ('pending', 'failed')").splitlines()[-1])
     backlog = pending_count()
+    statements_on = reset_statement_stats()
     wal_before = wal_stats()
     servers = [Server("work", 1, app_name=f"{app_prefix}{k + 1}" if app_prefix else None) for k in range(workers)]
     left = backlog
@@ -633,6 +634,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     wal_after = wal_stats()
     span = float(last_at) - float(first_at) if first_at else 0
     applied = backlog - left
+    statements = statement_stats(applied) if statements_on else None
     result = {"workers": workers, "backlog": backlog, "applied": applied, "left": left,
               "done_rows": int(done_rows), "seconds_wall": round(elapsed, 3),
               "events_per_s": round(applied / elapsed, 1),
@@ -642,7 +644,10 @@ def drain(workers=1, app_prefix=None, label="worker"):
               # WAL written per applied event (whole cluster while the worker ran): full-page images
               # are what a large table's random index pages cost after a checkpoint.
               "wal_per_event": {k: round((wal_after[k] - wal_before[k]) / applied, 2) for k in wal_before}
-              if applied and wal_before and wal_after else None}
+              if applied and wal_before and wal_after else None,
+              # Per statement, when pg_stat_statements is loaded (BENCH_PG_OPTIONS=
+              # "-c shared_preload_libraries=pg_stat_statements"): where the time and the WAL go.
+              "statements": statements}
     log(f"{label}: {applied}/{backlog} applied by {workers} worker(s) in {elapsed:.1f} s -> "
         f"{result['events_per_s']:.0f} events/s (processed_at span: {result['events_per_s_in_table']} events/s, "
         f"first applied after {result['seconds_to_first_applied']} s; WAL per event {result['wal_per_event']})")
@@ -656,6 +661,33 @@ def wal_stats():
         return {"records": int(records), "fpi": int(fpi), "bytes": int(float(size))}
     except (RuntimeError, ValueError):
         return None
+
+
+def reset_statement_stats():
+    """True when pg_stat_statements is loaded (its counters are then reset for the next step)."""
+    try:
+        psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        psql("SELECT pg_stat_statements_reset()")
+        return True
+    except RuntimeError:
+        return False
+
+
+def statement_stats(events):
+    """The worker's statements by WAL written: per applied event, ms per call, calls."""
+    rows = psql("SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 70) || '|' || calls || '|' "
+                "|| round(total_exec_time::numeric, 1) || '|' || wal_fpi || '|' || wal_bytes "
+                "FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY wal_bytes DESC, total_exec_time DESC LIMIT 10")
+    out = []
+    for line in rows.splitlines():
+        query, calls, ms, fpi, size = line.rsplit("|", 4)
+        out.append({"query": query, "calls": int(calls), "ms_per_call": round(float(ms) / max(1, int(calls)), 2),
+                    "fpi_per_event": round(int(fpi) / max(1, events), 3),
+                    "wal_bytes_per_event": round(int(float(size)) / max(1, events))})
+    for o in out:
+        log(f"  {o['fpi_per_event']:>6} FPI/event {o['wal_bytes_per_event']:>6} B/event {o['ms_per_call']:>8} ms/call "
+            f"{o['calls']:>6} calls  {o['query']}")
+    return out
 
 
 def insert_backlog(m, prefix="bench.worker."):
