@@ -133,14 +133,11 @@ public struct IDTokenVerifier: Sendable {
             issuedAt: iat, expiresAt: exp)
     }
 
-    /// Apple sends these flags as `"true"`/`"false"` strings or as booleans.
-    static func flag(_ value: JSONValue?) throws(IDTokenError) -> Bool? {
-        switch value {
-        case nil, .null?: return nil
-        case .bool(let b)?: return b
-        case .string("true")?: return true
-        case .string("false")?: return false
-        default: throw .malformedClaims
-        }
+    /// An optional Apple flag (`is_private_email`, `email_verified`): absent or `null` is nil, a
+    /// boolean or `"true"`/`"false"` is its value, anything else is malformed.
+    public static func flag(_ value: JSONValue?) throws(IDTokenError) -> Bool? {
+        guard let value, value != .null else { return nil }
+        guard let flag = value.appleFlag else { throw .malformedClaims }
+        return flag
     }
 }

@@ -25,6 +25,17 @@ public enum JSONValue: Sendable, Equatable {
         return nil
     }
 
+    /// One of Apple's true/false flags (`is_private_email`, `email_verified`): a boolean, or the
+    /// string `"true"` / `"false"` as Apple sends them in tokens; nil for anything else.
+    public var appleFlag: Bool? {
+        switch self {
+        case .bool(let b): return b
+        case .string("true"): return true
+        case .string("false"): return false
+        default: return nil
+        }
+    }
+
     /// The elements, only for `.array`.
     public var arrayValue: [JSONValue]? {
         if case .array(let a) = self { return a }

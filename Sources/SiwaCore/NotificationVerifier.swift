@@ -264,12 +264,8 @@ public struct NotificationVerifier: Sendable {
         }
         var isPrivateEmail: Bool?
         if let value = object["is_private_email"] {
-            switch value {
-            case .bool(let b): isPrivateEmail = b
-            case .string("true"): isPrivateEmail = true
-            case .string("false"): isPrivateEmail = false
-            default: throw .malformedEvents
-            }
+            guard let flag = value.appleFlag else { throw .malformedEvents }
+            isPrivateEmail = flag
         }
         // Exact for |eventTime| <= 2^53; larger magnitudes are out of bounds and never used.
         let millis = JSONValue.exactInteger(eventTime) ?? 0

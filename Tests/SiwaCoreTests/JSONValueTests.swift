@@ -84,4 +84,17 @@ import Testing
     @Test func quoted() {
         #expect(JSONValue.quoted("a\"b") == #""a\"b""#)
     }
+
+    @Test("Apple's flags: a boolean or the strings true/false; anything else is no flag; absent or null is nil, else malformed")
+    func appleFlags() throws {
+        #expect(JSONValue.bool(true).appleFlag == true)
+        #expect(JSONValue.string("false").appleFlag == false)
+        for other: JSONValue in [.string("TRUE"), .string("1"), .number(1), .null, .array([]), .object([:])] {
+            #expect(other.appleFlag == nil)
+        }
+        #expect(try IDTokenVerifier.flag(nil) == nil)
+        #expect(try IDTokenVerifier.flag(.null) == nil)
+        #expect(try IDTokenVerifier.flag(.string("true")) == true)
+        #expect(throws: IDTokenError.malformedClaims) { try IDTokenVerifier.flag(.string("yes")) }
+    }
 }

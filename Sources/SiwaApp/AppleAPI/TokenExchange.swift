@@ -59,13 +59,11 @@ public final class TokenExchange: Sendable {
             guard let text = value.stringValue else { return (400, Self.error("malformed_json")) }
             email = text
         }
-        var isPrivate: Bool?
-        switch object["is_private_email"] {
-        case nil, .null?: break
-        case .bool(let b)?: isPrivate = b
-        case .string("true")?: isPrivate = true
-        case .string("false")?: isPrivate = false
-        default: return (400, Self.error("malformed_json"))
+        let isPrivate: Bool?
+        do {
+            isPrivate = try IDTokenVerifier.flag(object["is_private_email"])
+        } catch {
+            return (400, Self.error("malformed_json"))
         }
         do {
             let sealed = try revocation.vault.seal(token, sub: sub, clientID: clientID)
