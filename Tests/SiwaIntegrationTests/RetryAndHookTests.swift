@@ -55,14 +55,7 @@ struct RetryAndHookTests {
     func poisonedEvent() throws {
         let h = try TestHarness(maxAttempts: 3, retryBaseDelay: 0.05)
         defer { h.stop() }
-        _ = try h.query(
-            """
-            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql AS $$
-            BEGIN
-                IF event.sub = 'sub.poison' THEN RAISE EXCEPTION 'operator table is locked'; END IF;
-            END $$;
-            """)
+        try h.replaceHook("IF event.sub = 'sub.poison' THEN RAISE EXCEPTION 'operator table is locked'; END IF;")
         #expect(try h.post(token: try h.token(type: "consent-revoked", sub: "sub.poison")).code == "accepted")
         for i in 0..<5 {
             #expect(try h.post(token: try h.token(type: "email-disabled", sub: "sub.fine.\(i)")).code == "accepted")
@@ -80,11 +73,7 @@ struct RetryAndHookTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.dead_letters") == "1")
 
         // Fix the hook, replay: applied once.
-        _ = try h.query(
-            """
-            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql AS $$ BEGIN END $$;
-            """)
+        try h.replaceHook("")
         #expect(try OutboxAdmin.replay(.type("email-disabled"), conninfo: h.conninfo) == 0)
         #expect(try OutboxAdmin.replay(.type("consent-revoked"), conninfo: h.conninfo) == 1)
         #expect(try h.waitForWorker())
@@ -98,15 +87,11 @@ struct RetryAndHookTests {
     func deadEventOfDeletedUserKeepsNoEmail() throws {
         let h = try TestHarness(maxAttempts: 2, retryBaseDelay: 0.05)
         defer { h.stop() }
-        _ = try h.query(
+        try h.replaceHook(
             """
-            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql AS $$
-            BEGIN
-                IF account.status = 'deleted' AND event.type <> 'account-delete' THEN
-                    RAISE EXCEPTION 'user % is gone', event.sub;
-                END IF;
-            END $$;
+            IF account.status = 'deleted' AND event.type <> 'account-delete' THEN
+                RAISE EXCEPTION 'user % is gone', event.sub;
+            END IF;
             """)
         let sub = "sub.gone"
         let now = Int64(Date().timeIntervalSince1970 * 1000)

@@ -162,6 +162,16 @@ final class TestHarness: Sendable {
 
     // MARK: Database
 
+    /// Replaces the operator hook `siwa.on_event(event, account)` with a plpgsql function whose
+    /// body (between BEGIN and END) is `body`.
+    func replaceHook(_ body: String) throws {
+        _ = try query(
+            """
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql AS $$ BEGIN \(body) END $$
+            """)
+    }
+
     func query(_ sql: String, _ parameters: [String?] = []) throws -> PostgresResult {
         try TestDatabase.query(conninfo, sql, parameters)
     }
