@@ -296,6 +296,39 @@ struct InAppDeletionTests {
         #expect(h.logText.contains("deletion failed, will retry"))
     }
 
+    @Test("the operator's hook raises on the deletion: the job fails with its error, retried with backoff (attempts counted), then applied once")
+    func hookRaisesOnDeletion() throws {
+        let h = try H(retryBaseDelay: 0.3)
+        defer { h.stop() }
+        _ = try h.query("CREATE TABLE hook_gate (open boolean NOT NULL); INSERT INTO hook_gate VALUES (false);")
+        _ = try h.query(
+            """
+            CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
+            LANGUAGE plpgsql AS $$
+            BEGIN
+                IF event.type = 'deletion-requested' AND NOT (SELECT open FROM hook_gate) THEN
+                    RAISE EXCEPTION 'operator table is locked';
+                END IF;
+            END $$;
+            """)
+        let sub = "001234.hook.0001"
+        _ = try h.signIn(sub: sub)
+        _ = try h.scalar("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
+        #expect(try eventually { try h.jobStatus(sub) == "failed" })
+        let error = try h.scalar("SELECT last_error FROM siwa.events WHERE type = 'deletion-requested'") ?? ""
+        #expect(error.contains("operator table is locked"), "\(error)")
+        #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "active")
+        // Retried with backoff, not claimed again at once: after 1 s, a handful of attempts at most.
+        Thread.sleep(forTimeInterval: 1)
+        let attempts = Int(try h.scalar("SELECT attempts FROM siwa.events WHERE type = 'deletion-requested'") ?? "") ?? 0
+        #expect((1...4).contains(attempts), "\(attempts) attempts in ~1 s")
+        #expect(!h.logText.contains("worker database error"), "the hook's error broke the batch")
+        _ = try h.query("UPDATE hook_gate SET open = true")
+        #expect(try eventually { try h.jobStatus(sub) == "done" })
+        #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "deleted")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "0")
+    }
+
     // MARK: d. Permanent failure, dead letter, replay
 
     @Test("invalid_client: dead with a clear last_error in dead_letters, status and /metrics; replay applies it")

@@ -30,17 +30,24 @@ struct OperatorCommandTests {
         try process.run()
         if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
         try input.fileHandleForWriting.close()
-        // SIGKILL (a `serve` would take SIGTERM as a graceful stop and exit 0).
+        // SIGKILL (a `serve` would take SIGTERM as a graceful stop and exit 0); never once the
+        // child is reaped (its pid may be reused).
         let killed = NSLock()
         nonisolated(unsafe) var fired = false
+        nonisolated(unsafe) var exited = false
         let pid = process.processIdentifier
         let watchdog = DispatchWorkItem {
-            killed.withLock { fired = true }
-            kill(pid, SIGKILL)
+            killed.withLock {
+                if !exited {
+                    fired = true
+                    kill(pid, SIGKILL)
+                }
+            }
         }
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: watchdog)
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
+        killed.withLock { exited = true }
         watchdog.cancel()
         let text = String(decoding: data, as: UTF8.self)
         if killed.withLock({ fired }) {

@@ -91,7 +91,8 @@ enum WorkerStatements {
         bind: { [String($0.id), $0.status.rawValue, String($0.error.prefix(500)), String($0.retryInSeconds)] })
 
     /// Creates the accounts that do not exist yet and locks the others, in one pass in `sub`
-    /// order, and returns the subs it created. One order for new and existing accounts alike:
+    /// byte order (`COLLATE "C"`, as the worker sorts and as `apple_sub` is stored, whatever the
+    /// database's collation), and returns the subs it created. One order for new and existing accounts alike:
     /// inserting the new ones first and locking the existing ones after could deadlock with
     /// another worker's one-by-one path, which takes a batch's subs in sorted order, one at a
     /// time. (`DO UPDATE … WHERE false` locks the existing row and writes nothing; only inserted
@@ -100,7 +101,7 @@ enum WorkerStatements {
         "create_or_lock_accounts",
         """
         INSERT INTO siwa.accounts AS a (apple_sub)
-        SELECT s FROM unnest($1::text[]) AS u(s) ORDER BY s
+        SELECT s FROM unnest($1::text[]) AS u(s) ORDER BY s COLLATE "C"
         ON CONFLICT (apple_sub) DO UPDATE SET apple_sub = excluded.apple_sub WHERE false
         RETURNING apple_sub
         """,

@@ -108,9 +108,21 @@ extension Worker {
         }
         var deletion = job
         deletion.event = AppleEvent(type: .accountDelete, sub: sub, eventTimeMillis: job.event.eventTimeMillis)
-        // The account is deleted now: BatchApplier erases the user's tokens with the email.
-        let decision = try BatchApplier.apply([deletion], hook: try .current(on: c), on: c)[0]
-        return .deleted(decision)
+        // The account is deleted now: BatchApplier erases the user's tokens with the email. Under
+        // a savepoint: a hook that raises (or a lock timeout) is this job's failure, counted and
+        // retried with backoff like any event's, not a broken batch claimed again at once.
+        do throws(PostgresError) {
+            let hook = try BatchApplier.Hook.current(on: c)
+            let decision = try c.withSavepoint("siwa_job") { c throws(PostgresError) in
+                try BatchApplier.apply([deletion], hook: hook, on: c)[0]
+            }
+            return .deleted(decision)
+        } catch {
+            if !c.isHealthy { throw error }
+            return .failed(
+                message: "\(error.sqlState ?? "?????"): \(Redaction.withoutEmails(error.serverMessage))", permanent: false,
+                retryAfter: nil)
+        }
     }
 
     /// Revokes one stored token at Apple; nil on success (or `invalid_grant`: already revoked).
