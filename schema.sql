@@ -139,6 +139,7 @@ CREATE OR REPLACE FUNCTION siwa.store_apple_token(apple_sub text, client_id text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     existing text;
+    inserted integer;
 BEGIN
     SELECT a.status INTO existing FROM siwa.accounts a WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
     IF existing = 'deleted' THEN
@@ -148,14 +149,18 @@ BEGIN
         INSERT INTO siwa.accounts AS a (apple_sub, email, is_private_email)
         VALUES (store_apple_token.apple_sub, store_apple_token.email, store_apple_token.is_private_email)
         ON CONFLICT ON CONSTRAINT accounts_pkey DO NOTHING;
-        -- A worker may have created (and deleted) the account meanwhile: the insert then waited
-        -- for it and did nothing. Lock the row now and look again: deletion is final.
-        SELECT a.status INTO existing FROM siwa.accounts a WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
-        IF existing = 'deleted' THEN
-            RETURN 'deleted';
+        GET DIAGNOSTICS inserted = ROW_COUNT;
+        IF inserted = 0 THEN
+            -- A worker created (and maybe deleted) the account meanwhile: the insert waited for
+            -- it and did nothing. Lock the row and look again (deletion is final); otherwise the
+            -- address is recorded as for an account that existed.
+            SELECT a.status INTO existing FROM siwa.accounts a WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
+            IF existing = 'deleted' THEN
+                RETURN 'deleted';
+            END IF;
         END IF;
-        existing := NULL;
-    ELSE
+    END IF;
+    IF existing IS NOT NULL THEN
         UPDATE siwa.accounts a SET email = coalesce(store_apple_token.email, a.email),
             is_private_email = coalesce(store_apple_token.is_private_email, a.is_private_email), updated_at = now()
         WHERE a.apple_sub = store_apple_token.apple_sub;

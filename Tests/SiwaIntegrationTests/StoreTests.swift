@@ -273,6 +273,38 @@ struct StoreTests {
         }
     }
 
+    @Test("store_apple_token racing a worker that creates the account: 'updated', with the sign-in's address recorded")
+    func storeTokenRacesAccountCreation() throws {
+        let url = try TestDatabase.create()
+        let sub = "race.0001"
+        // A worker's transaction has created the account, not yet committed.
+        let worker = try PostgresConnection(conninfo: url)
+        _ = try worker.execute("BEGIN")
+        _ = try worker.execute("INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
+        let answer = Mutex<String?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let result = try? TestDatabase.query(
+                url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true)",
+                [sub]
+            ).scalar
+            answer.withLock { $0 = result }
+            done.signal()
+        }
+        let waiting = try eventually(timeout: 10) {
+            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                .scalar == "1"
+        }
+        #expect(waiting, "store_apple_token never waited for the worker's insert")
+        _ = try worker.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 15) == .success)
+        #expect(answer.withLock { $0 } == "updated")
+        let row = try TestDatabase.query(url, "SELECT email, is_private_email FROM siwa.accounts WHERE apple_sub = $1", [sub])
+        #expect(row.value(0, "email") == "r@privaterelay.appleid.com")
+        #expect(row.value(0, "is_private_email") == "t")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == "1")
+    }
+
     @Test("accounts are created and locked in one sub order: a batch and another worker's one-by-one path do not deadlock")
     func accountLockOrder() throws {
         let url = try TestDatabase.create()
