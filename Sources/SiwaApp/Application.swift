@@ -128,7 +128,7 @@ public final class Application: Sendable {
         }
         try migrate(conninfo)
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
-        let revocation = try config.appleAPI.map { try Revocation.load($0, audiences: config.audiences, logger: logger) }
+        let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
         if let api = config.appleAPI {
             logger.info("in-app deletion on", metadata: ["apple_url": "\(api.baseURL)", "team_id": "\(api.teamID)", "key_id": "\(api.keyID)"])
         }

@@ -31,7 +31,7 @@ extension Worker {
 
     /// One job in one transaction; false when none was due (true when it was put back because a
     /// sibling job of the same user is running).
-    private func processDeletion(on connection: PostgresConnection, revocation: Revocation) throws(PostgresError) -> Bool {
+    private func processDeletion(on connection: PostgresConnection, revocation: InAppDeletion) throws(PostgresError) -> Bool {
         var outcome: (job: ClaimedEvent, result: JobResult, attempts: Int, dead: Bool)?
         var postponed = false
         try connection.transaction(begin: beginBatch) { c throws(PostgresError) in
@@ -91,7 +91,7 @@ extension Worker {
     /// No token but an account already deleted (a sibling job of `request_deletion(sub)` revoked
     /// every token, or Apple's account-delete erased them): nothing is left to revoke, the job is
     /// done (outcome `final_deleted`).
-    private func revoke(_ job: ClaimedEvent, revocation: Revocation, on c: PostgresConnection) throws(PostgresError) -> JobResult {
+    private func revoke(_ job: ClaimedEvent, revocation: InAppDeletion, on c: PostgresConnection) throws(PostgresError) -> JobResult {
         let sub = job.event.sub, clientID = job.audience
         let stored = clientID.isEmpty ? nil : try c.row(DeletionStatements.loadToken, (sub, clientID))
         if let stored {
@@ -128,7 +128,7 @@ extension Worker {
     /// Revokes one stored token at Apple; nil on success (or `invalid_grant`: already revoked).
     private func revokeAtApple(
         _ stored: DeletionStatements.StoredToken, sub: String, clientID: String,
-        revocation: Revocation
+        revocation: InAppDeletion
     ) -> JobResult? {
         // Every call's client_id is one of SIWA_AUDIENCES (when this process knows them).
         if !revocation.audiences.isEmpty && !revocation.audiences.containsExactly(clientID) {

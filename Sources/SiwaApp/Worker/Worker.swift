@@ -36,7 +36,7 @@ public final class Worker: Service {
     let logger: Logger
     let metrics: Metrics
     /// Apple's REST API for deletion jobs; nil: in-app deletion is off (jobs wait).
-    let revocation: Revocation?
+    let revocation: InAppDeletion?
     /// Woken by new events and by `stop`.
     public let wakeups = WakeSignal()
     /// Wakes the helper loops (all but the first): a loop claimed a full batch, so a backlog is
@@ -53,7 +53,7 @@ public final class Worker: Service {
 
     public init(
         conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
-        revocation: Revocation? = nil
+        revocation: InAppDeletion? = nil
     ) {
         self.conninfo = conninfo
         self.revocation = revocation

@@ -2,8 +2,9 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 
-/// What the worker needs for deletion jobs: Apple's REST client and the token keys.
-public struct Revocation: Sendable {
+/// In-app deletion configured (`SIWA_TEAM_ID` … `SIWA_TOKEN_KEY_FILE`): Apple's REST client, the token
+/// keys and the client ids Apple may be called for. Used by the API, deletion jobs and reconciliation.
+public struct InAppDeletion: Sendable {
     public let client: AppleClient
     public let vault: TokenVault
     /// `SIWA_AUDIENCES`: the client ids Apple may be called for (empty: not checked, e.g. a `work`
@@ -17,7 +18,7 @@ public struct Revocation: Sendable {
     }
 
     /// Loads the `.p8` and token key files named by `configuration`; errors name the variable.
-    public static func load(_ configuration: AppleAPIConfiguration, audiences: [String] = [], logger: Logger) throws -> Revocation {
+    public static func load(_ configuration: AppleAPIConfiguration, audiences: [String] = [], logger: Logger) throws -> InAppDeletion {
         let key: ECPrivateKey
         do {
             key = try ECPrivateKey(contentsOfFile: configuration.privateKeyFile)
@@ -30,6 +31,6 @@ public struct Revocation: Sendable {
         } catch {
             throw Application.StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
         }
-        return Revocation(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
+        return InAppDeletion(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
     }
 }

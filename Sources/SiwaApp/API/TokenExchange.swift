@@ -24,13 +24,13 @@ public final class TokenExchange: Sendable {
     /// Answers 200 `{"stored":"created"|"updated"|"deleted"}`, 400 for a malformed request.
     public static let handoverPath = "/apple/refresh-tokens"
 
-    private let revocation: Revocation
+    private let revocation: InAppDeletion
     private let keys: KeyStore
     private let audiences: [String]
     private let pool: PostgresPool
     private let logger: Logger
 
-    public init(revocation: Revocation, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger) {
+    public init(revocation: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger) {
         self.revocation = revocation
         self.keys = keys
         self.audiences = audiences
