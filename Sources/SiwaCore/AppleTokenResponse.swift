@@ -62,6 +62,30 @@ public struct AppleTokenResponse: Sendable, Equatable {
     }
 }
 
+/// A successful answer of `POST /auth/token` for `grant_type=refresh_token` (validating a refresh
+/// token): an access token and, in Apple's example, an `id_token`; never a new refresh token.
+public struct AppleRefreshResponse: Sendable, Equatable {
+    /// `id_token`, when Apple sends one: it must name the same `sub` as the token's owner.
+    public var idToken: String?
+
+    public init(idToken: String? = nil) {
+        self.idToken = idToken
+    }
+
+    /// Parses a 200 body: a JSON object with an `access_token`; `id_token` optional. Throws
+    /// `.malformedJSON` or `.malformedField`.
+    public static func parse(_ body: [UInt8]) throws(AppleResponseError) -> AppleRefreshResponse {
+        guard let object = (try? JSONParser.parse(body))?.objectValue else { throw .malformedJSON }
+        guard let access = object["access_token"]?.stringValue, !access.isEmpty else { throw .malformedField }
+        var idToken: String?
+        if let value = object["id_token"], value != .null {
+            guard let s = value.stringValue, !s.isEmpty else { throw .malformedField }
+            idToken = s
+        }
+        return AppleRefreshResponse(idToken: idToken)
+    }
+}
+
 /// The `error` of Apple's error answer `{"error":"invalid_grant"}` (RFC 6749 §5.2).
 public enum AppleErrorCode: Sendable, Equatable, CustomStringConvertible {
     /// The code or refresh token is invalid, expired, already used or revoked.

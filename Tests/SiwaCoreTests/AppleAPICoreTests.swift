@@ -132,6 +132,21 @@ import Testing
         }
     }
 
+    @Test func parsesRefreshValidation() throws {
+        let full = #"{"access_token":"a","token_type":"Bearer","expires_in":3600,"id_token":"h.c.s"}"#
+        #expect(try AppleRefreshResponse.parse(Array(full.utf8)) == AppleRefreshResponse(idToken: "h.c.s"))
+        #expect(try AppleRefreshResponse.parse(Array(#"{"access_token":"a"}"#.utf8)).idToken == nil)
+        #expect(try AppleRefreshResponse.parse(Array(#"{"access_token":"a","id_token":null}"#.utf8)).idToken == nil)
+        let bad: [(String, AppleResponseError)] = [
+            ("", .malformedJSON), ("[1]", .malformedJSON), (#"{"token_type":"Bearer"}"#, .malformedField),
+            (#"{"access_token":""}"#, .malformedField), (#"{"access_token":"a","id_token":7}"#, .malformedField),
+            (#"{"access_token":"a","id_token":""}"#, .malformedField),
+        ]
+        for (body, error) in bad {
+            #expect(throws: error, "\(body)") { try AppleRefreshResponse.parse(Array(body.utf8)) }
+        }
+    }
+
     @Test func parsesErrors() {
         #expect(AppleErrorCode.parse(Array(#"{"error":"invalid_grant"}"#.utf8)) == .invalidGrant)
         #expect(AppleErrorCode.parse(Array(#"{"error":"invalid_client","error_description":"x"}"#.utf8)) == .invalidClient)

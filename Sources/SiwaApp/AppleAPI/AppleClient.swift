@@ -142,6 +142,24 @@ public final class AppleClient: Sendable {
         }
     }
 
+    /// `POST /auth/token` with `grant_type=refresh_token`: asks Apple whether the grant behind a
+    /// refresh token is still alive (`invalid_grant`: revoked or deleted). Apple throttles this to
+    /// about once a day per token. An `id_token` in the answer is not verified here.
+    public func validate(refreshToken: String, clientID: String) -> AppleCallResult<AppleRefreshResponse> {
+        call(
+            path: "/auth/token", clientID: clientID,
+            fields: [("client_id", clientID), ("grant_type", "refresh_token"), ("refresh_token", refreshToken)],
+            onSuccess: Self.parseRefreshResponse)
+    }
+
+    private static func parseRefreshResponse(_ body: [UInt8]) -> AppleCallResult<AppleRefreshResponse> {
+        do {
+            return .success(try AppleRefreshResponse.parse(body))
+        } catch {
+            return .transient(AppleCallFailure(status: 200, reason: "malformed_response", detail: error.rawValue))
+        }
+    }
+
     /// `POST /auth/revoke` of a refresh token. Apple answers 200 also for a token it no longer knows.
     public func revoke(refreshToken: String, clientID: String) -> AppleCallResult<Void> {
         call(

@@ -4,7 +4,7 @@ import SiwaCrypto
 import SiwaHTTP
 import Synchronization
 
-/// A loopback stand-in for Apple's REST API: `POST /auth/token` (authorization-code exchange),
+/// A loopback stand-in for Apple's REST API: `POST /auth/token` (authorization-code exchange and refresh-token validation),
 /// `POST /auth/revoke` and `GET /auth/keys`. `siwa-notify dev-apple` runs it for local
 /// development; the integration tests use it as their fake Apple.
 ///
@@ -149,6 +149,16 @@ public final class DevApple: Sendable {
     /// Calls being held by `.hang`.
     public var hungCalls: Int { endpoint.state.withLock { $0.hung.count } }
 
+    /// A refresh token and its id_token for `user`, as if a backend had exchanged a code with Apple
+    /// itself (what it then hands over at `POST /apple/refresh-tokens`).
+    public func issueTokens(for user: User, clientID: String) throws -> (refreshToken: String, idToken: String) {
+        try endpoint.issue(user, clientID: clientID, now: endpoint.now)
+    }
+
+    /// The user revokes the grant at Apple (Settings → Sign in with Apple → Stop using): the
+    /// refresh token validates `invalid_grant` from now on.
+    public func revokeGrant(_ refreshToken: String) { endpoint.state.withLock { $0.revoked.append(refreshToken) } }
+
     /// Answers hung calls with 503 and stops the listener.
     public func stop() {
         let hung = endpoint.state.withLock { state -> [HTTPResponder] in
@@ -214,7 +224,7 @@ extension DevApple {
 
         func bodyTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { .json(413, #"{"error":"invalid_request"}"#) }
 
-        private var now: Int64 { state.withLock { $0.clock } ?? Int64(Date().timeIntervalSince1970) }
+        var now: Int64 { state.withLock { $0.clock } ?? Int64(Date().timeIntervalSince1970) }
 
         func handle(_ request: HTTPRequest, responder: HTTPResponder) {
             let head = request.head
@@ -259,6 +269,28 @@ extension DevApple {
 
         private static func error(_ code: String) -> HTTPResponse { .json(400, "{\"error\":\"\(code)\"}") }
 
+        /// An id_token about `user` for `clientID`, as Apple signs them.
+        func idToken(for user: User, clientID: String, now: Int64) throws -> String {
+            var claims: [String: JSONValue] = [
+                "iss": .string(DevApple.issuer), "aud": .string(clientID), "sub": .string(user.sub),
+                "iat": .number(Double(now)), "exp": .number(Double(now + 600)), "auth_time": .number(Double(now)),
+                "at_hash": .string(Base64URL.encode(SecureRandom.bytes(16))), "nonce_supported": .bool(true),
+            ]
+            if let email = user.email { claims["email"] = .string(email) }
+            if let p = user.isPrivateEmail { claims["is_private_email"] = .string(p ? "true" : "false") }
+            if let v = user.emailVerified { claims["email_verified"] = .bool(v) }
+            if let nonce = user.nonce { claims["nonce"] = .string(nonce) }
+            return try configuration.signer.sign(claims: claims)
+        }
+
+        /// A new refresh token and its id_token (recorded as issued when `effective`).
+        func issue(_ user: User, clientID: String, now: Int64, effective: Bool = true) throws -> (refreshToken: String, idToken: String) {
+            let idToken = try idToken(for: user, clientID: clientID, now: now)
+            let refreshToken = "r" + SHA256.hex(SecureRandom.bytes(16)) + ".0.sr." + Base64URL.encode(SecureRandom.bytes(16))
+            if effective { state.withLock { $0.issued[refreshToken] = Issued(clientID: clientID, sub: user.sub) } }
+            return (refreshToken, idToken)
+        }
+
         /// Apple's own checks and answer for the two form endpoints; state changes (a code used,
         /// a token issued or revoked) only when `effective`.
         private func apple(_ request: HTTPRequest, call: inout Call, effective: Bool) -> HTTPResponse {
@@ -293,6 +325,26 @@ extension DevApple {
                 return HTTPResponse(status: 200)
             }
 
+            if form["grant_type"] == "refresh_token" {
+                // Validation: alive while issued to this client id and not revoked.
+                guard let token = form["refresh_token"], !token.isEmpty else { return Self.error("invalid_request") }
+                let owner: Issued? = state.withLock { state in
+                    guard let issued = state.issued[token], issued.clientID == clientID, !state.revoked.contains(token) else {
+                        return nil
+                    }
+                    return issued
+                }
+                guard let owner else { return Self.error("invalid_grant") }
+                call.sub = owner.sub
+                guard let idToken = try? idToken(for: User(sub: owner.sub, emailVerified: nil), clientID: clientID, now: now) else {
+                    return .json(500, #"{"error":"server_error"}"#)
+                }
+                let body: [String: JSONValue] = [
+                    "access_token": .string("a" + SHA256.hex(SecureRandom.bytes(16))), "token_type": .string("Bearer"),
+                    "expires_in": .number(3600), "id_token": .string(idToken),
+                ]
+                return .json(200, JSONValue.object(body).serialized())
+            }
             guard form["grant_type"] == "authorization_code" else { return Self.error("unsupported_grant_type") }
             guard let code = form["code"], !code.isEmpty else { return Self.error("invalid_request") }
             let (known, registered): (Bool, User?) = state.withLock { state in
@@ -307,24 +359,12 @@ extension DevApple {
                 return Self.error("invalid_grant")
             }
             call.sub = user.sub
-
-            var claims: [String: JSONValue] = [
-                "iss": .string(DevApple.issuer), "aud": .string(clientID), "sub": .string(user.sub),
-                "iat": .number(Double(now)), "exp": .number(Double(now + 600)), "auth_time": .number(Double(now)),
-                "at_hash": .string(Base64URL.encode(SecureRandom.bytes(16))), "nonce_supported": .bool(true),
-            ]
-            if let email = user.email { claims["email"] = .string(email) }
-            if let p = user.isPrivateEmail { claims["is_private_email"] = .string(p ? "true" : "false") }
-            if let v = user.emailVerified { claims["email_verified"] = .bool(v) }
-            if let nonce = user.nonce { claims["nonce"] = .string(nonce) }
-            guard let idToken = try? configuration.signer.sign(claims: claims) else {
+            guard let pair = try? issue(user, clientID: clientID, now: now, effective: effective) else {
                 return .json(500, #"{"error":"server_error"}"#)
             }
-            let refreshToken = "r" + SHA256.hex(SecureRandom.bytes(16)) + ".0.sr." + Base64URL.encode(SecureRandom.bytes(16))
-            if effective { state.withLock { $0.issued[refreshToken] = Issued(clientID: clientID, sub: user.sub) } }
             let body: [String: JSONValue] = [
                 "access_token": .string("a" + SHA256.hex(SecureRandom.bytes(16))), "token_type": .string("Bearer"),
-                "expires_in": .number(3600), "refresh_token": .string(refreshToken), "id_token": .string(idToken),
+                "expires_in": .number(3600), "refresh_token": .string(pair.refreshToken), "id_token": .string(pair.idToken),
             ]
             return .json(200, JSONValue.object(body).serialized())
         }

@@ -53,6 +53,13 @@ final class FakeApple: Sendable {
     /// Calls being held by `.hang`.
     var hungCalls: Int { apple.hungCalls }
 
+    /// A refresh token and id_token for `user`, as a backend exchanging codes itself gets them.
+    func issueTokens(for user: User, clientID: String) throws -> (refreshToken: String, idToken: String) {
+        try apple.issueTokens(for: user, clientID: clientID)
+    }
+    /// The user stops using Apple sign-in: the token validates `invalid_grant` from now on.
+    func revokeGrant(_ refreshToken: String) { apple.revokeGrant(refreshToken) }
+
     /// Answers hung calls with 503 and stops the listener.
     func stop() { apple.stop() }
 
