@@ -29,6 +29,7 @@ public final class Application: Sendable {
     public struct Options: Sendable {
         public var worker = Worker.Options()
         public var writer = OutboxWriter.Options()
+        public var revoker = Revoker.Options()
         /// Seconds between checks of the key set's TTL. Default 1.
         public var keyCheckInterval: Double = 1
         /// Seconds between two retention passes. Default 600.
@@ -60,6 +61,7 @@ public final class Application: Sendable {
     private let logger: Logger
     private let options: Options
     private let state = Mutex<State>(.idle)
+    private let apiTokenSource = Mutex<APIHandler.Tokens?>(nil)
 
     public init(configuration: ServerConfiguration, roles: Roles = .all, options: Options = Options(), logger: Logger) {
         self.configuration = configuration
@@ -150,11 +152,14 @@ public final class Application: Sendable {
             writer = outbox
         }
 
-        // 3. Admin listener (readiness turns 503 as soon as shutdown begins).
+        // 3. Admin listener (readiness turns 503 as soon as shutdown begins) and the API on it.
         let exchange = revocation.flatMap { r in
-            keys.map { TokenExchange(revocation: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
+            keys.map { TokenExchange(apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
         }
-        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
+        let tokens = try apiTokens()
+        apiTokenSource.withLock { $0 = tokens }
+        let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
+        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, api: api)
         let adminListener = ListenerService(
             name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
             handler: admin, prepareToStop: { admin.startDraining() })
@@ -190,10 +195,13 @@ public final class Application: Sendable {
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
-            let worker = Worker(
-                conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
-                revocation: revocation)
+            let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
+            if let revocation {
+                var revokerOptions = options.revoker
+                revokerOptions.schedule.retryFor = Double(config.revokeRetryFor)
+                try group.start(Revoker(conninfo: conninfo, apple: revocation, options: revokerOptions, logger: logger, metrics: metrics))
+            }
             try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
             try group.start(
                 Retention.service(
@@ -202,6 +210,30 @@ public final class Application: Sendable {
             logger.info("worker started")
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
+    }
+
+    /// Re-reads `SIWA_API_TOKEN_FILE` (SIGHUP): returns how many tokens are in use now, nil when
+    /// the API is off. On error the tokens in use stay.
+    public func reloadAPITokens() throws -> Int? {
+        guard let tokens = apiTokenSource.withLock({ $0 }) else { return nil }
+        return try tokens.reload()
+    }
+
+    /// The API's bearer tokens: `SIWA_API_TOKEN_FILE`; in `--dev` without one, a development token
+    /// made once under the data directory and printed, like the dev signing key.
+    private func apiTokens() throws -> APIHandler.Tokens? {
+        if let file = configuration.apiTokenFile {
+            let tokens = try APIHandler.Tokens(file: file)
+            logger.info("API on", metadata: ["token_file": "\(file)"])
+            return tokens
+        }
+        guard configuration.dev else { return nil }
+        let file = try DevKey.apiToken(dataDirectory: configuration.dataDirectory)
+        let tokens = try APIHandler.Tokens(file: file.path)
+        logger.warning(
+            "DEVELOPMENT API TOKEN (send as Authorization: Bearer <token>): \(file.token)",
+            metadata: ["token_file": "\(file.path)"])
+        return tokens
     }
 
     private func migrate(_ conninfo: String) throws {

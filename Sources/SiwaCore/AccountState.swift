@@ -19,14 +19,18 @@ public struct AccountState: Sendable, Equatable {
     public var emailEventTime: Int64?
     /// Milliseconds: newest applied consent-revoked/account-delete.
     public var statusEventTime: Int64?
+    /// The newest applied sign-in (ms): events older than it never undo it.
+    public var signedInAt: Int64?
 
     /// A never-seen account: active, everything else nil.
     public static let new = AccountState(status: .active)
 
     public init(
         status: AccountStatus, email: String? = nil, isPrivateEmail: Bool? = nil, emailForwarding: Bool? = nil,
-        lastEventTime: Int64? = nil, emailEventTime: Int64? = nil, statusEventTime: Int64? = nil
+        lastEventTime: Int64? = nil, emailEventTime: Int64? = nil, statusEventTime: Int64? = nil,
+        signedInAt: Int64? = nil
     ) {
+        self.signedInAt = signedInAt
         self.status = status
         self.email = email
         self.isPrivateEmail = isPrivateEmail

@@ -5,7 +5,13 @@
 /// - email-disabled/-enabled apply iff not older than the newest applied email event; never revoke.
 /// - consent-revoked always revokes sessions created at or before the event time; the status
 ///   changes iff not older than the newest applied status event.
-/// - account-delete always applies (even late) and revokes all sessions.
+/// - account-delete (and an in-app `deletion-requested`) applies even late, unless older than the
+///   newest sign-in (the user came back after it: only sessions created at or before it are
+///   revoked); it revokes all sessions.
+/// - a sign-in re-activates a consent-revoked account when newer than the consent-revoked; newer
+///   than the deletion of a deleted account it starts a new account (`active`, nothing of the old
+///   one restored); it records the id_token's email when not older than the newest email event.
+///   A deleted account is otherwise final.
 /// For an unknown sub (`current == nil`) and a known type, the row must be created: `accountChanged` is true.
 public enum EventRules {
     /// Decides what `event` does to an account currently in state `current` (nil: never seen).
@@ -13,7 +19,7 @@ public enum EventRules {
         let old = current ?? .new
         let t = event.eventTimeMillis
 
-        if old.status == .deleted {
+        if old.status == .deleted && !(event.type == .signIn && t > (old.statusEventTime ?? Int64.min)) {
             return AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted)
         }
 
@@ -49,7 +55,31 @@ public enum EventRules {
             state.lastEventTime = max(old.lastEventTime ?? t, t)
             return decision(state, .createdAtOrBefore(t), reason, .applied)
 
-        case .accountDelete:
+        case .signIn:
+            if old.status == .deleted {
+                // The user came back: a new account, nothing of the old one.
+                let fresh = AccountState(
+                    status: .active, email: event.email, isPrivateEmail: event.isPrivateEmail, emailForwarding: nil,
+                    lastEventTime: t, emailEventTime: nil, statusEventTime: t, signedInAt: t)
+                return decision(fresh, .none, nil, .applied)
+            }
+            if let last = old.statusEventTime, t < last {
+                return decision(old, .none, nil, .stale)
+            }
+            state.status = .active
+            state.statusEventTime = t
+            state.signedInAt = max(old.signedInAt ?? t, t)
+            if event.email != nil, (old.emailEventTime ?? Int64.min) <= t {
+                state.email = event.email
+                state.isPrivateEmail = event.isPrivateEmail ?? old.isPrivateEmail
+            }
+            state.lastEventTime = max(old.lastEventTime ?? t, t)
+            return decision(state, .none, nil, .applied)
+
+        case .accountDelete, .deletionRequested:
+            if let back = old.signedInAt, t < back {
+                return decision(old, .createdAtOrBefore(t), "account-delete", .stale)
+            }
             state.status = .deleted
             state.email = nil
             state.isPrivateEmail = nil

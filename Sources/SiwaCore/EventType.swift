@@ -4,6 +4,11 @@ public enum EventType: Sendable, Hashable {
     case emailEnabled
     case consentRevoked
     case accountDelete
+    /// A verified sign-in recorded by the API (`sign-in`): never from Apple's notifications.
+    case signIn
+    /// An in-app deletion (`siwa.request_deletion`, `deletion-requested`): applied like
+    /// `account-delete`, and the user's tokens are revoked at Apple. Never from Apple's notifications.
+    case deletionRequested
     /// Any other type, kept verbatim.
     case unknown(String)
 
@@ -18,6 +23,17 @@ public enum EventType: Sendable, Hashable {
         }
     }
 
+    /// A type as stored in `siwa.events`: Apple's types, and the two siwa-notify records itself
+    /// (`sign-in`, `deletion-requested`), which a notification from Apple can never carry
+    /// (`init(rawValue:)` keeps them unknown: stored and ignored).
+    public init(stored: String) {
+        switch stored {
+        case "sign-in": self = .signIn
+        case "deletion-requested": self = .deletionRequested
+        default: self.init(rawValue: stored)
+        }
+    }
+
     /// The canonical spelling (`.accountDelete` is `"account-delete"`); an unknown type's own string.
     public var rawValue: String {
         switch self {
@@ -25,6 +41,8 @@ public enum EventType: Sendable, Hashable {
         case .emailEnabled: return "email-enabled"
         case .consentRevoked: return "consent-revoked"
         case .accountDelete: return "account-delete"
+        case .signIn: return "sign-in"
+        case .deletionRequested: return "deletion-requested"
         case .unknown(let raw): return raw
         }
     }

@@ -30,6 +30,8 @@ public enum IDTokenError: String, Error, Sendable, CaseIterable, CustomStringCon
     case missingSub = "missing_sub"
     /// `email`, `is_private_email` or `email_verified` has the wrong type or is too long.
     case malformedClaims = "malformed_claims"
+    /// `iat` is older than the caller allows (a handed-over id_token must be fresh).
+    case tooOld = "issued_too_long_ago"
 
     public var description: String { "id_token refused: \(rawValue)" }
 }
@@ -49,11 +51,20 @@ public struct IDTokenClaims: Sendable, Equatable {
     public var issuedAt: Int64
     /// `exp`, Unix seconds.
     public var expiresAt: Int64
+    /// `auth_time`, Unix seconds, when present: when the user signed in.
+    public var authTime: Int64?
+    /// `transfer_sub`, for up to 60 days after the app moved to this team from another.
+    public var transferSub: String?
+
+    /// When the user signed in: `auth_time`, else `iat` (the sign-in's time as an event).
+    public var signedInAt: Int64 { authTime ?? issuedAt }
 
     public init(
         sub: String, audience: String, email: String? = nil, isPrivateEmail: Bool? = nil,
-        emailVerified: Bool? = nil, issuedAt: Int64, expiresAt: Int64
+        emailVerified: Bool? = nil, issuedAt: Int64, expiresAt: Int64, authTime: Int64? = nil, transferSub: String? = nil
     ) {
+        self.authTime = authTime
+        self.transferSub = transferSub
         self.sub = sub
         self.audience = audience
         self.email = email
@@ -85,8 +96,9 @@ public struct IDTokenVerifier: Sendable {
     ///   - clientID: the client id the code was exchanged for (the expected `aud`).
     ///   - nonce: the nonce of the original authorization request, if the app used one.
     ///   - now: Unix seconds.
+    ///   - maxAgeSeconds: when set, `iat` older than this is refused (`tooOld`).
     public func verify(
-        token: String, clientID: String, nonce: String?, now: Int64,
+        token: String, clientID: String, nonce: String?, now: Int64, maxAgeSeconds: Int64? = nil,
         checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
     ) throws(IDTokenError) -> IDTokenClaims {
         let jws: CompactJWS
@@ -112,6 +124,9 @@ public struct IDTokenVerifier: Sendable {
         guard now <= NotificationVerifier.saturatingAdd(exp, clockSkewSeconds) else { throw .expired }
         guard let iat = claims["iat"]?.int64Value else { throw .missingIssuedAt }
         guard iat <= NotificationVerifier.saturatingAdd(now, clockSkewSeconds) else { throw .issuedInFuture }
+        if let maxAgeSeconds {
+            guard NotificationVerifier.saturatingAdd(iat, maxAgeSeconds) >= now else { throw .tooOld }
+        }
         if let nonce {
             guard let got = claims["nonce"]?.stringValue, got.utf8.elementsEqual(nonce.utf8) else { throw .nonceMismatch }
         }
@@ -126,11 +141,23 @@ public struct IDTokenVerifier: Sendable {
             }
             email = s
         }
+        var authTime: Int64?
+        if let value = claims["auth_time"], value != .null {
+            guard let t = value.int64Value else { throw .malformedClaims }
+            authTime = t
+        }
+        var transferSub: String?
+        if let value = claims["transfer_sub"], value != .null {
+            guard let t = value.stringValue, !t.isEmpty, t.unicodeScalars.count <= NotificationVerifier.maxSubLength else {
+                throw .malformedClaims
+            }
+            transferSub = t
+        }
         return IDTokenClaims(
             sub: sub, audience: aud, email: email,
             isPrivateEmail: try Self.flag(claims["is_private_email"]),
             emailVerified: try Self.flag(claims["email_verified"]),
-            issuedAt: iat, expiresAt: exp)
+            issuedAt: iat, expiresAt: exp, authTime: authTime, transferSub: transferSub)
     }
 
     /// An optional Apple flag (`is_private_email`, `email_verified`): absent or `null` is nil, a

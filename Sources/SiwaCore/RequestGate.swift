@@ -22,7 +22,7 @@ public struct RequestGate: Sendable {
         return nil
     }
 
-    static func isJSONMediaType(_ value: String) -> Bool {
+    public static func isJSONMediaType(_ value: String) -> Bool {
         let mediaType = value.utf8.prefix(while: { $0 != UInt8(ascii: ";") })
         let trimmed = mediaType.drop(while: isSpace).reversed().drop(while: isSpace).reversed()
         let expected = Array("application/json".utf8)

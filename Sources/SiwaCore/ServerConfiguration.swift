@@ -57,6 +57,12 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var appleAPI: AppleAPIConfiguration?
     /// `--dev`; default false.
     public var dev: Bool
+    /// `SIWA_API_TOKEN_FILE`: the API's bearer tokens, one a line; nil (default): the API answers 404.
+    public var apiTokenFile: String?
+    /// `SIWA_API_CONCURRENCY`: API calls in flight before `503 busy`. Default 16.
+    public var apiConcurrency: Int
+    /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
+    public var revokeRetryFor: Int
 
     /// Every variable `load` reads, in the README's order (a test checks the README's table and
     /// the command-line flags against this list).
@@ -66,7 +72,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
         "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
         "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
-        "SIWA_APPLE_URL",
+        "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
     ]
 
     /// Audience always accepted in dev mode.
@@ -102,6 +108,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         shutdownTimeout = 20
         appleAPI = nil
         dev = false
+        apiTokenFile = nil
+        apiConcurrency = 16
+        revokeRetryFor = 7 * 86_400
     }
 
     /// Loads the configuration. `environment` is the process environment; `overrides` are
@@ -125,6 +134,14 @@ public struct ServerConfiguration: Sendable, Equatable {
             guard let text = value(name) else { return def }
             guard let n = Int(text), range.contains(n) else {
                 throw ConfigurationError(variable: name, problem: "must be an integer between \(range.lowerBound) and \(range.upperBound)")
+            }
+            return n
+        }
+        func duration(_ name: String, _ range: ClosedRange<Int>, default def: Int) throws(ConfigurationError) -> Int {
+            guard let text = value(name) else { return def }
+            guard let n = DurationText.seconds(text), range.contains(n) else {
+                let bounds = "\(DurationText.format(range.lowerBound)) to \(DurationText.format(range.upperBound))"
+                throw ConfigurationError(variable: name, problem: "must be a duration with a unit (s, m, h, d) from \(bounds)")
             }
             return n
         }
@@ -198,6 +215,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.workerConnections = try integer("SIWA_WORKER_CONNECTIONS", 1...32, default: config.workerConnections)
         config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
         config.appleAPI = try AppleAPIConfiguration.load(value)
+        config.apiTokenFile = value("SIWA_API_TOKEN_FILE")
+        config.apiConcurrency = try integer("SIWA_API_CONCURRENCY", 1...1024, default: config.apiConcurrency)
+        config.revokeRetryFor = try duration("SIWA_REVOKE_RETRY_FOR", 60...(365 * 86_400), default: config.revokeRetryFor)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

@@ -58,6 +58,12 @@ struct ConfigurationOptions: ParsableArguments {
     var tokenKeyFile: String?
     @Option(name: .customLong("apple-url"), help: "Apple's base URL (SIWA_APPLE_URL, default https://appleid.apple.com).")
     var appleURL: String?
+    @Option(name: .customLong("api-token-file"), help: "Bearer tokens of the API, one a line (SIWA_API_TOKEN_FILE). Default: the API is off.")
+    var apiTokenFile: String?
+    @Option(name: .customLong("api-concurrency"), help: "API calls in flight before 503 busy (SIWA_API_CONCURRENCY, default 16).")
+    var apiConcurrency: String?
+    @Option(name: .customLong("revoke-retry-for"), help: "How long a revocation at Apple is retried, e.g. 7d (SIWA_REVOKE_RETRY_FOR, default 7d).")
+    var revokeRetryFor: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -87,6 +93,9 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_PRIVATE_KEY_FILE"] = privateKeyFile
         o["SIWA_TOKEN_KEY_FILE"] = tokenKeyFile
         o["SIWA_APPLE_URL"] = appleURL
+        o["SIWA_API_TOKEN_FILE"] = apiTokenFile
+        o["SIWA_API_CONCURRENCY"] = apiConcurrency
+        o["SIWA_REVOKE_RETRY_FOR"] = revokeRetryFor
         return o
     }
 

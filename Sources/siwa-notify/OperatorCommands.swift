@@ -17,22 +17,33 @@ func operatorDatabase(_ config: ServerConfiguration) throws -> String {
 
 struct Replay: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Put dead-lettered events back in the queue (by id, by type, or all).")
+        abstract: "Put dead-lettered events back in the queue (by id, by type, or all), or dead revocations at Apple.")
     @Option(name: .customLong("id"), help: "An event id (repeatable).")
     var ids: [Int64] = []
     @Option(help: "Every dead event of this type.")
     var type: String?
     @Flag(help: "Every dead event.")
     var all = false
+    @Flag(help: "Every dead revocation at Apple (retried again for SIWA_REVOKE_RETRY_FOR).")
+    var revocations = false
     @OptionGroup var options: ConfigurationOptions
 
     func validate() throws {
-        let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0)
-        if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all") }
+        let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0) + (revocations ? 1 : 0)
+        if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all, --revocations") }
     }
 
     func run() throws {
         let config = try options.load(requireAudiences: false)
+        if revocations {
+            do {
+                let count = try OutboxAdmin.replayRevocations(conninfo: try operatorDatabase(config))
+                print("requeued \(count) dead revocation\(count == 1 ? "" : "s")")
+                return
+            } catch {
+                throw CLIError("replay failed: \(error)")
+            }
+        }
         let selection: OutboxAdmin.ReplaySelection = all ? .all : (type.map { .type($0) } ?? .ids(ids))
         do {
             let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
@@ -45,11 +56,11 @@ struct Replay: ParsableCommand {
 
 struct Revoke: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Queue the revocation of a user's Apple tokens; the worker then deletes the account.",
-        discussion: "Same as `select siwa.request_deletion(sub, aud)`. Without --aud: every client id with a stored token.")
+        abstract: "Delete a user: the worker deletes the account by its next batch, then every token is revoked at Apple.",
+        discussion: "Same as `select siwa.request_deletion(sub, aud)`. The user's tokens of every client id are revoked.")
     @Option(help: "The user's Apple sub.")
     var sub: String
-    @Option(help: "The client id (one of SIWA_AUDIENCES). Default: every client id with a stored token.")
+    @Option(help: "The client id (one of SIWA_AUDIENCES) of the app asking. Default: none named.")
     var aud: String?
     @OptionGroup var options: ConfigurationOptions
 
@@ -61,7 +72,7 @@ struct Revoke: ParsableCommand {
         do {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
             print(
-                "queued \(count) deletion job\(count == 1 ? "" : "s")"
+                "queued \(count) deletion\(count == 1 ? "" : "s")"
                     + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
         } catch {
             throw CLIError("revoke failed: \(error)")

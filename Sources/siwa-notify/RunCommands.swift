@@ -70,6 +70,20 @@ enum Runner {
             app.shutdown()
             throw CLIError("cannot start: \(error)")
         }
+        // SIGHUP re-reads SIWA_API_TOKEN_FILE (rotation without a restart).
+        signal(SIGHUP, SIG_IGN)
+        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        hangup.setEventHandler {
+            do {
+                if let count = try app.reloadAPITokens() {
+                    logger.notice("API tokens reloaded", metadata: ["tokens": "\(count)"])
+                }
+            } catch {
+                logger.error("API tokens not reloaded; the previous ones stay", metadata: ["error": "\(error)"])
+            }
+        }
+        hangup.resume()
+        defer { hangup.cancel() }
         termination.wait()
         logger.notice("shutting down")
         app.shutdown()

@@ -207,7 +207,8 @@ import Testing
             claims
                 == IDTokenClaims(
                     sub: "001234.abcdef.0001", audience: Self.clientID, email: "x@privaterelay.appleid.com",
-                    isPrivateEmail: true, emailVerified: true, issuedAt: Self.now, expiresAt: Self.now + 600))
+                    isPrivateEmail: true, emailVerified: true, issuedAt: Self.now, expiresAt: Self.now + 600,
+                    authTime: Self.now))
         // Without an expected nonce the claim is not consulted.
         var c = Self.claims
         c["nonce"] = nil
@@ -258,6 +259,35 @@ import Testing
         expect(.malformedClaims) { $0["email_verified"] = .number(1) }
     }
 
+    @Test func maxAgeRefusesOldTokensAndSignInTimeFallsBackToIat() throws {
+        var c = Self.claims
+        c["iat"] = .number(Double(Self.now - 3600))
+        c["auth_time"] = nil
+        let verifier = IDTokenVerifier()
+        let atLimit = try verifier.verify(
+            token: Self.token(claims: c), clientID: Self.clientID, nonce: nil, now: Self.now, maxAgeSeconds: 3600,
+            checkSignature: Self.check)
+        #expect(atLimit.authTime == nil && atLimit.signedInAt == Self.now - 3600)
+        #expect(throws: IDTokenError.tooOld) {
+            try verifier.verify(
+                token: Self.token(claims: c), clientID: Self.clientID, nonce: nil, now: Self.now + 1, maxAgeSeconds: 3600,
+                checkSignature: Self.check)
+        }
+        // Without a limit the same token verifies.
+        _ = try verify(Self.token(claims: c), now: Self.now + 1)
+    }
+
+    @Test func authTimeAndTransferSub() throws {
+        var c = Self.claims
+        c["auth_time"] = .number(Double(Self.now - 5))
+        c["transfer_sub"] = .string("000111.transfer.0001")
+        let claims = try verify(Self.token(claims: c))
+        #expect(claims.signedInAt == Self.now - 5 && claims.transferSub == "000111.transfer.0001")
+        expect(.malformedClaims) { $0["auth_time"] = .string("soon") }
+        expect(.malformedClaims) { $0["transfer_sub"] = .number(1) }
+        expect(.malformedClaims) { $0["transfer_sub"] = .string("") }
+    }
+
     @Test func clockSkewIsAllowed() throws {
         var c = Self.claims
         c["exp"] = .number(Double(Self.now - 60))
@@ -270,7 +300,7 @@ import Testing
             IDTokenError.allCases.map(\.rawValue) == [
                 "malformed_token", "unsupported_algorithm", "missing_kid", "unknown_kid", "keys_unavailable", "bad_signature",
                 "wrong_issuer", "wrong_audience", "missing_exp", "expired", "missing_iat", "issued_in_future", "nonce_mismatch",
-                "missing_sub", "malformed_claims",
+                "missing_sub", "malformed_claims", "issued_too_long_ago",
             ])
     }
 }

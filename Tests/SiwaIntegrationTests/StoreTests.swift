@@ -265,28 +265,29 @@ struct StoreTests {
                 let problems = Self.wholeTableScans(plan, tables: ["events", "accounts", "sessions"])
                 #expect(problems.isEmpty, "\(name) reads a whole table: \(problems)\n\(plan.joined(separator: "\n"))")
             }
-            // Deletion jobs are claimed through their own partial index, never by walking the
-            // queue of Apple's events (which may hold a large backlog).
-            let deletionPlan = try c.execute("EXPLAIN " + DeletionStatements.claim.sql).rows.compactMap { $0.first ?? nil }
-            #expect(
-                deletionPlan.contains { $0.contains("events_deletion_due_idx") }, "\(deletionPlan.joined(separator: "\n"))")
         }
     }
 
-    @Test("store_apple_token racing a worker that creates the account: 'updated', with the sign-in's address recorded")
-    func storeTokenRacesAccountCreation() throws {
+    @Test("store_apple_token waits for a worker deleting the account: a sign-in older than the deletion is queued for revocation, not stored")
+    func storeTokenSerializesWithDeletion() throws {
         let url = try TestDatabase.create()
         let sub = "race.0001"
-        // A worker's transaction has created the account, not yet committed.
+        _ = try TestDatabase.query(url, "INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
+        // A worker's transaction is deleting the account (at 12:00), not yet committed.
         let worker = try PostgresConnection(conninfo: url)
         _ = try worker.execute("BEGIN")
-        _ = try worker.execute("INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
+        _ = try worker.execute(
+            "UPDATE siwa.accounts SET status = 'deleted', status_event_time = '2030-01-01 12:00:00+00' WHERE apple_sub = $1", [sub])
         let answer = Mutex<String?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
+            // A sign-in at 11:59, stored late.
             let result = try? TestDatabase.query(
-                url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true)",
-                [sub]
+                url,
+                """
+                SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true,
+                                              '2030-01-01 11:59:00+00')
+                """, [sub]
             ).scalar
             answer.withLock { $0 = result }
             done.signal()
@@ -295,14 +296,22 @@ struct StoreTests {
             try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
                 .scalar == "1"
         }
-        #expect(waiting, "store_apple_token never waited for the worker's insert")
+        #expect(waiting, "store_apple_token never waited for the worker's deletion")
         _ = try worker.execute("COMMIT")
         #expect(done.wait(timeout: .now() + 15) == .success)
-        #expect(answer.withLock { $0 } == "updated")
-        let row = try TestDatabase.query(url, "SELECT email, is_private_email FROM siwa.accounts WHERE apple_sub = $1", [sub])
-        #expect(row.value(0, "email") == "r@privaterelay.appleid.com")
-        #expect(row.value(0, "is_private_email") == "t")
-        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == "1")
+        #expect(answer.withLock { $0 } == "deleted")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.apple_tokens").scalar == "0")
+        #expect(
+            try TestDatabase.query(url, "SELECT reason || ':' || status FROM siwa.revocations WHERE apple_sub = $1", [sub]).scalar
+                == "stale-sign-in:pending")
+        // A sign-in after the deletion is the user coming back: stored, and recorded as an event.
+        let back = try TestDatabase.query(
+            url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, NULL, NULL, '2030-01-01 12:01:00+00')",
+            [sub]
+        ).scalar
+        #expect(back == "created")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.apple_tokens").scalar == "1")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE type = 'sign-in'").scalar == "1")
     }
 
     @Test("accounts are created and locked in one sub order: a batch and another worker's one-by-one path do not deadlock")

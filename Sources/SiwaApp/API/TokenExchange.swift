@@ -1,181 +1,204 @@
-import Dispatch
 import Foundation
 import Logging
 import SiwaCore
-import SiwaHTTP
 import SiwaPostgres
 
-/// `POST /apple/tokens` on the admin listener (never the public one): the app's backend hands over
-/// the authorization code of a sign-in; siwa-notify exchanges it at Apple's `/auth/token`,
-/// verifies the returned `id_token` (RS256 with Apple's key set: iss, aud = client id, exp,
-/// nonce), stores the refresh token encrypted, creates the account if new, and answers the
-/// verified claims. Runs off the listener's threads (the call to Apple may take seconds).
+/// The two sign-in endpoints of the API (contract §7). Nothing the caller says about a user is
+/// believed: the user, email and flags come from an `id_token` Apple signed.
 ///
-/// Request: `{"code": "...", "client_id": "<one of SIWA_AUDIENCES>", "redirect_uri"?: "...", "nonce"?: "..."}`.
-/// Answers: 200 `{"sub","email","is_private_email","email_verified"}`; 400 `malformed_json`,
-/// `missing_code`, `unknown_client_id`, `invalid_grant` (Apple refused the code); 502
-/// `apple_unavailable`, `invalid_client`, `apple_rejected`, `invalid_id_token`; 503
-/// `database_unavailable`.
+/// - `POST /apple/tokens` `{"code", "client_id", "redirect_uri"?, "nonce"?}`: exchanges the code
+///   at Apple's `/auth/token`, verifies the returned `id_token` (RS256 with Apple's key set: iss,
+///   aud = client id, exp, nonce), stores the refresh token encrypted and records the sign-in.
+///   Answers 200 `{"sub","email","is_private_email","email_verified"}`; 400 `malformed_json`,
+///   `missing_code`, `unknown_client_id`, `invalid_grant`, `nonce_mismatch`; 502
+///   `apple_unavailable`, `invalid_client`, `apple_rejected`, `invalid_id_token`; 503
+///   `keys_unavailable`, `database_unavailable`. Once Apple redeemed the code, a failure never
+///   drops the refresh token: it is queued for revocation (durably).
+/// - `POST /apple/refresh-tokens` `{"client_id", "refresh_token", "id_token"}`, for a backend that
+///   exchanges codes itself: the `id_token` (issued at most an hour ago) is verified as above; the
+///   refresh token is validated once at Apple (`grant_type=refresh_token`; refused: 400
+///   `invalid_refresh_token`; an `id_token` in Apple's answer must name the same user). Answers
+///   200 `{"stored":"created"|"updated"|"deleted"}`.
 public final class TokenExchange: Sendable {
     public static let path = "/apple/tokens"
-    /// For a backend that exchanges codes itself: it hands over the refresh token here
-    /// (`{"sub", "client_id", "refresh_token", "email"?, "is_private_email"?}`) and siwa-notify
-    /// stores it encrypted (the key never enters the database, so this is not a SQL function).
-    /// Answers 200 `{"stored":"created"|"updated"|"deleted"}`, 400 for a malformed request.
     public static let handoverPath = "/apple/refresh-tokens"
+    /// Oldest handed-over id_token accepted, in seconds.
+    public static let handoverMaxAge: Int64 = 3600
 
-    private let revocation: InAppDeletion
+    private let apple: InAppDeletion
     private let keys: KeyStore
     private let audiences: [String]
     private let pool: PostgresPool
     private let logger: Logger
+    private let clock: @Sendable () -> Int64
 
-    public init(revocation: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger) {
-        self.revocation = revocation
+    public init(
+        apple: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
+        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+    ) {
+        self.apple = apple
         self.keys = keys
         self.audiences = audiences
         self.pool = pool
         self.logger = logger
+        self.clock = clock
     }
 
-    /// Answers through `responder` from a background thread.
-    public func handle(path: String = TokenExchange.path, body: [UInt8], responder: HTTPResponder) {
-        DispatchQueue.global().async { [self] in
-            let (status, json) = path == Self.handoverPath ? handOver(body) : exchange(body)
-            responder.respond(.json(status, json))
+    /// An answer: status, JSON body, and `Retry-After` seconds for a 503 (an `Error` too: a
+    /// step that fails returns the answer to give).
+    public struct Answer: Error, Sendable, Equatable {
+        public var status: Int
+        public var body: String
+        public var retryAfter: Int?
+
+        static func error(_ status: Int, _ code: String, retryAfter: Int? = nil) -> Answer {
+            Answer(status: status, body: "{\"error\":\"\(code)\"}", retryAfter: retryAfter)
         }
     }
 
-    /// `POST /apple/refresh-tokens`: stores a refresh token the app's backend obtained itself.
-    func handOver(_ body: [UInt8]) -> (Int, String) {
-        guard let object = (try? JSONParser.parse(body))?.objectValue else { return (400, Self.error("malformed_json")) }
-        guard let sub = object["sub"]?.stringValue, !sub.isEmpty else { return (400, Self.error("missing_sub")) }
+    /// Handles one call (blocking: run it on the API's executor).
+    public func handle(path: String, body: [UInt8]) -> Answer {
+        path == Self.handoverPath ? handOver(body) : exchange(body)
+    }
+
+    // MARK: - Code exchange
+
+    func exchange(_ body: [UInt8]) -> Answer {
+        guard let object = (try? JSONParser.parse(body))?.objectValue else { return .error(400, "malformed_json") }
+        guard let code = object["code"]?.stringValue, !code.isEmpty else { return .error(400, "missing_code") }
         guard let clientID = object["client_id"]?.stringValue, audiences.containsExactly(clientID) else {
-            return (400, Self.error("unknown_client_id"))
-        }
-        guard let token = object["refresh_token"]?.stringValue, !token.isEmpty else { return (400, Self.error("missing_refresh_token")) }
-        var email: String?
-        if let value = object["email"] {
-            guard let text = value.stringValue else { return (400, Self.error("malformed_json")) }
-            email = text
-        }
-        let isPrivate: Bool?
-        do {
-            isPrivate = try IDTokenVerifier.flag(object["is_private_email"])
-        } catch {
-            return (400, Self.error("malformed_json"))
-        }
-        do {
-            let sealed = try revocation.vault.seal(token, sub: sub, clientID: clientID)
-            let stored = try pool.withConnection(timeout: 5) { c in
-                try c.row(DeletionStatements.storeToken, (sub, clientID, sealed, email, isPrivate))
-            }
-            logger.info(
-                "refresh token handed over",
-                metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(sub))", "account": "\(stored?.rawValue ?? "unknown")"])
-            if stored == .deleted { revokeUnstored(token, sub: sub, clientID: clientID) }
-            return (200, "{\"stored\":\"\(stored?.rawValue ?? "unknown")\"}")
-        } catch {
-            logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
-            return (503, Self.error("database_unavailable"))
-        }
-    }
-
-    struct Request {
-        var code: String
-        var clientID: String
-        var redirectURI: String?
-        var nonce: String?
-    }
-
-    static func error(_ code: String) -> String { "{\"error\":\"\(code)\"}" }
-
-    /// Parses the request body; the error is a reason code.
-    func parse(_ body: [UInt8]) -> Result<Request, ExchangeError> {
-        guard let object = (try? JSONParser.parse(body))?.objectValue else { return .failure(.init("malformed_json")) }
-        guard let code = object["code"]?.stringValue, !code.isEmpty else { return .failure(.init("missing_code")) }
-        guard let clientID = object["client_id"]?.stringValue,
-            audiences.containsExactly(clientID)
-        else {
-            return .failure(.init("unknown_client_id"))
+            return .error(400, "unknown_client_id")
         }
         for optional in ["redirect_uri", "nonce"] {
-            if let value = object[optional], value.stringValue == nil { return .failure(.init("malformed_json")) }
+            if let value = object[optional], value.stringValue == nil { return .error(400, "malformed_json") }
         }
-        return .success(
-            Request(
-                code: code, clientID: clientID, redirectURI: object["redirect_uri"]?.stringValue,
-                nonce: object["nonce"]?.stringValue))
-    }
-
-    struct ExchangeError: Error {
-        var code: String
-        init(_ code: String) { self.code = code }
-    }
-
-    func exchange(_ body: [UInt8]) -> (Int, String) {
-        let request: Request
-        switch parse(body) {
-        case .success(let r): request = r
-        case .failure(let e): return (400, Self.error(e.code))
-        }
+        let nonce = object["nonce"]?.stringValue
         let tokens: AppleTokenResponse
-        switch revocation.client.exchange(code: request.code, clientID: request.clientID, redirectURI: request.redirectURI) {
+        switch apple.client.exchange(code: code, clientID: clientID, redirectURI: object["redirect_uri"]?.stringValue) {
         case .success(let response): tokens = response
-        case .invalidGrant: return (400, Self.error("invalid_grant"))
-        case .invalidClient: return (502, Self.error("invalid_client"))
-        case .rejected: return (502, Self.error("apple_rejected"))
-        case .transient: return (502, Self.error("apple_unavailable"))
+        case .invalidGrant: return .error(400, "invalid_grant")
+        case .invalidClient: return .error(502, "invalid_client")
+        case .rejected: return .error(502, "apple_rejected")
+        case .transient: return .error(502, "apple_unavailable")
         }
+        // From here Apple has issued a refresh token: every failure queues its revocation.
         let claims: IDTokenClaims
+        switch verify(tokens.idToken, clientID: clientID, nonce: nonce, maxAge: nil) {
+        case .success(let c): claims = c
+        case .failure(let refusal):
+            discard(tokens.refreshToken, sub: unverifiedSub(tokens.idToken), clientID: clientID)
+            return refusal
+        }
+        switch store(tokens.refreshToken, claims: claims, clientID: clientID, action: "authorization code exchanged") {
+        case .failure(let refusal):
+            discard(tokens.refreshToken, sub: claims.sub, clientID: clientID)
+            return refusal
+        case .success:
+            var answer: [String: JSONValue] = ["sub": .string(claims.sub)]
+            answer["email"] = claims.email.map { .string($0) } ?? .null
+            answer["is_private_email"] = claims.isPrivateEmail.map { .bool($0) } ?? .null
+            answer["email_verified"] = claims.emailVerified.map { .bool($0) } ?? .null
+            return Answer(status: 200, body: JSONValue.object(answer).serialized())
+        }
+    }
+
+    // MARK: - Hand-over
+
+    func handOver(_ body: [UInt8]) -> Answer {
+        guard let object = (try? JSONParser.parse(body))?.objectValue else { return .error(400, "malformed_json") }
+        guard let clientID = object["client_id"]?.stringValue, audiences.containsExactly(clientID) else {
+            return .error(400, "unknown_client_id")
+        }
+        guard let token = object["refresh_token"]?.stringValue, !token.isEmpty else { return .error(400, "missing_refresh_token") }
+        guard let idToken = object["id_token"]?.stringValue, !idToken.isEmpty else { return .error(400, "missing_id_token") }
+        let claims: IDTokenClaims
+        switch verify(idToken, clientID: clientID, nonce: nil, maxAge: Self.handoverMaxAge) {
+        case .success(let c): claims = c
+        case .failure(let refusal): return refusal.status == 502 ? .error(400, "invalid_id_token") : refusal
+        }
+        // The token must be alive at Apple, and Apple's own id_token must name the same user.
+        switch apple.client.validate(refreshToken: token, clientID: clientID) {
+        case .success(let validation):
+            if let fresh = validation.idToken, unverifiedSub(fresh) != claims.sub {
+                logger.warning(
+                    "refresh token handed over for another user refused",
+                    metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))"])
+                return .error(400, "invalid_refresh_token")
+            }
+        case .invalidGrant: return .error(400, "invalid_refresh_token")
+        case .invalidClient: return .error(502, "invalid_client")
+        case .rejected: return .error(502, "apple_rejected")
+        case .transient: return .error(502, "apple_unavailable")
+        }
+        switch store(token, claims: claims, clientID: clientID, action: "refresh token handed over") {
+        case .failure(let refusal): return refusal
+        case .success(let stored): return Answer(status: 200, body: "{\"stored\":\"\(stored.rawValue)\"}")
+        }
+    }
+
+    // MARK: - Shared steps
+
+    private func verify(_ idToken: String, clientID: String, nonce: String?, maxAge: Int64?) -> Result<IDTokenClaims, Answer> {
         do {
-            claims = try IDTokenVerifier().verify(
-                token: tokens.idToken, clientID: request.clientID, nonce: request.nonce,
-                now: Int64(Date().timeIntervalSince1970)
+            let claims = try IDTokenVerifier().verify(
+                token: idToken, clientID: clientID, nonce: nonce, now: clock(), maxAgeSeconds: maxAge
             ) { kid, input, signature in
                 keys.check(kid: kid, signingInput: input, signature: signature)
             }
+            return .success(claims)
         } catch {
-            logger.warning("id_token from Apple refused", metadata: ["client_id": "\(request.clientID)", "reason": "\(error.rawValue)"])
-            return (502, Self.error("invalid_id_token"))
-        }
-        do {
-            let sealed = try revocation.vault.seal(tokens.refreshToken, sub: claims.sub, clientID: request.clientID)
-            let stored = try pool.withConnection(timeout: 5) { c in
-                try c.row(DeletionStatements.storeToken, (claims.sub, request.clientID, sealed, claims.email, claims.isPrivateEmail))
+            logger.warning("id_token refused", metadata: ["client_id": "\(clientID)", "reason": "\(error.rawValue)"])
+            switch error {
+            case .nonceMismatch: return .failure(.error(400, "nonce_mismatch"))
+            case .keysUnavailable: return .failure(.error(503, "keys_unavailable", retryAfter: 10))
+            default: return .failure(.error(502, "invalid_id_token"))
             }
-            logger.info(
-                stored == .deleted
-                    ? "authorization code exchanged; the account is deleted, no token stored" : "authorization code exchanged, refresh token stored",
-                metadata: [
-                    "client_id": "\(request.clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))",
-                    "account": "\(stored?.rawValue ?? "unknown")",
-                ])
-            if stored == .deleted { revokeUnstored(tokens.refreshToken, sub: claims.sub, clientID: request.clientID) }
-        } catch {
-            logger.error("cannot store the refresh token", metadata: ["error": "\(error)"])
-            return (503, Self.error("database_unavailable"))
         }
-        var answer: [String: JSONValue] = ["sub": .string(claims.sub)]
-        answer["email"] = claims.email.map { .string($0) } ?? .null
-        answer["is_private_email"] = claims.isPrivateEmail.map { .bool($0) } ?? .null
-        answer["email_verified"] = claims.emailVerified.map { .bool($0) } ?? .null
-        return (200, JSONValue.object(answer).serialized())
     }
 
-    /// A token for an account that is deleted (final) is not stored, so no deletion job would ever
-    /// revoke it: revoke it at Apple now (once; a failure is logged, the grant then lapses at
-    /// Apple's side only when the user removes the app).
-    private func revokeUnstored(_ token: String, sub: String, clientID: String) {
-        let outcome: String
-        switch revocation.client.revoke(refreshToken: token, clientID: clientID) {
-        case .success, .invalidGrant: outcome = "revoked"
-        case .invalidClient: outcome = "invalid_client"
-        case .rejected: outcome = "rejected"
-        case .transient: outcome = "unreachable"
+    private func store(
+        _ refreshToken: String, claims: IDTokenClaims, clientID: String, action: String
+    ) -> Result<DeletionStatements.TokenStored, Answer> {
+        do {
+            let sealed = try apple.vault.seal(refreshToken, sub: claims.sub, clientID: clientID)
+            let signIn = DeletionStatements.SignIn(
+                sub: claims.sub, clientID: clientID, token: sealed, email: claims.email,
+                isPrivateEmail: claims.isPrivateEmail, signedInAt: claims.signedInAt)
+            guard let stored = try pool.withConnection(timeout: 5, { c in try c.row(DeletionStatements.storeToken, signIn) }) else {
+                return .failure(.error(503, "database_unavailable", retryAfter: 5))
+            }
+            logger.info(
+                stored == .deleted ? "\(action); the sign-in is older than the user's deletion: token queued for revocation" : "\(action)",
+                metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))", "account": "\(stored.rawValue)"])
+            return .success(stored)
+        } catch {
+            logger.error("cannot store the refresh token", metadata: ["client_id": "\(clientID)", "error": "\(error)"])
+            return .failure(.error(503, "database_unavailable", retryAfter: 5))
         }
-        logger.log(
-            level: outcome == "revoked" ? .info : .warning, "token for a deleted account revoked at Apple, not stored",
-            metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(sub))", "outcome": "\(outcome)"])
+    }
+
+    /// A refresh token Apple issued that is not kept: queued for revocation in the database (the
+    /// revoker retries it for days); when even that fails, revoked at Apple once, now.
+    private func discard(_ refreshToken: String, sub: String?, clientID: String) {
+        let owner = sub ?? ""
+        do {
+            let sealed = try apple.vault.seal(refreshToken, sub: owner, clientID: clientID)
+            _ = try pool.withConnection(timeout: 5) { c in
+                try c.affected(DeletionStatements.queueRevocation, (owner, clientID, sealed, "exchange-failed"))
+            }
+            logger.info("refresh token not kept; queued for revocation at Apple", metadata: ["client_id": "\(clientID)"])
+        } catch {
+            let result = apple.client.revoke(refreshToken: refreshToken, clientID: clientID)
+            logger.log(
+                level: result.isRetryable ? .error : .warning,
+                "refresh token not kept and its revocation could not be queued; revoked at Apple directly",
+                metadata: ["client_id": "\(clientID)", "queue_error": "\(error)", "retryable_failure": "\(result.isRetryable)"])
+        }
+    }
+
+    /// The `sub` of an id_token without verifying it (to label a token that is being revoked, or
+    /// to compare with a verified one); nil when unreadable.
+    private func unverifiedSub(_ token: String) -> String? {
+        (try? CompactJWS.parse(token))?.claims["sub"]?.stringValue
     }
 }

@@ -3,7 +3,8 @@ import SiwaHTTP
 import SiwaPostgres
 import Synchronization
 
-/// The admin listener (never on the public port): `/healthz`, `/readyz`, `/metrics`.
+/// The admin listener (never on the public port): `/healthz`, `/readyz`, `/metrics`, and the API
+/// (`APIHandler`).
 public final class AdminHandler: HTTPHandler {
     private let pool: PostgresPool
     private let keys: KeyStore?
@@ -11,17 +12,17 @@ public final class AdminHandler: HTTPHandler {
     private let draining = Atomic<Bool>(false)
 
     private let writer: OutboxWriter?
-    private let tokenExchange: TokenExchange?
+    private let api: APIHandler?
 
     public init(
         pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
-        tokenExchange: TokenExchange? = nil
+        api: APIHandler? = nil
     ) {
         self.pool = pool
         self.keys = keys
         self.writer = writer
         self.metrics = metrics
-        self.tokenExchange = tokenExchange
+        self.api = api
     }
 
     /// Readiness turns 503 from now on (graceful shutdown).
@@ -29,11 +30,15 @@ public final class AdminHandler: HTTPHandler {
         draining.store(true, ordering: .relaxed)
     }
 
+    /// API calls in flight answer before the listener closes (within `seconds`).
+    public func drainAPI(timeout seconds: Double) {
+        api?.drain(timeout: seconds)
+    }
+
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
-        if head.path == TokenExchange.path || head.path == TokenExchange.handoverPath {
-            guard head.method == "POST" else { return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "POST")]) }
-            guard tokenExchange != nil else { return .json(404, "{\"error\":\"in_app_deletion_off\"}") }
-            return nil
+        if APIHandler.paths.contains(head.path) {
+            guard let api else { return APIHandler.error(404, "not_found") }
+            return api.head(head)
         }
         guard head.method == "GET" || head.method == "HEAD" else {
             return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "GET")])
@@ -48,10 +53,10 @@ public final class AdminHandler: HTTPHandler {
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         switch request.head.path {
         case TokenExchange.path, TokenExchange.handoverPath:
-            if let tokenExchange {
-                tokenExchange.handle(path: request.head.path, body: request.body, responder: responder)
+            if let api {
+                api.handle(request, responder: responder)
             } else {
-                responder.respond(.json(404, "{\"error\":\"in_app_deletion_off\"}"))
+                responder.respond(APIHandler.error(404, "not_found"))
             }
         case "/healthz":
             responder.respond(.text(200, "ok\n"))

@@ -25,4 +25,19 @@ public enum DevKey {
         if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
         return key
     }
+
+    /// The development API token (`<data dir>/dev-api-token`, mode 0600), made on first use.
+    public static func apiToken(dataDirectory: String) throws -> (path: String, token: String) {
+        let file = URL(fileURLWithPath: dataDirectory).appendingPathComponent("dev-api-token").path
+        if let text = try? String(contentsOfFile: file, encoding: .utf8) {
+            let token = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+            if token.count >= 16 { return (file, token) }
+        }
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        let token = "dev_" + SHA256.hex(SecureRandom.bytes(24))
+        let created = FileManager.default.createFile(
+            atPath: file, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600])
+        if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
+        return (file, token)
+    }
 }

@@ -22,6 +22,7 @@ public final class Metrics: Sendable {
         var requests: [String: UInt64] = [:]  // "status|reason"
         var events: [String: UInt64] = [:]  // "outcome|type"
         var keyRefreshes: [String: UInt64] = [:]  // "result"
+        var revocations: [String: UInt64] = [:]  // "outcome"
         var verification = Histogram()
         var commit = Histogram()
     }
@@ -37,6 +38,11 @@ public final class Metrics: Sendable {
     /// `outcome` is applied, failed (will retry) or dead.
     public func event(outcome: String, type: String) {
         state.withLock { $0.events["\(outcome)|\(type)", default: 0] += 1 }
+    }
+
+    /// A revocation attempt at Apple ended: `revoked`, `failed` (will retry) or `dead`.
+    public func revocation(outcome: String) {
+        state.withLock { $0.revocations[outcome, default: 0] += 1 }
     }
 
     public func keyRefresh(succeeded: Bool) {
@@ -71,6 +77,11 @@ public final class Metrics: Sendable {
         out += "# TYPE siwa_key_refreshes_total counter\n"
         for key in s.keyRefreshes.keys.sorted() {
             out += "siwa_key_refreshes_total{result=\"\(key)\"} \(s.keyRefreshes[key]!)\n"
+        }
+        out += "# HELP siwa_revocations_total Refresh-token revocations at Apple, by outcome.\n"
+        out += "# TYPE siwa_revocations_total counter\n"
+        for key in s.revocations.keys.sorted() {
+            out += "siwa_revocations_total{outcome=\"\(key)\"} \(s.revocations[key]!)\n"
         }
         out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
         out += Self.render(name: "siwa_commit_seconds", help: "Time to commit a notification to the outbox.", s.commit)

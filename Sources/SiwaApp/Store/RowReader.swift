@@ -77,7 +77,14 @@ struct RowReader {
 
     /// A `bytea` column.
     func bytes(_ column: String) throws(PostgresError) -> [UInt8] {
-        guard let value = SQLEncoding.bytes(fromBytea: try text(column)) else { throw problem(column, "is not bytea in hex format") }
+        guard let value = try optionalBytes(column) else { throw problem(column, "is NULL") }
+        return value
+    }
+
+    /// A `bytea` column, nil when NULL.
+    func optionalBytes(_ column: String) throws(PostgresError) -> [UInt8]? {
+        guard let text = try optionalText(column) else { return nil }
+        guard let value = SQLEncoding.bytes(fromBytea: text) else { throw problem(column, "is not bytea in hex format") }
         return value
     }
 

@@ -50,14 +50,14 @@ enum WorkerStatements {
         """,
         bind: { _ in [] })
 
-    /// Up to `$1` due events from Apple, oldest first, locked (`SKIP LOCKED`: workers share one
-    /// queue). Deletion jobs are claimed apart (`DeletionStatements.claim`).
+    /// Up to `$1` due events, oldest first, locked (`SKIP LOCKED`: workers share one queue):
+    /// Apple's, sign-ins and in-app deletions alike.
     static let claim = Statement<Int, ClaimedEvent>(
         "claim_events",
         """
         SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts
         FROM siwa.events
-        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now() AND type <> '\(DeletionStatements.jobType)'
+        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
         ORDER BY next_attempt_at, id
         LIMIT $1
         FOR UPDATE SKIP LOCKED
@@ -67,7 +67,7 @@ enum WorkerStatements {
             ClaimedEvent(
                 id: try row.int64("id"), audience: try row.text("aud"),
                 event: AppleEvent(
-                    type: EventType(rawValue: try row.text("type")), sub: try row.text("sub"),
+                    type: EventType(stored: try row.text("type")), sub: try row.text("sub"),
                     eventTimeMillis: try row.int64("event_ms"), email: try row.optionalText("email"),
                     isPrivateEmail: try row.optionalBool("is_private_email")),
                 attempts: try row.int("attempts"))
@@ -116,7 +116,8 @@ enum WorkerStatements {
         SELECT apple_sub, status, email, is_private_email, email_forwarding,
                \(SQLEncoding.millis("last_event_time")) AS last_ms,
                \(SQLEncoding.millis("email_event_time")) AS email_ms,
-               \(SQLEncoding.millis("status_event_time")) AS status_ms
+               \(SQLEncoding.millis("status_event_time")) AS status_ms,
+               \(SQLEncoding.millis("signed_in_at")) AS signed_ms
         FROM siwa.accounts WHERE apple_sub = ANY($1::text[]) ORDER BY apple_sub FOR UPDATE
         """,
         bind: { [SQLEncoding.array($0)] },
@@ -128,7 +129,7 @@ enum WorkerStatements {
                     isPrivateEmail: try row.optionalBool("is_private_email"),
                     emailForwarding: try row.optionalBool("email_forwarding"),
                     lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
-                    statusEventTime: try row.optionalInt64("status_ms"))
+                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"))
             )
         })
 
@@ -141,10 +142,11 @@ enum WorkerStatements {
             last_event_time = \(SQLEncoding.timestamp(millis: "u.last_ms")),
             email_event_time = \(SQLEncoding.timestamp(millis: "u.email_ms")),
             status_event_time = \(SQLEncoding.timestamp(millis: "u.status_ms")),
+            signed_in_at = \(SQLEncoding.timestamp(millis: "u.signed_ms")),
             updated_at = now(),
-            deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) ELSE a.deleted_at END
+            deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) END
         FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
-                    $8::bigint[]) AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms)
+                    $8::bigint[], $9::bigint[]) AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms)
         WHERE a.apple_sub = u.sub
         """,
         bind: { rows in
@@ -153,6 +155,7 @@ enum WorkerStatements {
                 SQLEncoding.array(rows.map { $0.state.email }), SQLEncoding.array(rows.map { $0.state.isPrivateEmail }),
                 SQLEncoding.array(rows.map { $0.state.emailForwarding }), SQLEncoding.array(rows.map { $0.state.lastEventTime }),
                 SQLEncoding.array(rows.map { $0.state.emailEventTime }), SQLEncoding.array(rows.map { $0.state.statusEventTime }),
+                SQLEncoding.array(rows.map { $0.state.signedInAt }),
             ]
         })
 

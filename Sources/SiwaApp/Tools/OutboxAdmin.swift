@@ -10,6 +10,12 @@ public enum OutboxAdmin {
         case all
     }
 
+    /// Requeues dead revocations at Apple with a fresh retry window; returns how many.
+    public static func replayRevocations(conninfo: String) throws -> Int {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
+        return try connection.row(RevocationStatements.replayDead) ?? 0
+    }
+
     /// Requeues dead events (status `pending`, attempts reset); returns how many.
     public static func replay(_ selection: ReplaySelection, conninfo: String) throws -> Int {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
@@ -21,7 +27,7 @@ public enum OutboxAdmin {
     }
 
     /// Queues the revocation of a user's Apple tokens and the deletion of the account
-    /// (`siwa.request_deletion`); returns how many jobs were queued.
+    /// (`siwa.request_deletion`); returns how many deletions were queued (1).
     public static func requestDeletion(sub: String, clientID: String?, conninfo: String) throws -> Int {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoke")
         return try connection.row(DeletionStatements.request, (sub, clientID)) ?? 0
@@ -53,9 +59,12 @@ public enum OutboxAdmin {
         public var recent: [Recent]
         /// In-app deletion (Apple's REST API) configured in this environment.
         public var inAppDeletion: Bool?
-        /// Deletion jobs pending or failed (waiting), and dead.
-        public var deletionJobsWaiting: Int?
-        public var deletionJobsDead: Int?
+        /// Revocations at Apple by status: waiting (pending, running, failed), done, dead,
+        /// no_token (a deleted user of whom no token was stored).
+        public var revocationsWaiting: Int?
+        public var revocationsDone: Int?
+        public var revocationsDead: Int?
+        public var revocationsNoToken: Int?
     }
 
     public static func status(conninfo: String, inAppDeletion: Bool = false) throws -> Report {
@@ -70,12 +79,15 @@ public enum OutboxAdmin {
         let recent = try c.rows(OperatorStatements.recentEvents).map { r in
             Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
         }
-        let jobs = try c.row(DeletionStatements.jobCounts)
+        var revocations: [String: Int] = [:]
+        for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
         return Report(
             pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
             oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
-            deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
+            revocationsWaiting: ["pending", "running", "failed"].reduce(0) { $0 + (revocations[$1] ?? 0) },
+            revocationsDone: revocations["done"] ?? 0, revocationsDead: revocations["dead"] ?? 0,
+            revocationsNoToken: revocations["no_token"] ?? 0)
     }
 
     /// The report as a readable table.
@@ -93,8 +105,10 @@ public enum OutboxAdmin {
                     "in-app deletion",
                     r.inAppDeletion == true ? "on" : "off (set SIWA_TEAM_ID, SIWA_KEY_ID, SIWA_PRIVATE_KEY_FILE, SIWA_TOKEN_KEY_FILE)",
                 ],
-                ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
-                ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
+                ["revocations waiting", String(r.revocationsWaiting ?? 0)],
+                ["revocations done", String(r.revocationsDone ?? 0)],
+                ["revocations dead", String(r.revocationsDead ?? 0)],
+                ["deletions without a token", String(r.revocationsNoToken ?? 0)],
             ])
         out +=
             "\n"

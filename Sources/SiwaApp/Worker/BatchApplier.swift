@@ -31,6 +31,8 @@ enum BatchApplier {
         var changed: [(sub: String, state: AccountState)] = []
         var revocations: [WorkerStatements.Revocation] = []
         var deleted: [String] = []
+        var moveTokens: [DeletionStatements.Deletion] = []
+        var eraseTokens: [DeletionStatements.Erasure] = []
         for item in events {
             let sub = item.event.sub
             let decision = EventRules.apply(item.event, to: current[sub])
@@ -43,15 +45,26 @@ enum BatchApplier {
             case .createdAtOrBefore(let ms): revocations.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason))
             }
             // Every event of a deleted user erases: also one that arrives after the deletion
-            // (it may carry an email), and tokens stored after it.
+            // (it may carry an email).
             if decision.newState.status == .deleted { deleted.append(sub) }
+            // Tokens signed in at or before a deletion or consent-revoked that took effect: an
+            // in-app deletion revokes them at Apple (moved, encrypted, into siwa.revocations);
+            // Apple's own account-delete and consent-revoked ended the grant: erased.
+            if decision.outcome == .applied {
+                let t = item.event.eventTimeMillis
+                switch item.event.type {
+                case .deletionRequested: moveTokens.append(.init(sub: sub, atMillis: t, clientID: item.audience))
+                case .accountDelete: eraseTokens.append(.init(sub: sub, atMillis: t, clientID: nil))
+                case .consentRevoked: eraseTokens.append(.init(sub: sub, atMillis: t, clientID: item.audience))
+                default: break
+                }
+            }
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
-        if !deleted.isEmpty {
-            try c.affected(WorkerStatements.eraseEventEmails, deleted)
-            try c.affected(DeletionStatements.eraseTokens, deleted)
-        }
+        if !deleted.isEmpty { try c.affected(WorkerStatements.eraseEventEmails, deleted) }
+        if !moveTokens.isEmpty { try c.affected(DeletionStatements.moveTokensToRevocation, moveTokens) }
+        if !eraseTokens.isEmpty { try c.affected(DeletionStatements.eraseTokens, eraseTokens) }
         let ids = events.map(\.id)
         try c.affected(WorkerStatements.markDone, zip(ids, decisions).map { ($0, $1.outcome.rawValue) })
         // The operator's hook is always called, with the decision recorded; the shipped no-op is not.

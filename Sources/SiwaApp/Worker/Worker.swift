@@ -35,8 +35,6 @@ public final class Worker: Service {
     let options: Options
     let logger: Logger
     let metrics: Metrics
-    /// Apple's REST API for deletion jobs; nil: in-app deletion is off (jobs wait).
-    let revocation: InAppDeletion?
     /// Woken by new events and by `stop`.
     public let wakeups = WakeSignal()
     /// Wakes the helper loops (all but the first): a loop claimed a full batch, so a backlog is
@@ -51,12 +49,8 @@ public final class Worker: Service {
     /// One per batch loop, set when it has ended.
     private let finished: [StopSignal]
 
-    public init(
-        conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
-        revocation: InAppDeletion? = nil
-    ) {
+    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
         self.conninfo = conninfo
-        self.revocation = revocation
         self.options = options
         self.logger = logger
         self.metrics = metrics
@@ -102,10 +96,9 @@ public final class Worker: Service {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
                 }
                 let processed = try processBatch(on: work!)
-                let deletions = try processDeletions(on: work!)
                 backoff = 0.2
-                if processed == options.batchSize || deletions > 0 {
-                    // More may be due (or this loop is slow at Apple): a waiting helper joins in.
+                if processed == options.batchSize {
+                    // More may be due: a waiting helper joins in.
                     backlog.wake()
                 } else {
                     signal.wait(timeout: idle)

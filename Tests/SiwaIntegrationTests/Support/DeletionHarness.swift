@@ -23,13 +23,16 @@ final class DeletionHarness: Sendable {
     let tokenKey: TokenKey
     let baseURL: String
     let adminURL: String
+    /// The API's bearer token (in `SIWA_API_TOKEN_FILE`).
+    let apiToken: String
+    let apiTokenFile: String
 
     /// - Parameters:
     ///   - roles: `.receive` alone exchanges codes without a worker (a `work` process may revoke).
     ///   - fake: an Apple to use (default: a new one, stopped by `stop`).
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
-        retryBaseDelay: Double = 0.2
+        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -44,6 +47,10 @@ final class DeletionHarness: Sendable {
         // 64 hex characters, like `openssl rand -hex 32`.
         try (SHA256.hex(raw) + "\n").write(toFile: tokenKeyFile, atomically: true, encoding: .utf8)
 
+        apiToken = "test_" + SHA256.hex(SecureRandom.bytes(16))
+        apiTokenFile = directory + "/api-tokens"
+        try ("# rotated weekly\n" + apiToken + "\n").write(toFile: apiTokenFile, atomically: true, encoding: .utf8)
+
         logs = LogSink.capturing()
         var config = ServerConfiguration()
         config.databaseURL = conninfo
@@ -55,6 +62,8 @@ final class DeletionHarness: Sendable {
         config.httpThreads = 2
         config.keyRefreshInterval = 1
         config.maxAttempts = maxAttempts
+        config.apiTokenFile = apiTokenFile
+        config.apiConcurrency = apiConcurrency
         config.appleAPI = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
             tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
@@ -84,6 +93,7 @@ final class DeletionHarness: Sendable {
             "SIWA_PRIVATE_KEY_FILE": privateKeyFile, "SIWA_TOKEN_KEY_FILE": tokenKeyFile, "SIWA_APPLE_URL": fake.baseURL,
             "SIWA_AUDIENCES": "\(S.clientID),\(S.otherClientID)", "SIWA_JWKS_URL": fake.jwksURL, "SIWA_DATA_DIR": directory,
             "SIWA_LISTEN": "127.0.0.1:0", "SIWA_ADMIN_LISTEN": "127.0.0.1:0", "SIWA_LOG_LEVEL": "debug",
+            "SIWA_API_TOKEN_FILE": apiTokenFile,
         ]
     }
 
@@ -96,10 +106,14 @@ final class DeletionHarness: Sendable {
         var error: String? { json?["error"]?.stringValue }
     }
 
-    static func post(_ url: String, json: String, timeout: Double = 30) throws -> Reply {
+    static func post(
+        _ url: String, json: String, timeout: Double = 30, token: String? = nil,
+        contentType: String = "application/json"
+    ) throws -> Reply {
         let response = try Fetcher.perform(
             FetchRequest(
-                url: url, method: "POST", headers: ["Content-Type: application/json"],
+                url: url, method: "POST",
+                headers: ["Content-Type: \(contentType)"] + (token.map { ["Authorization: Bearer \($0)"] } ?? []),
                 body: Array(json.utf8), connectTimeout: 5, totalTimeout: timeout,
                 allowedSchemes: [.http]))
         return Reply(status: response.status, body: String(decoding: response.body, as: UTF8.self))
@@ -118,7 +132,27 @@ final class DeletionHarness: Sendable {
             adminURL + "/apple/tokens",
             json: Self.exchangeBody(
                 code: code, clientID: clientID, redirectURI: redirectURI,
-                nonce: nonce))
+                nonce: nonce), token: apiToken)
+    }
+
+    /// A call to the API with the bearer token.
+    func api(_ path: String, json: String) throws -> Reply {
+        try Self.post(adminURL + path, json: json, token: apiToken)
+    }
+
+    /// Waits up to `seconds` for `condition`; true when it held.
+    func eventually(_ seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if try condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try condition()
+    }
+
+    /// The status of `sub`'s account (nil: none).
+    func accountStatus(_ sub: String) throws -> String? {
+        try scalar("SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub])
     }
 
     /// A sign-in: registers a code at the fake and exchanges it; returns the refresh token Apple issued.
@@ -162,9 +196,14 @@ final class DeletionHarness: Sendable {
         try query(sql, parameters).scalar
     }
 
-    /// The status of the newest deletion job of `sub`.
+    /// The status of the newest deletion request of `sub`.
     func jobStatus(_ sub: String) throws -> String? {
         try scalar("SELECT status FROM siwa.events WHERE type = 'deletion-requested' AND sub = $1 ORDER BY id DESC LIMIT 1", [sub])
+    }
+
+    /// The statuses of `sub`'s revocations at Apple, oldest first.
+    func revocations(_ sub: String) throws -> [String] {
+        try query("SELECT status FROM siwa.revocations WHERE apple_sub = $1 ORDER BY id", [sub]).rows.compactMap { $0.first ?? nil }
     }
 
     /// Replaces `siwa.on_event` with one that appends every call to `hook_log`.

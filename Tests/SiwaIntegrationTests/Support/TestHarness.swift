@@ -18,6 +18,9 @@ final class TestHarness: Sendable {
         options.worker.retry.baseDelay = retryBaseDelay
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
         options.worker.pollInterval = 0.2
+        options.revoker.schedule.backoff.baseDelay = retryBaseDelay
+        options.revoker.schedule.backoff.maxDelay = max(retryBaseDelay, 0.5)
+        options.revoker.pollInterval = 0.2
         return options
     }
 

@@ -1,0 +1,183 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaPostgres
+import Synchronization
+
+/// Revokes refresh tokens at Apple (`siwa.revocations`), apart from the worker's batches: a slow
+/// or failing Apple never delays notifications. One loop with its own database connection claims
+/// due revocations with a lease (committed), hands each to one of `Options.callsInFlight` threads
+/// that call Apple outside any transaction, and records each outcome in a short transaction of its
+/// own. A process killed mid-call leaves the job `running` until its lease ends; it is then
+/// claimed again, counted as an attempt (revoking a revoked token is harmless: Apple answers 200).
+public final class Revoker: Service {
+    public struct Options: Sendable {
+        /// Calls to Apple at once. Default 4.
+        public var callsInFlight: Int = 4
+        /// Seconds a claimed job is leased (longer than one call to Apple). Default 60.
+        public var leaseSeconds: Double = 60
+        /// Seconds between polls for due jobs. Default 1.
+        public var pollInterval: Double = 1
+        public var schedule = RevocationSchedule()
+        public init() {}
+    }
+
+    public let name = "revoker"
+    private let conninfo: String
+    private let apple: InAppDeletion
+    private let options: Options
+    private let logger: Logger
+    private let metrics: Metrics
+    private let calls: APIExecutor
+    /// Woken by a finished call and by `stop`.
+    private let wakeups = WakeSignal()
+    private let finished = StopSignal()
+    private let results = Mutex<[(RevocationStatements.Job, Outcome)]>([])
+    private let inFlight = Atomic<Int>(0)
+
+    enum Outcome {
+        case revoked
+        case failed(String, retryAfter: Int?)
+    }
+
+    public init(conninfo: String, apple: InAppDeletion, options: Options = Options(), logger: Logger, metrics: Metrics) {
+        self.conninfo = conninfo
+        self.apple = apple
+        self.options = options
+        self.logger = logger
+        self.metrics = metrics
+        calls = APIExecutor(limit: options.callsInFlight, name: "siwa-revoke")
+    }
+
+    public func start() {
+        let thread = Thread { [self] in
+            loop()
+            finished.stop()
+        }
+        thread.name = "siwa-revoker"
+        thread.start()
+    }
+
+    /// Calls in flight finish (or are abandoned at the deadline: their leases run out and they
+    /// are claimed again by the next process).
+    public func stop(deadline: ShutdownDeadline) {
+        wakeups.stop()
+        _ = finished.wait(timeout: deadline.remaining)
+        if !calls.drain(timeout: deadline.remaining) {
+            logger.warning("revocations at Apple still running at the end of the shutdown budget; they will be retried")
+        }
+    }
+
+    private func loop() {
+        var connection: PostgresConnection?
+        var backoff = 0.2
+        while !wakeups.isStopped {
+            do {
+                if connection == nil || !(connection!.isHealthy) {
+                    connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker")
+                }
+                try record(on: connection!)
+                let free = options.callsInFlight - inFlight.load(ordering: .relaxed)
+                var claimed: [RevocationStatements.Job] = []
+                if free > 0 {
+                    claimed = try connection!.transaction { c throws(PostgresError) in
+                        try c.rows(RevocationStatements.claim, (free, options.leaseSeconds))
+                    }
+                }
+                for job in claimed { dispatch(job) }
+                backoff = 0.2
+                if claimed.count < free || free == 0 { wakeups.wait(timeout: options.pollInterval) }
+            } catch {
+                logger.warning("revoker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
+                connection = nil
+                wakeups.wait(timeout: backoff)
+                backoff = min(backoff * 2, 5)
+            }
+        }
+        // Outcomes of calls that ended meanwhile are recorded if the database still answers.
+        if let connection, connection.isHealthy { try? record(on: connection) }
+        logger.info("revoker stopped")
+    }
+
+    private func dispatch(_ job: RevocationStatements.Job) {
+        inFlight.add(1, ordering: .relaxed)
+        let submitted = calls.submit { [self] in
+            let outcome = revoke(job)
+            results.withLock { $0.append((job, outcome)) }
+            inFlight.subtract(1, ordering: .relaxed)
+            wakeups.wake()
+        }
+        if !submitted {
+            // Stopping: the lease runs out and the job is claimed again later.
+            inFlight.subtract(1, ordering: .relaxed)
+        }
+    }
+
+    /// One call to Apple, no database.
+    private func revoke(_ job: RevocationStatements.Job) -> Outcome {
+        guard let stored = job.token else { return .revoked }
+        if !apple.audiences.isEmpty && !apple.audiences.containsExactly(job.clientID) {
+            return .failed("unknown_client_id: the token's client id is not in SIWA_AUDIENCES", retryAfter: nil)
+        }
+        let token: String
+        do {
+            token = try apple.vault.open(stored, sub: job.sub, clientID: job.clientID)
+        } catch {
+            return .failed("\(error)", retryAfter: nil)
+        }
+        switch apple.client.revoke(refreshToken: token, clientID: job.clientID) {
+        case .success, .invalidGrant:
+            // invalid_grant: the token is no longer valid at Apple: nothing left to revoke.
+            return .revoked
+        case .invalidClient:
+            return .failed("invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID, the .p8 key)", retryAfter: nil)
+        case .rejected(let failure):
+            return .failed("rejected: \(failure)", retryAfter: nil)
+        case .transient(let failure):
+            return .failed("transient: \(failure)", retryAfter: failure.retryAfter)
+        }
+    }
+
+    /// Records the outcomes of finished calls, each in a short transaction.
+    private func record(on connection: PostgresConnection) throws(PostgresError) {
+        let done = results.withLock { r -> [(RevocationStatements.Job, Outcome)] in
+            defer { r.removeAll() }
+            return r
+        }
+        for (index, (job, outcome)) in done.enumerated() {
+            do throws(PostgresError) {
+                try record(job, outcome, on: connection)
+            } catch {
+                // Not recorded: put the rest back (the lease keeps the job from running twice meanwhile).
+                results.withLock { $0.append(contentsOf: done[index...]) }
+                throw error
+            }
+        }
+    }
+
+    private func record(_ job: RevocationStatements.Job, _ outcome: Outcome, on c: PostgresConnection) throws(PostgresError) {
+        let subHash = SubjectHash.of(job.sub)
+        switch outcome {
+        case .revoked:
+            try c.affected(RevocationStatements.markDone, job.id)
+            metrics.revocation(outcome: "revoked")
+            logger.info(
+                "refresh token revoked at Apple",
+                metadata: ["revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)"])
+        case .failed(let message, let retryAfter):
+            let next = options.schedule.next(
+                afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
+            let dead = next == .dead
+            let delay: Double
+            if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
+            try c.affected(RevocationStatements.markFailed, .init(id: job.id, dead: dead, error: message, retryInSeconds: delay))
+            metrics.revocation(outcome: dead ? "dead" : "failed")
+            logger.warning(
+                dead ? "revocation at Apple dead-lettered" : "revocation at Apple failed, will retry",
+                metadata: [
+                    "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
+                    "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
+                ])
+        }
+    }
+}
