@@ -290,6 +290,8 @@ enum FuzzChecks {
                 case .unknown:
                     precondition(d.outcome == .ignored && d.newState == old && !d.accountChanged && d.revokeSessions == .none,
                                  "invariant: unknown type changed something")
+                case .signIn, .deletionRequested:
+                    preconditionFailure("invariant: a notification carried a type only siwa-notify records: \(event.type)")
                 case .accountDelete:
                     precondition(d.outcome == .applied && d.newState.status == .deleted && d.revokeSessions == .all
                                  && d.revokeReason == "account-delete" && d.accountChanged, "invariant: account-delete not applied: \(d)")

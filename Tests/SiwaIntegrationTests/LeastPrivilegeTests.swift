@@ -32,4 +32,52 @@ struct LeastPrivilegeTests {
         // The receiver's key set was persisted with its own rights.
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "1")
     }
+
+    /// Each role's grants, as the README's "Grants" table lists them.
+    static let expectedGrants: Set<String> = [
+        "siwa_api EXECUTE store_apple_token", "siwa_api INSERT revocations", "siwa_api SELECT backlog",
+        "siwa_dashboard EXECUTE subject_hash", "siwa_dashboard SELECT account_status_summary", "siwa_dashboard SELECT backlog",
+        "siwa_dashboard SELECT dead_letters", "siwa_dashboard SELECT events_per_day",
+        "siwa_receiver INSERT events", "siwa_receiver INSERT key_sets", "siwa_receiver SELECT backlog",
+        "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
+        "siwa_worker DELETE apple_tokens", "siwa_worker DELETE events", "siwa_worker EXECUTE on_event",
+        "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash", "siwa_worker INSERT accounts",
+        "siwa_worker INSERT apple_tokens", "siwa_worker INSERT revocations", "siwa_worker SELECT accounts",
+        "siwa_worker SELECT apple_tokens", "siwa_worker SELECT backlog", "siwa_worker SELECT events",
+        "siwa_worker SELECT revocations", "siwa_worker SELECT sessions", "siwa_worker UPDATE accounts",
+        "siwa_worker UPDATE apple_tokens", "siwa_worker UPDATE events", "siwa_worker UPDATE revocations",
+        "siwa_worker UPDATE sessions",
+    ]
+
+    @Test("each role's grants are exactly the README's; PUBLIC executes nothing of siwa's; the receiver only inserts events")
+    func grantsMatchTheReadme() throws {
+        let url = try TestDatabase.create()
+        let rows = try TestDatabase.query(
+            url,
+            """
+            SELECT grantee || ' ' || privilege_type || ' ' || table_name FROM information_schema.role_table_grants
+            WHERE table_schema = 'siwa' AND grantee LIKE 'siwa\\_%'
+            UNION
+            SELECT grantee || ' EXECUTE ' || routine_name FROM information_schema.role_routine_grants
+            WHERE routine_schema = 'siwa' AND grantee LIKE 'siwa\\_%'
+            """
+        ).rows.compactMap { $0.first ?? nil }
+        #expect(Set(rows) == Self.expectedGrants, "extra: \(Set(rows).subtracting(Self.expectedGrants)), missing: \(Self.expectedGrants.subtracting(rows))")
+        let publicExecute = try TestDatabase.query(
+            url,
+            """
+            SELECT string_agg(p.proname, ',' ORDER BY p.proname) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'siwa' AND p.proname IN ('on_event', 'store_apple_token', 'request_deletion')
+              AND has_function_privilege('public', p.oid, 'EXECUTE')
+            """
+        ).scalar
+        #expect(publicExecute == nil, "PUBLIC may execute \(publicExecute ?? "")")
+        // The README lists the same grants.
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        for grant in Self.expectedGrants {
+            let parts = grant.split(separator: " ")
+            #expect(readme.contains("| `\(parts[0])` | \(parts[1]) | `\(parts[2])` |"), "README lacks the grant \(grant)")
+        }
+    }
 }
