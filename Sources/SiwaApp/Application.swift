@@ -171,7 +171,7 @@ public final class Application: Sendable {
         if let keys, let writer {
             let receiver = Receiver(
                 gate: RequestGate(path: config.path, maxBody: config.maxBody),
-                verifier: NotificationVerifier(policy: VerificationPolicy(audiences: Set(config.audiences))),
+                verifier: NotificationVerifier(policy: Self.verificationPolicy(config)),
                 keys: keys, writer: writer, logger: logger, metrics: metrics,
                 commitTimeout: Double(config.commitTimeout))
             let listener = ListenerService(
@@ -246,6 +246,14 @@ public final class Application: Sendable {
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
         }
+    }
+
+    /// What a notification must satisfy: the configured audiences; in `--dev` the dev key signs
+    /// for the dev audience only (a dev-signed token for a real audience is `401 wrong_audience`).
+    static func verificationPolicy(_ config: ServerConfiguration) -> VerificationPolicy {
+        VerificationPolicy(
+            audiences: Set(config.audiences),
+            keyAudiences: config.dev ? [DevKey.kid: [ServerConfiguration.devAudience]] : [:])
     }
 
     /// Apple's key set: fetched, else the persisted last good one; the dev key in `--dev`.

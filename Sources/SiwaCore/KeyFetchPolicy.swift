@@ -6,9 +6,13 @@
 /// - single flight: at most one fetch in flight, however many unknown `kid`s arrive;
 /// - at most one fetch start per `minInterval` (a flood of made-up `kid`s costs one fetch per
 ///   interval);
-/// - `401 unknown_kid` only when a fetch that started at or after the request's arrival has
-///   completed successfully and still lacks the `kid` (a genuinely new key is never refused);
+/// - `401 unknown_kid` only when a fetch that started at or after the `kid` was first seen has
+///   completed successfully and still lacks it (a genuinely new key is never refused), and then
+///   on every retry until a later fetch finds it (a made-up `kid` gets at most one `503`);
 /// - a `503` always comes with a fetch owed in the background, so the retry finds the key.
+///
+/// When each unknown `kid` was first seen is kept in `sightings`, bounded in size (the oldest is
+/// evicted) and in time; a `kid` a fetch found is forgotten (`forget(_:)`).
 public struct KeyFetchPolicy: Sendable, Equatable {
     /// One key set fetch.
     public struct Fetch: Sendable, Equatable {
@@ -72,6 +76,10 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     public private(set) var inFlight: Fetch?
     /// The most recent completed fetch.
     public private(set) var lastCompletion: Completion?
+    /// The most recent successful fetch: the key set in use is the one it fetched.
+    public private(set) var lastSuccess: Completion?
+    /// When each unknown `kid` was first seen.
+    public private(set) var sightings: UnknownKidSightings
     /// When the most recent fetch started.
     public private(set) var lastStart: Double?
     /// A request was answered 503 and a fetch starting after it is owed.
@@ -80,8 +88,15 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     public private(set) var timerAt: Double?
     private var lastID: UInt64 = 0
 
-    public init(minInterval: Double) {
+    /// - Parameters:
+    ///   - sightingCapacity: unknown `kid`s remembered at once (the oldest is evicted).
+    ///   - sightingLifetime: seconds an unknown `kid`'s first sighting is remembered.
+    public init(
+        minInterval: Double, sightingCapacity: Int = UnknownKidSightings.defaultCapacity,
+        sightingLifetime: Double = UnknownKidSightings.defaultLifetime
+    ) {
         self.minInterval = max(0, minInterval)
+        sightings = UnknownKidSightings(capacity: sightingCapacity, lifetime: sightingLifetime)
     }
 
     /// The earliest time the next fetch may start.
@@ -94,15 +109,18 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         return now >= next
     }
 
-    /// A request that arrived at `arrivedAt` names a `kid` no known key has.
+    /// A request that arrived at `arrivedAt` names `kid`, which no known key has.
     /// `mayWait` is false when deciding again after a wait (the answer is then never `waitFor`).
-    public mutating func unknownKid(arrivedAt: Double, now: Double, mayWait: Bool = true) -> Decision {
-        if let done = lastCompletion, done.fetch.startedAt >= arrivedAt {
-            if done.succeeded { return Decision(answer: .unknownKid, effect: .none) }
-            return unavailable(now: now)
+    /// The first request naming `kid` records when it was seen; every later one (retries
+    /// included) is decided against that time, so a fetch that began after it and succeeded
+    /// without the `kid` makes every retry a 401.
+    public mutating func unknownKid(_ kid: String, arrivedAt: Double, now: Double, mayWait: Bool = true) -> Decision {
+        let seenAt = sightings.record(kid, at: arrivedAt, now: now)
+        if let success = lastSuccess, success.fetch.startedAt >= seenAt {
+            return Decision(answer: .unknownKid, effect: .none)
         }
         if let fetch = inFlight {
-            if fetch.startedAt >= arrivedAt && mayWait {
+            if fetch.startedAt >= seenAt && mayWait {
                 return Decision(answer: .waitFor(fetchID: fetch.id), effect: .none)
             }
             return unavailable(now: now)
@@ -112,6 +130,11 @@ public struct KeyFetchPolicy: Sendable, Equatable {
             return Decision(answer: .waitFor(fetchID: fetch.id), effect: .startFetch(fetch))
         }
         return unavailable(now: now)
+    }
+
+    /// `kids` are known now (a fetch found them): their sightings are dropped.
+    public mutating func forget<S: Sequence<String>>(_ kids: S) {
+        sightings.forget(kids)
     }
 
     /// An explicit refresh (start-up load, TTL expiry).
@@ -126,6 +149,7 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         guard let fetch = inFlight, fetch.id == id else { return .none }
         inFlight = nil
         lastCompletion = Completion(fetch: fetch, finishedAt: now, succeeded: succeeded)
+        if succeeded { lastSuccess = lastCompletion }
         return followUp(now: now)
     }
 
@@ -163,5 +187,87 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         if let at = timerAt, at <= next { return .none }
         timerAt = next
         return .scheduleTimer(at: next)
+    }
+}
+
+/// When each unknown `kid` was first seen (monotonic seconds), for `KeyFetchPolicy`. Bounded:
+/// at most `capacity` entries (recording one more evicts the oldest) and none older than
+/// `lifetime`. A `kid` seen again after its entry went is seen for the first time again (one
+/// more `503` at most, or a fetch of its own).
+public struct UnknownKidSightings: Sendable, Equatable {
+    public static let defaultCapacity = 4096
+    /// One day.
+    public static let defaultLifetime: Double = 86_400
+
+    struct Entry: Sendable, Equatable {
+        var kid: String
+        var at: Double
+    }
+
+    public let capacity: Int
+    public let lifetime: Double
+    private var firstSeen: [String: Double] = [:]
+    /// Entries in recording order (so oldest first); an entry whose `at` no longer matches
+    /// `firstSeen` was forgotten and is skipped.
+    private var order: [Entry] = []
+    private var head = 0
+
+    public init(capacity: Int = defaultCapacity, lifetime: Double = defaultLifetime) {
+        self.capacity = max(1, capacity)
+        self.lifetime = max(0, lifetime)
+    }
+
+    /// Unknown `kid`s remembered.
+    public var count: Int { firstSeen.count }
+
+    /// When `kid` was first seen, if it is remembered.
+    public func firstSeen(_ kid: String) -> Double? { firstSeen[kid] }
+
+    /// Records `kid` as seen at `at` unless it is remembered already; returns its first sighting.
+    /// Drops entries older than `lifetime` (at `now`) and, when full, the oldest one.
+    public mutating func record(_ kid: String, at: Double, now: Double) -> Double {
+        dropExpired(now: now)
+        if let seen = firstSeen[kid] { return seen }
+        while firstSeen.count >= capacity, let oldest = popOldest() {
+            firstSeen[oldest.kid] = nil
+        }
+        firstSeen[kid] = at
+        order.append(Entry(kid: kid, at: at))
+        compact()
+        return at
+    }
+
+    /// Forgets `kids` (known now).
+    public mutating func forget<S: Sequence<String>>(_ kids: S) {
+        for kid in kids { firstSeen[kid] = nil }
+        compact()
+    }
+
+    private mutating func dropExpired(now: Double) {
+        while head < order.count {
+            let entry = order[head]
+            if firstSeen[entry.kid] == entry.at {
+                guard now - entry.at > lifetime else { return }
+                firstSeen[entry.kid] = nil
+            }
+            head += 1
+        }
+    }
+
+    /// The oldest live entry, removed from `order`.
+    private mutating func popOldest() -> Entry? {
+        while head < order.count {
+            let entry = order[head]
+            head += 1
+            if firstSeen[entry.kid] == entry.at { return entry }
+        }
+        return nil
+    }
+
+    /// Keeps `order` under twice the capacity: forgotten and popped entries are dropped.
+    private mutating func compact() {
+        guard order.count - head > 2 * capacity || (head > 64 && head * 2 > order.count) else { return }
+        order = order[head...].filter { firstSeen[$0.kid] == $0.at }
+        head = 0
     }
 }

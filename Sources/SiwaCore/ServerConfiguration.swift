@@ -117,8 +117,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// command-line values keyed by the same variable names (they win). Unknown `SIWA_` variables
     /// are ignored; values are trimmed and an empty value counts as unset.
     ///
-    /// In dev mode, audiences may be empty, `devAudience` is always appended, and non-loopback
-    /// listen hosts are replaced by 127.0.0.1 (the caller warns).
+    /// In dev mode, audiences may be empty, `devAudience` is always appended, non-loopback
+    /// listen hosts are replaced by 127.0.0.1 (the caller warns), and `SIWA_DATABASE_URL` is
+    /// refused: development mode trusts a local key, so it runs on the embedded database only.
     /// Errors name the variable (a listen/admin-listen clash is reported as `SIWA_ADMIN_LISTEN`).
     /// `requireAudiences: false` is for processes that never verify tokens (`work`, operator commands).
     public static func load(
@@ -157,6 +158,13 @@ public struct ServerConfiguration: Sendable, Equatable {
         var config = ServerConfiguration()
         config.dev = dev
         config.databaseURL = value("SIWA_DATABASE_URL")
+        if dev && config.databaseURL != nil {
+            throw ConfigurationError(
+                variable: "SIWA_DATABASE_URL",
+                problem:
+                    "must not be set with --dev: development mode trusts a local signing key and runs on the embedded database only (unset it, or drop --dev)"
+            )
+        }
         if let dir = value("SIWA_DATA_DIR") { config.dataDirectory = dir }
 
         config.audiences = (value("SIWA_AUDIENCES") ?? "")

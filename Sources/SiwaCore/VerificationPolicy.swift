@@ -8,10 +8,18 @@ public struct VerificationPolicy: Sendable {
     public var audiences: Set<String>
     /// Tolerance for `exp` and `iat`, in seconds.
     public var clockSkewSeconds: Int64
+    /// Keys trusted for some audiences only, by `kid`: a token signed with one of them whose
+    /// `aud` is not in its set is refused `wrong_audience` (the `--dev` key signs for the dev
+    /// audience only). Keys not listed are trusted for every accepted audience.
+    public var keyAudiences: [String: Set<String>]
 
-    public init(audiences: Set<String>, issuer: String = VerificationPolicy.appleIssuer, clockSkewSeconds: Int64 = 60) {
+    public init(
+        audiences: Set<String>, issuer: String = VerificationPolicy.appleIssuer, clockSkewSeconds: Int64 = 60,
+        keyAudiences: [String: Set<String>] = [:]
+    ) {
         self.audiences = audiences
         self.issuer = issuer
         self.clockSkewSeconds = clockSkewSeconds
+        self.keyAudiences = keyAudiences
     }
 }

@@ -23,15 +23,18 @@ struct Simulate: ParsableCommand {
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
-        let config = try options.load(dev: true)
+        // Not `dev: true`: simulate touches no database (SIWA_DATABASE_URL may be set in the shell).
+        let config = try options.load(requireAudiences: false)
         let key = try DevKey.loadOrCreate(dataDirectory: config.dataDirectory)
         let signer = NotificationSigner(key: key, kid: DevKey.kid)
-        let audience = config.audiences.first ?? ServerConfiguration.devAudience
+        // `serve --dev` trusts the dev key for the dev audience only.
+        let audience = ServerConfiguration.devAudience
         let claims = NotificationSigner.claims(
             audience: audience, type: type, sub: sub, eventTimeMillis: eventTime,
             email: email, isPrivateEmail: email == nil && !isPrivate ? nil : isPrivate)
         let token = try signer.sign(claims: claims)
-        let host = config.listen.host == "0.0.0.0" ? "127.0.0.1" : (config.listen.host.contains(":") ? "[\(config.listen.host)]" : config.listen.host)
+        // `serve --dev` listens on loopback only: a non-loopback SIWA_LISTEN host became 127.0.0.1.
+        let host = !config.listen.isLoopback ? "127.0.0.1" : (config.listen.host.contains(":") ? "[\(config.listen.host)]" : config.listen.host)
         let target = url ?? "http://\(host):\(config.listen.port)\(config.path)"
         let response: (status: Int, body: String)
         do {

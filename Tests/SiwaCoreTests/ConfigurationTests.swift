@@ -137,6 +137,18 @@ import Testing
         #expect(e.audiences == [ServerConfiguration.devAudience, "com.a"])  // not duplicated
     }
 
+    @Test("--dev refuses SIWA_DATABASE_URL (env or flag): development mode runs on the embedded database only")
+    func devModeRefusesAnExternalDatabase() throws {
+        let url = "postgresql://siwa@db.internal/siwa"
+        for e in [error(["SIWA_DATABASE_URL": url], dev: true), error([:], overrides: ["SIWA_DATABASE_URL": url], dev: true)] {
+            #expect(e?.variable == "SIWA_DATABASE_URL")
+            #expect(e?.description.contains("--dev") == true)
+        }
+        // Unset (or empty) is the embedded database; without --dev the URL is fine.
+        #expect(try load(["SIWA_DATABASE_URL": " "], dev: true).databaseURL == nil)
+        #expect(try load(with("SIWA_DATABASE_URL", url)).databaseURL == url)
+    }
+
     @Test func devModeDoesNotRelaxOtherChecks() {
         #expect(error(["SIWA_JWKS_URL": "http://example.com/keys"], dev: true)?.variable == "SIWA_JWKS_URL")
         #expect(error(["SIWA_MAX_BODY": "0"], dev: true)?.variable == "SIWA_MAX_BODY")

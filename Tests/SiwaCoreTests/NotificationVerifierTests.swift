@@ -108,6 +108,26 @@ import Testing
         }
     }
 
+    @Test("a key trusted for some audiences only (the --dev key) cannot sign for another configured audience")
+    func keyRestrictedToAudiences() throws {
+        let policy = VerificationPolicy(
+            audiences: ["com.example.siwa-notify.dev", Fixture.audience],
+            keyAudiences: ["dev-kid": ["com.example.siwa-notify.dev"]])
+        let v = NotificationVerifier(policy: policy)
+        let devSigned = Fixture.token(header: ["kid": .string("dev-kid"), "alg": .string("RS256")])
+        #expect(throws: RejectReason.wrongAudience) { try v.verify(token: devSigned, now: Fixture.now) { _, _, _ in .valid } }
+        #expect(RejectReason.wrongAudience.httpStatus == 401)
+        let step = v.inspect(token: devSigned, now: Fixture.now) { _, _, _ in .valid }.last
+        #expect(step?.reason == .wrongAudience)
+        #expect(step?.detail.contains("trusted only for") == true)
+        // The same key for its own audience verifies; another key for the real audience too.
+        var claims = Fixture.claims
+        claims["aud"] = .string("com.example.siwa-notify.dev")
+        let devForDev = Fixture.token(header: ["kid": .string("dev-kid"), "alg": .string("RS256")], claims: claims)
+        #expect(try v.verify(token: devForDev, now: Fixture.now) { _, _, _ in .valid }.audience == "com.example.siwa-notify.dev")
+        #expect(try v.verify(token: Fixture.token(), now: Fixture.now) { _, _, _ in .valid }.audience == Fixture.audience)
+    }
+
     @Test func acceptsAnyConfiguredAudience() throws {
         let v = NotificationVerifier(policy: VerificationPolicy(audiences: ["com.other", Fixture.audience]))
         #expect(try v.verify(token: Fixture.token(), now: Fixture.now) { _, _, _ in .valid }.audience == Fixture.audience)

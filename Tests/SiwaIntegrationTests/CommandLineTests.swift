@@ -1,5 +1,6 @@
 import Foundation
 import SiwaApp
+import SiwaFetch
 import SiwaPostgres
 import Testing
 
@@ -26,6 +27,7 @@ struct CommandLineTests {
         let env = [
             "SIWA_DATA_DIR": dir, "SIWA_LISTEN": "127.0.0.1:\(port)",
             "SIWA_ADMIN_LISTEN": "127.0.0.1:\(Self.freePort())", "SIWA_DATABASE_URL": "",
+            "SIWA_AUDIENCES": "com.example.real",
         ]
         let server = Process()
         server.executableURL = URL(fileURLWithPath: Self.binary)
@@ -70,6 +72,18 @@ struct CommandLineTests {
         #expect(revoked, "session not revoked within 1 s")
         #expect(Date().timeIntervalSince(started) <= 1.0)
 
+        // The dev key is trusted for the dev audience only: signed for a real audience, refused.
+        let signer = NotificationSigner(key: try DevKey.loadOrCreate(dataDirectory: dir), kid: DevKey.kid)
+        let forged = try signer.sign(
+            claims: NotificationSigner.claims(audience: "com.example.real", type: "account-delete", sub: "000739.cli.0002"))
+        let refused = try Fetcher.perform(
+            FetchRequest(
+                url: "http://127.0.0.1:\(port)/apple/notifications", method: "POST", headers: ["Content-Type: application/json"],
+                body: Array(NotificationSigner.body(token: forged).utf8), allowedSchemes: [.http]))
+        #expect(refused.status == 401)
+        #expect(String(decoding: refused.body, as: UTF8.self) == #"{"error":"wrong_audience"}"#)
+        #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.events WHERE aud = 'com.example.real'").scalar == "0")
+
         // SIGTERM: graceful stop, embedded database stopped.
         server.terminate()
         server.waitUntilExit()
@@ -88,6 +102,18 @@ struct CommandLineTests {
         let missing = try Self.run(["serve"], environment: ["SIWA_AUDIENCES": ""])
         #expect(missing.status != 0)
         #expect(missing.output.contains("SIWA_AUDIENCES"))
+    }
+
+    @Test("serve --dev with SIWA_DATABASE_URL (environment or flag) exits non-zero with one line naming it")
+    func devRefusesExternalDatabase() throws {
+        let url = "postgresql://siwa@db.invalid/siwa"
+        let fromEnvironment = try Self.run(["serve", "--dev"], environment: ["SIWA_DATABASE_URL": url])
+        let fromFlag = try Self.run(["serve", "--dev", "--database-url", url], environment: ["SIWA_DATABASE_URL": ""])
+        for result in [fromEnvironment, fromFlag] {
+            #expect(result.status != 0)
+            #expect(result.output.contains("SIWA_DATABASE_URL"), "\(result.output)")
+            #expect(result.output.split(separator: "\n").count == 1, "\(result.output)")
+        }
     }
 
     @Test("--help works on every command")

@@ -75,6 +75,35 @@ struct KeyFetchTests {
         }
     }
 
+    @Test("a made-up kid POSTed inside the min-refresh window: 503 + Retry-After; Apple's retry after the Retry-After: 401, and every later one")
+    func madeUpKidThen401() throws {
+        try Self.withServer(interval: 3) { h, server in
+            let bogus = Self.withKid(try h.token(sub: "sub.made-up"), "made-up-\(UInt32.random(in: 0...UInt32.max))")
+            // Just after a fetch: no fetch may begin now.
+            h.waitForKeyFetchWindow(since: server.lastRequest)
+            _ = try h.post(token: Self.withKid(try h.token(sub: "sub.trigger"), "trigger-a-fetch"))
+            let fetches = server.requestCount
+            let first = try h.post(token: bogus)
+            #expect(first.status == 503)
+            #expect(first.code == "keys_unavailable")
+            let retryAfter = Int(first.headers["retry-after"] ?? "") ?? 0
+            #expect(retryAfter >= 1 && retryAfter <= h.keyRefreshInterval + 1, "Retry-After \(retryAfter)")
+            // Apple waits the Retry-After and retries: the fetch owed in the background has run
+            // (after the kid was first seen) without it.
+            Thread.sleep(forTimeInterval: Double(retryAfter))
+            let retry = try h.post(token: bogus)
+            #expect(retry.status == 401)
+            #expect(retry.code == "unknown_kid")
+            #expect(server.requestCount == fetches + 1)
+            // Later retries, each after the last fetch: still 401, and no more fetches for it.
+            Thread.sleep(forTimeInterval: Double(h.keyRefreshInterval))
+            let again = try h.post(token: bogus)
+            #expect(again.status == 401)
+            #expect(again.code == "unknown_kid")
+            #expect(server.requestCount == fetches + 1)
+        }
+    }
+
     @Test("a plain unknown kid with no recent fetch waits for its fetch and gets 401; a rotated genuine kid gets 200 at once")
     func noRecentFetch() throws {
         try Self.withServer(interval: 1) { h, server in

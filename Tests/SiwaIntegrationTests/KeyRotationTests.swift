@@ -6,7 +6,7 @@ import Testing
 
 @Suite("Key set: rotation and refresh", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct KeyRotationTests {
-    @Test("a kid that appears in the key set after a refresh is accepted")
+    @Test("a kid refused 401 stays refused until a later key fetch; once a fetch finds it, it is accepted")
     func rotatedKeyAccepted() throws {
         try TestHarness.with { h throws in
             let rotated = NotificationSigner(key: try RSAPrivateKey.generate(), kid: "rotated-key-2")
@@ -26,6 +26,13 @@ struct KeyRotationTests {
             ])
             try both.write(toFile: h.jwksPath, atomically: true, encoding: .utf8)
             h.waitForKeyFetchWindow(since: refused)
+            // No fetch since: the key set fetched after it was first seen lacks it, still 401.
+            #expect(try h.post(token: token).code == "unknown_kid")
+            // Another unknown kid starts a fetch, which finds the rotated key.
+            let stranger = NotificationSigner(key: TestHarness.sharedKey, kid: "another-kid")
+            let other = try stranger.sign(
+                claims: NotificationSigner.claims(audience: TestHarness.audience, type: "consent-revoked", sub: "sub.other"))
+            #expect(try h.post(token: other).code == "unknown_kid")
             let reply = try h.post(token: token)
             #expect(reply.status == 200)
             #expect(reply.code == "accepted")

@@ -35,7 +35,7 @@ struct KeyStoreTests {
         return store.check(kid: signer.kid, signingInput: jws.signingInput, signature: jws.signature)
     }
 
-    @Test("rotation: a new kid is fetched once and accepted; the old one keeps working")
+    @Test("rotation: a new kid refused by a fetch is accepted after a later fetch has it; the old one keeps working")
     func rotation() throws {
         try Self.withServer { server in
             let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
@@ -43,6 +43,10 @@ struct KeyStoreTests {
             #expect(try Self.check(store, Self.keyA) == .valid)
             #expect(try Self.check(store, Self.keyB) == .unknownKey)
             server.set { $0.body = Self.jwks(Self.keyA, Self.keyB) }
+            // Refused until a later fetch: the one after its first sighting lacked it.
+            #expect(try Self.check(store, Self.keyB) == .unknownKey)
+            #expect(server.requestCount == 2)
+            try store.refresh()
             #expect(try Self.check(store, Self.keyB) == .valid)
             #expect(try Self.check(store, Self.keyA) == .valid)
             server.set { $0.body = Self.jwks(Self.keyB) }  // Apple retires key A
@@ -178,6 +182,48 @@ struct KeyStoreTests {
             let nothingStored = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
             #expect(throws: (any Error).self) { try nothingStored.load() }
             #expect(!nothingStored.isLoaded)
+        }
+    }
+
+    @Test("an unreachable key endpoint: the scheduled refresh backs off (doubling) and logs one warning, then one line when it recovers")
+    func failingRefreshBacksOffAndLogsStateChanges() throws {
+        try Self.withServer { server in
+            let clock = Mutex<Double>(1000)
+            let logs = LogSink.capturing()
+            let logger = Logger(label: "keys") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
+            let store = KeyStore(
+                url: server.url, minRefreshInterval: 2, refreshBackoffLimit: 16, logger: logger,
+                clock: { clock.withLock { $0 } })
+            try store.load()
+            server.set { $0.status = 503 }
+            clock.withLock { $0 += 4000 }  // the one-hour TTL ran out
+            // The key refresher's loop, checking every second of the injected clock for 100 s.
+            var tries: [Double] = []
+            for _ in 0..<100 {
+                if store.isRefreshDue {
+                    tries.append(clock.withLock { $0 } - 5000)
+                    #expect(throws: (any Error).self) { try store.refresh() }
+                }
+                clock.withLock { $0 += 1 }
+            }
+            // Every 2 s before, this was 50 tries; now 2, 4, 8, 16 s apart, then 16 s.
+            #expect(tries == [0, 2, 6, 14, 30, 46, 62, 78, 94])
+            #expect(store.failedFetches == tries.count)
+            #expect(server.requestCount == 1 + tries.count)
+            let warnings = logs.lines.filter { $0.contains("\"level\":\"warning\"") }
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(warnings.first?.contains("key set refresh failing") == true)
+            #expect(logs.lines.filter { $0.contains("key set refresh failed again") }.count == tries.count - 1)
+
+            server.set { $0.status = 200 }
+            clock.withLock { $0 += 16 }
+            #expect(store.isRefreshDue)
+            try store.refresh()
+            #expect(store.failedFetches == 0)
+            let recovered = logs.lines.filter { $0.contains("key set fetch recovered") }
+            #expect(recovered.count == 1)
+            #expect(recovered.first?.contains("\"failed_fetches\":\"\(tries.count)\"") == true, "\(recovered)")
+            #expect(!store.isRefreshDue)  // fine again: next at the TTL
         }
     }
 }

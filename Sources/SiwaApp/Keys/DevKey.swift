@@ -2,7 +2,8 @@ import Foundation
 import SiwaCrypto
 
 /// The local development signing key (`<data dir>/dev-signing-key.pem`, mode 0600). `serve --dev`
-/// trusts it (and only then); `simulate` signs with it. Never used without `--dev`.
+/// trusts it (and only then, for `ServerConfiguration.devAudience` only); `simulate` signs with
+/// it. Never used without `--dev`.
 public enum DevKey {
     /// The `kid` of development tokens.
     public static let kid = "siwa-notify-dev"

@@ -12,9 +12,11 @@ import Synchronization
 /// Fetches run on a background queue, one at a time, at most one start per `minRefreshInterval`
 /// (`KeyFetchPolicy` decides; a flood of made-up `kid`s cannot become a flood of fetches), and no
 /// lock is held while one runs: known `kid`s are never delayed. An unknown `kid` is refused (401)
-/// only after a fetch that began after the request arrived; otherwise the request waits for the
-/// fetch it triggered, or is answered 503 with a fetch owed so that the retry finds the key.
-/// A failed refresh keeps the old keys.
+/// only after a fetch that began after it was first seen (and on every retry until a fetch finds
+/// it); otherwise the request waits for the fetch it triggered, or is answered 503 with a fetch
+/// owed so that the retry finds the key. A failed refresh keeps the old keys; while fetches
+/// fail, the scheduled refresh backs off (`KeyRefreshBackoff`) and only the change of state
+/// (failing, recovered) is logged at warning/notice level.
 public final class KeyStore: Sendable {
     /// Where the last good key set is kept between runs.
     public struct Persistence: Sendable {
@@ -60,6 +62,7 @@ public final class KeyStore: Sendable {
         /// Monotonic seconds.
         var expiresAt: Double?
         var policy: KeyFetchPolicy
+        var backoff: KeyRefreshBackoff
         var lastError: KeyStoreError?
         var waiters: [UInt64: Waiter] = [:]
         var nextWaiterID: UInt64 = 0
@@ -88,10 +91,13 @@ public final class KeyStore: Sendable {
     /// - Parameters:
     ///   - extraKeys: keys trusted besides the fetched set (the `--dev` key).
     ///   - minRefreshInterval: seconds between two fetch starts. Default 10.
+    ///   - refreshBackoffLimit: the longest wait between two scheduled refreshes while fetches
+    ///     fail (the first wait is `minRefreshInterval`, at least 1 s, then doubling). Default 300.
     ///   - clock: monotonic seconds. Default `KeyStore.monotonicSeconds`.
     public init(
         url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
-        fetchTimeout: Double = 10, persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
+        fetchTimeout: Double = 10, refreshBackoffLimit: Double = KeyRefreshBackoff.defaultMaxDelay,
+        persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
         clock: @escaping @Sendable () -> Double = KeyStore.monotonicSeconds
     ) {
         self.url = url
@@ -102,7 +108,10 @@ public final class KeyStore: Sendable {
         self.logger = logger
         self.metrics = metrics
         self.clock = clock
-        state = Mutex(State(policy: KeyFetchPolicy(minInterval: minRefreshInterval)))
+        state = Mutex(
+            State(
+                policy: KeyFetchPolicy(minInterval: minRefreshInterval),
+                backoff: KeyRefreshBackoff(baseDelay: max(1, minRefreshInterval), maxDelay: refreshBackoffLimit)))
     }
 
     /// The store's monotonic clock, in seconds: what `arrivedAt` is measured with.
@@ -122,16 +131,18 @@ public final class KeyStore: Sendable {
         return state.withLock { $0.expiresAt.map { $0 - now } }
     }
 
-    /// True when the TTL has run out and a fetch may start now (none in flight, and the minimum
+    /// True when the scheduled refresh should run now: the TTL has run out (or, while fetches
+    /// fail, the backoff has passed) and a fetch may start (none in flight, and the minimum
     /// interval has passed).
     public var isRefreshDue: Bool {
         let now = clock()
         return state.withLock { s in
-            guard s.policy.mayStart(now: now) else { return false }
-            guard let expires = s.expiresAt else { return true }
-            return now >= expires
+            s.policy.mayStart(now: now) && s.backoff.isDue(now: now, expiresAt: s.expiresAt)
         }
     }
+
+    /// Key set fetches failed in a row (0 while they succeed).
+    public var failedFetches: Int { state.withLock { $0.backoff.failures } }
 
     /// Loads the key set: fetched, or else the persisted last good one. Throws when neither works.
     public func load() throws {
@@ -190,7 +201,7 @@ public final class KeyStore: Sendable {
         let now = clock()
         let (key, decision) = state.withLock { s -> (RSAPublicKey?, KeyFetchPolicy.Decision?) in
             if let key = s.keys[kid] { return (key, nil) }
-            return (nil, s.policy.unknownKid(arrivedAt: arrivedAt, now: now, mayWait: mayWait))
+            return (nil, s.policy.unknownKid(kid, arrivedAt: arrivedAt, now: now, mayWait: mayWait))
         }
         if let key {
             return .checked(key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid)
@@ -278,38 +289,73 @@ public final class KeyStore: Sendable {
         fetchQueue.async { [self] in
             var result: FetchResult
             var body: String?
+            var loaded: [String: RSAPublicKey] = [:]
+            var ttl: Double = 0
             do {
-                let (keys, text, ttl) = try self.fetch()
+                let (keys, text, maxAge) = try self.fetch()
                 let now = clock()
                 state.withLock {
                     $0.keys = keys
                     $0.loaded = true
-                    $0.expiresAt = now + ttl
+                    $0.expiresAt = now + maxAge
                     $0.lastError = nil
                 }
                 body = text
+                loaded = keys
+                ttl = maxAge
                 result = .succeeded
                 metrics?.keyRefresh(succeeded: true)
-                logger.info(
-                    "key set loaded",
-                    metadata: ["keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))"])
             } catch {
                 let failure = error as? KeyStoreError ?? KeyStoreError(message: "\(error)")
                 result = .failed(failure)
                 state.withLock { $0.lastError = failure }
                 metrics?.keyRefresh(succeeded: false)
-                logger.warning("key set refresh failed", metadata: ["error": "\(error)"])
             }
             let now = clock()
             let succeeded = if case .succeeded = result { true } else { false }
-            let (effect, waiters) = state.withLock { s -> (KeyFetchPolicy.Effect, [Waiter]) in
+            let (effect, waiters, transition, retryAt) = state.withLock {
+                s -> (KeyFetchPolicy.Effect, [Waiter], KeyRefreshBackoff.Transition, Double?) in
                 let effect = s.policy.fetchCompleted(id: fetch.id, succeeded: succeeded, now: now)
+                s.policy.forget(loaded.keys)
+                let transition = s.backoff.fetchCompleted(succeeded: succeeded, now: now)
                 let ids = s.waiters.filter { $0.value.fetchID <= fetch.id }.map(\.key)
-                return (effect, ids.compactMap { s.waiters.removeValue(forKey: $0) })
+                return (effect, ids.compactMap { s.waiters.removeValue(forKey: $0) }, transition, s.backoff.retryAt)
             }
+            logOutcome(result, keys: loaded, ttl: ttl, transition: transition, retryIn: retryAt.map { $0 - now })
             for waiter in waiters { waiter.notify(result) }
             perform(effect)
             if let body { persistence?.save(body) }
+        }
+    }
+
+    /// One line per success; for failures only the change of state is a warning (later ones are
+    /// debug lines), and the first success after failures says so.
+    private func logOutcome(
+        _ result: FetchResult, keys: [String: RSAPublicKey], ttl: Double, transition: KeyRefreshBackoff.Transition,
+        retryIn: Double?
+    ) {
+        switch result {
+        case .succeeded:
+            var metadata: Logger.Metadata = [
+                "keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))",
+            ]
+            if case .recovered(let failures) = transition {
+                metadata["failed_fetches"] = "\(failures)"
+                logger.notice("key set fetch recovered; key set loaded", metadata: metadata)
+            } else {
+                logger.info("key set loaded", metadata: metadata)
+            }
+        case .failed(let error):
+            var metadata: Logger.Metadata = ["error": "\(error)"]
+            if let retryIn { metadata["scheduled_retry_in"] = "\(Int(retryIn.rounded(.up)))" }
+            if transition == .failing {
+                logger.warning(
+                    "key set refresh failing; keeping the current keys, retrying with backoff (logged again when it recovers)", metadata: metadata)
+            } else {
+                logger.debug("key set refresh failed again", metadata: metadata)
+            }
+        case .timedOut:
+            break  // a waiter's outcome only, never a fetch's
         }
     }
 
