@@ -4,6 +4,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 
 /// `siwa-notify dev-apple`: a loopback stand-in for Apple's REST API, to try in-app deletion
 /// locally with `serve --dev` (like `simulate` for notifications).

@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 
 /// The tests' Apple: a thin wrapper over the product's `DevApple` (the server `siwa-notify
 /// dev-apple` runs), a real HTTP server on loopback playing `POST /auth/token`, `POST
