@@ -6,12 +6,17 @@ public struct HTTPRequestHead: Sendable, Equatable {
     public var contentType: String?
     /// `nil` when the header is absent; `-1` when present but not a valid length.
     public var contentLength: Int?
+    /// The `Authorization` header, as sent; nil when absent.
+    public var authorization: String?
 
-    public init(method: String, path: String, contentType: String? = nil, contentLength: Int? = nil) {
+    public init(
+        method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil
+    ) {
         self.method = method
         self.path = path
         self.contentType = contentType
         self.contentLength = contentLength
+        self.authorization = authorization
     }
 }
 
