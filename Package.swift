@@ -47,11 +47,15 @@ let package = Package(
                 .embedInCode("Resources/schema.sql")
             ]),
 
+        // Development tools: the fake Apple (`dev-apple`) and the notification signer (`simulate`).
+        // Used by the CLI and the tests, never by the product library.
+        .target(name: "SiwaDevTools", dependencies: ["SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaFetch"]),
+
         // The one executable.
         .executableTarget(
             name: "siwa-notify",
             dependencies: [
-                "SiwaApp",
+                "SiwaApp", "SiwaDevTools",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -64,14 +68,14 @@ let package = Package(
         .testTarget(
             name: "SiwaIntegrationTests",
             dependencies: [
-                "SiwaApp", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
+                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         // In-process tier: the receiver's decisions and the lifecycle, no sockets, no database.
         .testTarget(
             name: "SiwaAppTests",
             dependencies: [
-                "SiwaApp", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
+                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
                 .product(name: "Logging", package: "swift-log"),
             ]),
     ],

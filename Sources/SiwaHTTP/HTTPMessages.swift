@@ -6,10 +6,12 @@ public struct HTTPRequestHead: Sendable, Equatable {
     public var contentType: String?
     /// `nil` when the header is absent; `-1` when present but not a valid length.
     public var contentLength: Int?
-    /// The `Authorization` header (a secret: never log it).
+    /// The `Authorization` header, as sent; nil when absent (a secret: never log it).
     public var authorization: String?
 
-    public init(method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil) {
+    public init(
+        method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil
+    ) {
         self.method = method
         self.path = path
         self.contentType = contentType

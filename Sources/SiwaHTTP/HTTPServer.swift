@@ -229,7 +229,8 @@ private func accessCallback(
             method: method.map { String(cString: $0) } ?? "",
             path: url.map { String(cString: $0) } ?? "/",
             contentType: header(connection, "Content-Type"),
-            contentLength: contentLength, authorization: header(connection, "Authorization"))
+            contentLength: contentLength,
+            authorization: header(connection, "Authorization"))
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         context.inFlight.add(1, ordering: .relaxed)

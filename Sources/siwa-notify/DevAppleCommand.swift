@@ -4,13 +4,14 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 
 /// `siwa-notify dev-apple`: a loopback stand-in for Apple's REST API, to try in-app deletion
 /// locally with `serve --dev` (like `simulate` for notifications).
 struct DevAppleCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dev-apple",
-        abstract: "Run a local fake of Apple's /auth/token, /auth/revoke and /auth/keys to try in-app deletion with `serve --dev`.",
+        abstract: "Run a local fake of Apple's REST API to try in-app deletion and app transfers.",
         discussion: """
             Creates a dev .p8 key and a token key in SIWA_DATA_DIR (if absent), prints the environment to give \
             `serve --dev`, accepts any authorization code (an id_token signed with the dev key that `serve --dev` \
@@ -30,6 +31,10 @@ struct DevAppleCommand: ParsableCommand {
     var email: String?
     @Option(help: "A nonce to put in every id_token (send the same one to POST /apple/tokens). Default: none.")
     var nonce: String?
+    @Option(help: "Also play this receiving team of an app transfer (on --receiving-port). Default: none.")
+    var receivingTeam: String?
+    @Option(help: "Loopback port of the receiving team's fake (with --receiving-team). Default 9181.")
+    var receivingPort: UInt16 = 9181
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
@@ -87,9 +92,13 @@ struct DevAppleCommand: ParsableCommand {
             Any authorization code is accepted (POST /apple/tokens on the admin listener); revocations are logged here.
             """)
 
+        let receiving = try receivingTeam.map { team in
+            try startReceivingTeam(team, sending: configuration, dataDirectory: dataDirectory, keyID: keyID)
+        }
         let termination = TerminationSignals()
         termination.wait()
         server.stop()
+        receiving?.stop()
         Self.say("dev-apple: stopped")
     }
 
@@ -102,13 +111,59 @@ struct DevAppleCommand: ParsableCommand {
         if let error = call.error { line += " error=\(error)" }
         if let problem = call.secretProblem { line += " client_secret_problem=\"\(problem)\"" }
         if call.path == "/auth/revoke" && call.status == 200 { line += " (refresh token revoked)" }
-        if call.path == "/auth/token" && call.status == 200 { line += " (code exchanged, refresh token issued)" }
+        if call.path == "/auth/token" && call.status == 200 {
+            switch call.form?["grant_type"] {
+            case "client_credentials": line += " (access token issued for user.migration)"
+            case "refresh_token": line += " (refresh token valid)"
+            default: line += " (code exchanged, refresh token issued)"
+            }
+        }
+        if call.path == "/auth/usermigrationinfo" && call.status == 200 {
+            line += call.form?["transfer_sub"] == nil ? " (transfer identifier minted)" : " (transfer identifier exchanged)"
+        }
         return line
     }
 
     /// Writes `text` and a newline to stdout at once (unbuffered: the output may be a pipe).
     static func say(_ text: String) {
         FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    /// A second fake, for `team`, sharing the transfer registry of `sending`; its own `.p8` key.
+    func startReceivingTeam(
+        _ team: String, sending: DevApple.Configuration, dataDirectory: String, keyID: String
+    ) throws -> DevApple {
+        let keyFile = dataDirectory + "/dev-apple-key-\(team).p8"
+        let key: ECPrivateKey
+        do {
+            key = try Self.loadOrCreateTeamKey(keyFile)
+        } catch {
+            throw CLIError("dev-apple: cannot prepare \(keyFile): \(error)")
+        }
+        var configuration = DevApple.Configuration(
+            teamID: team, keyID: keyID, secretKey: key.publicKey, clientIDs: nil, signer: sending.signer)
+        configuration.port = receivingPort
+        configuration.transfers = sending.transfers
+        configuration.onCall = { call in Self.say("[\(team)] " + Self.describe(call)) }
+        let server: DevApple
+        do {
+            server = try DevApple(configuration)
+        } catch {
+            throw CLIError("dev-apple: cannot listen on 127.0.0.1:\(receivingPort): \(error)")
+        }
+        Self.say(
+            """
+            dev-apple: the receiving team \(team) of an app transfer on \(server.baseURL). Its environment \
+            (for `siwa-notify transfer import`):
+
+            export SIWA_TEAM_ID=\(team)
+            export SIWA_KEY_ID=\(keyID)
+            export SIWA_PRIVATE_KEY_FILE=\(keyFile)
+            export SIWA_TOKEN_KEY_FILE=\(dataDirectory)/dev-token.key
+            export SIWA_APPLE_URL=\(server.baseURL)
+
+            """)
+        return server
     }
 
     static func loadOrCreateTeamKey(_ path: String) throws -> ECPrivateKey {

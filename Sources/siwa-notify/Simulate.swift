@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import SiwaApp
 import SiwaCore
+import SiwaDevTools
 
 struct Simulate: ParsableCommand {
     static let configuration = CommandConfiguration(

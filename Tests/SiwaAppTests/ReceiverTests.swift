@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 import SiwaHTTP
 import SiwaPostgres
 import Testing

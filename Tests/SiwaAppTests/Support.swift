@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 import SiwaHTTP
 import SiwaPostgres
 import Synchronization

@@ -1,5 +1,6 @@
 import Foundation
 import SiwaApp
+import SiwaDevTools
 import SiwaFetch
 import SiwaPostgres
 import Testing

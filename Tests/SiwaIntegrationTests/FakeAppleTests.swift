@@ -11,11 +11,12 @@ import Testing
 
     func post(
         _ fake: FakeApple, _ path: String, _ fields: [(String, String)],
-        contentType: String = FormURLEncoding.contentType, timeout: Double = 10
+        contentType: String = FormURLEncoding.contentType, timeout: Double = 10, bearer: String? = nil
     ) throws -> FetchResponse {
         try Fetcher.perform(
             FetchRequest(
-                url: fake.baseURL + path, method: "POST", headers: ["Content-Type: \(contentType)"],
+                url: fake.baseURL + path, method: "POST",
+                headers: ["Content-Type: \(contentType)"] + (bearer.map { ["Authorization: Bearer \($0)"] } ?? []),
                 body: Array(FormURLEncoding.encode(fields).utf8), totalTimeout: timeout,
                 allowedSchemes: [.http]))
     }
@@ -127,7 +128,7 @@ import Testing
         let json = try post(fake, "/auth/token", tokenFields(code: "x", secret: secret), contentType: "application/json")
         #expect(errorOf(json) == "invalid_request")
         var fields = tokenFields(code: "x", secret: secret)
-        fields[3] = ("grant_type", "refresh_token")
+        fields[3] = ("grant_type", "password")
         #expect(errorOf(try post(fake, "/auth/token", fields)) == "unsupported_grant_type")
         #expect(
             errorOf(try post(fake, "/auth/token", Array(tokenFields(code: "x", secret: secret).filter { $0.0 != "code" })))

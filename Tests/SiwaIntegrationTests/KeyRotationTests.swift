@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 import Testing
 
 @Suite("Key set: rotation and refresh", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))

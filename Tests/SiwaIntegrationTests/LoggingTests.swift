@@ -1,5 +1,6 @@
 import Foundation
 import SiwaApp
+import SiwaDevTools
 import SiwaFetch
 import Synchronization
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import SiwaCore
+import SiwaDevTools
 import Testing
 
 @testable import SiwaApp

@@ -1,6 +1,7 @@
 import Foundation
 import SiwaApp
 import SiwaCore
+import SiwaDevTools
 import SiwaPostgres
 import Testing
 

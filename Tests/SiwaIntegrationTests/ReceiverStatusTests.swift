@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 import SiwaTestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import Foundation
 import SiwaApp
 import SiwaCore
+import SiwaDevTools
 import Testing
 
 /// What each event type does to `siwa.accounts` and `siwa.sessions`, through the whole path:

@@ -3,6 +3,7 @@ import Logging
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 import SiwaFetch
 import SiwaPostgres
 import Synchronization

@@ -2,11 +2,13 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaDevTools
 
 /// The tests' Apple: a thin wrapper over the product's `DevApple` (the server `siwa-notify
 /// dev-apple` runs), a real HTTP server on loopback playing `POST /auth/token`, `POST
 /// /auth/revoke` and `GET /auth/keys`, checking every call like Apple does (form body, known
-/// `client_id`, ES256 `client_secret` signed by the team's key) and recording it. Codes are
+/// `client_id`, ES256 `client_secret` signed by the team's key) and recording it; with
+/// `client_credentials` and `/auth/usermigrationinfo` for app transfers. Codes are
 /// registered with `addCode` and are single-use; id_tokens are RS256, signed by a test RSA key
 /// whose JWKS is served at `/auth/keys`.
 final class FakeApple: Sendable {
@@ -22,12 +24,14 @@ final class FakeApple: Sendable {
 
     init(
         teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>,
-        idTokenKey: RSAPrivateKey = FakeApple.sharedIDTokenKey, idTokenKid: String = "fake-apple-key"
+        idTokenKey: RSAPrivateKey = FakeApple.sharedIDTokenKey, idTokenKid: String = "fake-apple-key",
+        transfers: DevApple.TransferRegistry = DevApple.TransferRegistry()
     ) throws {
-        apple = try DevApple(
-            DevApple.Configuration(
-                teamID: teamID, keyID: keyID, secretKey: secretKey, clientIDs: clientIDs,
-                signer: NotificationSigner(key: idTokenKey, kid: idTokenKid)))
+        var configuration = DevApple.Configuration(
+            teamID: teamID, keyID: keyID, secretKey: secretKey, clientIDs: clientIDs,
+            signer: NotificationSigner(key: idTokenKey, kid: idTokenKid))
+        configuration.transfers = transfers
+        apple = try DevApple(configuration)
     }
 
     /// `SIWA_APPLE_URL` for this fake.
@@ -39,8 +43,11 @@ final class FakeApple: Sendable {
 
     /// Registers a single-use authorization code.
     func addCode(_ code: String, user: User) { apple.addCode(code, user: user) }
-    func answerToken(_ answer: Answer) { apple.answerToken(answer) }
-    func answerRevoke(_ answer: Answer) { apple.answerRevoke(answer) }
+    /// `first` answers the next calls, one each; then `answer` for good.
+    func answerToken(_ answer: Answer, first: [Answer] = []) { apple.answerToken(answer, first: first) }
+    func answerRevoke(_ answer: Answer, first: [Answer] = []) { apple.answerRevoke(answer, first: first) }
+    func answerClientCredentials(_ answer: Answer, first: [Answer] = []) { apple.answerClientCredentials(answer, first: first) }
+    func answerMigration(_ answer: Answer, first: [Answer] = []) { apple.answerMigration(answer, first: first) }
     /// Pins the fake's clock (Unix seconds) for the client-secret and id_token times; nil = wall clock.
     func setClock(_ now: Int64?) { apple.setClock(now) }
 
@@ -59,6 +66,15 @@ final class FakeApple: Sendable {
     }
     /// The user stops using Apple sign-in: the token validates `invalid_grant` from now on.
     func revokeGrant(_ refreshToken: String) { apple.revokeGrant(refreshToken) }
+
+    // App transfers (TN3159): two fakes sharing a `DevApple.TransferRegistry` are the two teams.
+    var teamID: String { apple.teamID }
+    func addUser(_ user: User) { apple.addUser(user) }
+    /// The user stops using Apple sign-in: tokens `invalid_grant`, transfers `invalid_request`.
+    func revokeUser(sub: String) { apple.revokeUser(sub: sub) }
+    func acceptTransfer(transferSub: String, user: User) { apple.acceptTransfer(transferSub: transferSub, user: user) }
+    var accessTokensIssued: Int { apple.accessTokensIssued }
+    func expireAccessTokens() { apple.expireAccessTokens() }
 
     /// Answers hung calls with 503 and stops the listener.
     func stop() { apple.stop() }

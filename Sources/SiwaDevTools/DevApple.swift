@@ -4,9 +4,11 @@ import SiwaCrypto
 import SiwaHTTP
 import Synchronization
 
-/// A loopback stand-in for Apple's REST API: `POST /auth/token` (authorization-code exchange and refresh-token validation),
-/// `POST /auth/revoke` and `GET /auth/keys`. `siwa-notify dev-apple` runs it for local
-/// development; the integration tests use it as their fake Apple.
+/// A loopback stand-in for Apple's REST API: `POST /auth/token` (authorization-code exchange,
+/// refresh-token validation, `client_credentials` for `scope=user.migration`), `POST /auth/revoke`,
+/// `POST /auth/usermigrationinfo` (app transfers between teams) and `GET /auth/keys`.
+/// `siwa-notify dev-apple` runs it for local development; the integration tests use it as their
+/// fake Apple. Two instances sharing a `TransferRegistry` play the two teams of an app transfer.
 ///
 /// It checks every call like Apple does: a form body, a known `client_id` (any when
 /// `clientIDs` is nil), and a `client_secret` that is an ES256 JWT signed by the team's key
@@ -56,6 +58,18 @@ public final class DevApple: Sendable {
         case status(Int, String)
         /// Never answer (until `stop()`).
         case hang
+        /// 429 `{"error":"too_many_requests"}`, with `Retry-After` (seconds) when given.
+        case throttled(retryAfter: Int?)
+    }
+
+    /// The answers of one endpoint: the `first` ones in order, one per call, then `then` for good.
+    struct AnswerPlan {
+        var first: [Answer] = []
+        var then = Answer.normal
+
+        mutating func next() -> Answer {
+            first.isEmpty ? then : first.removeFirst()
+        }
     }
 
     /// One recorded request.
@@ -71,8 +85,11 @@ public final class DevApple: Sendable {
         public var status: Int
         /// The error answered, if any.
         public var error: String?
-        /// The user of the exchanged code or of the revoked refresh token, when known.
+        /// The user of the exchanged code or of the revoked refresh token, when known (for
+        /// `/auth/usermigrationinfo`: the `sub` asked about, or the new `sub` answered).
         public var sub: String?
+        /// The transfer identifier minted or asked about (`/auth/usermigrationinfo`).
+        public var transferSub: String? = nil
     }
 
     /// What the server is and whom it trusts.
@@ -96,6 +113,11 @@ public final class DevApple: Sendable {
         public var unknownCode: (@Sendable (String) -> User?)?
         /// Called after every recorded call (from a listener thread). Default nil.
         public var onCall: (@Sendable (Call) -> Void)?
+        /// Where transfer identifiers minted by a sending team are found by the receiving team;
+        /// give two instances the same one to play an app transfer. Default: one of its own.
+        public var transfers = TransferRegistry()
+        /// Seconds a `client_credentials` access token lives. Default 3600, as Apple's.
+        public var accessTokenLifetime: Int64 = 3600
 
         public init(
             teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>? = nil,
@@ -134,8 +156,22 @@ public final class DevApple: Sendable {
 
     /// Registers a single-use authorization code.
     public func addCode(_ code: String, user: User) { endpoint.state.withLock { $0.codes[code] = user } }
-    public func answerToken(_ answer: Answer) { endpoint.state.withLock { $0.tokenAnswer = answer } }
-    public func answerRevoke(_ answer: Answer) { endpoint.state.withLock { $0.revokeAnswer = answer } }
+    /// How `/auth/token` answers the authorization-code and refresh-token grants: `first` for the
+    /// next calls, one each, then `answer`.
+    public func answerToken(_ answer: Answer, first: [Answer] = []) {
+        endpoint.state.withLock { $0.tokenAnswer = AnswerPlan(first: first, then: answer) }
+    }
+    public func answerRevoke(_ answer: Answer, first: [Answer] = []) {
+        endpoint.state.withLock { $0.revokeAnswer = AnswerPlan(first: first, then: answer) }
+    }
+    /// How `/auth/token` answers `grant_type=client_credentials`.
+    public func answerClientCredentials(_ answer: Answer, first: [Answer] = []) {
+        endpoint.state.withLock { $0.credentialsAnswer = AnswerPlan(first: first, then: answer) }
+    }
+    /// How `/auth/usermigrationinfo` answers.
+    public func answerMigration(_ answer: Answer, first: [Answer] = []) {
+        endpoint.state.withLock { $0.migrationAnswer = AnswerPlan(first: first, then: answer) }
+    }
     /// Pins the clock (Unix seconds) for the client-secret and id_token times; nil = wall clock.
     public func setClock(_ now: Int64?) { endpoint.state.withLock { $0.clock = now } }
 
@@ -158,6 +194,41 @@ public final class DevApple: Sendable {
     /// The user revokes the grant at Apple (Settings → Sign in with Apple → Stop using): the
     /// refresh token validates `invalid_grant` from now on.
     public func revokeGrant(_ refreshToken: String) { endpoint.state.withLock { $0.revoked.append(refreshToken) } }
+
+    /// The team id this fake plays.
+    public var teamID: String { endpoint.configuration.teamID }
+
+    /// Tells the fake about a user of this team (the email a transfer carries to the receiving
+    /// team). Users never told about are private-relay users.
+    public func addUser(_ user: User) { endpoint.state.withLock { $0.users[user.sub] = user } }
+
+    /// The user stops using Apple sign-in with this team's apps: every refresh token issued for
+    /// `sub` validates `invalid_grant`, and a transfer identifier for them is refused
+    /// (`invalid_request`), as Apple refuses users who revoked before a transfer.
+    public func revokeUser(sub: String) {
+        endpoint.state.withLock { state in
+            state.revokedUsers.insert(sub)
+            state.revoked.append(contentsOf: state.issued.filter { $0.value.sub == sub }.map(\.key))
+        }
+    }
+
+    /// The receiving team's side of a transfer, told directly: `transferSub` resolves to `user`
+    /// (its new `sub` and email) at `/auth/usermigrationinfo`. Without this, transfer identifiers
+    /// minted for this team by a fake sharing the `TransferRegistry` resolve to a `sub` derived
+    /// from the sending team's one (`DevApple.transferredSub`).
+    public func acceptTransfer(transferSub: String, user: User) {
+        endpoint.state.withLock { $0.accepted[transferSub] = user }
+    }
+
+    /// Access tokens issued by `client_credentials` so far.
+    public var accessTokensIssued: Int { endpoint.state.withLock { $0.accessTokens.count } }
+
+    /// Every access token issued so far expires now (the next `/auth/usermigrationinfo` is a 401).
+    public func expireAccessTokens() {
+        endpoint.state.withLock { state in
+            for key in state.accessTokens.keys { state.accessTokens[key]?.expiresAt = Int64.min }
+        }
+    }
 
     /// Answers hung calls with 503 and stops the listener.
     public func stop() {
@@ -202,10 +273,21 @@ extension DevApple {
             var sub: String
         }
 
+        struct AccessGrant {
+            var clientID: String
+            var expiresAt: Int64
+        }
+
         struct State {
             var codes: [String: User] = [:]
-            var tokenAnswer = Answer.normal
-            var revokeAnswer = Answer.normal
+            var tokenAnswer = AnswerPlan()
+            var revokeAnswer = AnswerPlan()
+            var credentialsAnswer = AnswerPlan()
+            var migrationAnswer = AnswerPlan()
+            var accessTokens: [String: AccessGrant] = [:]
+            var users: [String: User] = [:]
+            var revokedUsers: Set<String> = []
+            var accepted: [String: User] = [:]
             var clock: Int64?
             var calls: [Call] = []
             var issued: [String: Issued] = [:]
@@ -237,8 +319,15 @@ extension DevApple {
             case ("GET", "/auth/keys"):
                 answer = .normal
                 response = .json(200, configuration.signer.jwks)
-            case ("POST", "/auth/token"), ("POST", "/auth/revoke"):
-                answer = state.withLock { head.path == "/auth/token" ? $0.tokenAnswer : $0.revokeAnswer }
+            case ("POST", "/auth/token"), ("POST", "/auth/revoke"), ("POST", "/auth/usermigrationinfo"):
+                let grant = FormURLEncoding.decodeUnique(request.body)?["grant_type"]
+                answer = state.withLock { state in
+                    switch head.path {
+                    case "/auth/revoke": return state.revokeAnswer.next()
+                    case "/auth/usermigrationinfo": return state.migrationAnswer.next()
+                    default: return grant == "client_credentials" ? state.credentialsAnswer.next() : state.tokenAnswer.next()
+                    }
+                }
                 // The checks always run (and are recorded); only a normal answer changes state.
                 response = apple(request, call: &call, effective: answer == .normal)
             default:
@@ -253,6 +342,10 @@ extension DevApple {
             case .invalidClient: final = .json(400, #"{"error":"invalid_client"}"#)
             case .status(let status, let body): final = .json(status, body)
             case .hang: final = nil
+            case .throttled(let retryAfter):
+                final = .json(
+                    429, #"{"error":"too_many_requests"}"#,
+                    headers: retryAfter.map { [HTTPHeader("Retry-After", "\($0)")] } ?? [])
             }
             if let final {
                 call.status = final.status
@@ -287,13 +380,26 @@ extension DevApple {
         func issue(_ user: User, clientID: String, now: Int64, effective: Bool = true) throws -> (refreshToken: String, idToken: String) {
             let idToken = try idToken(for: user, clientID: clientID, now: now)
             let refreshToken = "r" + SHA256.hex(SecureRandom.bytes(16)) + ".0.sr." + Base64URL.encode(SecureRandom.bytes(16))
-            if effective { state.withLock { $0.issued[refreshToken] = Issued(clientID: clientID, sub: user.sub) } }
+            if effective {
+                state.withLock { state in
+                    state.issued[refreshToken] = Issued(clientID: clientID, sub: user.sub)
+                    if user.email != nil { state.users[user.sub] = user }
+                }
+            }
             return (refreshToken, idToken)
         }
 
         /// Apple's own checks and answer for the two form endpoints; state changes (a code used,
         /// a token issued or revoked) only when `effective`.
         private func apple(_ request: HTTPRequest, call: inout Call, effective: Bool) -> HTTPResponse {
+            // The access token first: a request without a live one never reaches the other checks.
+            var grant: AccessGrant?
+            if request.head.path == "/auth/usermigrationinfo" {
+                guard let granted = accessGrant(request.head.authorization) else {
+                    return .json(401, #"{"error":"invalid_token"}"#, headers: [HTTPHeader("WWW-Authenticate", "Bearer")])
+                }
+                grant = granted
+            }
             guard let type = request.head.contentType?.lowercased(), type.hasPrefix(FormURLEncoding.contentType),
                 let form = FormURLEncoding.decodeUnique(request.body)
             else { return Self.error("invalid_request") }
@@ -312,6 +418,24 @@ extension DevApple {
             {
                 call.secretProblem = problem
                 return Self.error("invalid_client")
+            }
+
+            if let grant {
+                guard grant.clientID == clientID else { return Self.error("invalid_client") }
+                return migration(form, call: &call, effective: effective)
+            }
+            if form["grant_type"] == "client_credentials" {
+                guard let scope = form["scope"] else { return Self.error("invalid_request") }
+                guard scope == "user.migration" else { return Self.error("invalid_scope") }
+                let token = "a" + SHA256.hex(SecureRandom.bytes(16))
+                let lifetime = configuration.accessTokenLifetime
+                if effective {
+                    state.withLock { $0.accessTokens[token] = AccessGrant(clientID: clientID, expiresAt: now + lifetime) }
+                }
+                let body: [String: JSONValue] = [
+                    "access_token": .string(token), "token_type": .string("Bearer"), "expires_in": .number(Double(lifetime)),
+                ]
+                return .json(200, JSONValue.object(body).serialized())
             }
 
             if request.head.path == "/auth/revoke" {
