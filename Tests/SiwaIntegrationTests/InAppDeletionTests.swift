@@ -408,10 +408,11 @@ struct InAppDeletionTests {
         #expect(FileManager.default.fileExists(atPath: printed["SIWA_TOKEN_KEY_FILE"] ?? "/nonexistent"))
         #expect(FileManager.default.fileExists(atPath: DevKey.path(dataDirectory: dir)))
 
-        let conninfo = try TestDatabase.create()
+        // --dev runs on its embedded database only.
+        let conninfo = "host=\(dir)/postgres/run user=postgres dbname=postgres"
         let adminPort = ServerProcess.freePort()
         let env = printed.merging([
-            "SIWA_DATA_DIR": dir, "SIWA_DATABASE_URL": conninfo, "SIWA_LISTEN": "127.0.0.1:0",
+            "SIWA_DATA_DIR": dir, "SIWA_LISTEN": "127.0.0.1:0",
             "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)",
             "SIWA_JWKS_URL": (printed["SIWA_APPLE_URL"] ?? "") + "/auth/keys",
         ]) { _, new in new }
@@ -430,7 +431,8 @@ struct InAppDeletionTests {
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.apple_tokens").scalar == "1")
         Thread.sleep(forTimeInterval: 1.1)  // the deletion after the sign-in's second
 
-        let revoked = try OperatorCommandTests.run(["revoke", "--sub", sub], environment: env)
+        let operatorEnv = env.merging(["SIWA_DATABASE_URL": conninfo]) { _, n in n }
+        let revoked = try OperatorCommandTests.run(["revoke", "--sub", sub], environment: operatorEnv)
         #expect(revoked.status == 0 && revoked.output.contains("queued 1 deletion"), "\(revoked.output)")
         #expect(
             try eventually(timeout: 30) {

@@ -62,7 +62,8 @@ struct LeastPrivilegeTests {
             WHERE routine_schema = 'siwa' AND grantee LIKE 'siwa\\_%'
             """
         ).rows.compactMap { $0.first ?? nil }
-        #expect(Set(rows) == Self.expectedGrants, "extra: \(Set(rows).subtracting(Self.expectedGrants)), missing: \(Self.expectedGrants.subtracting(rows))")
+        let extra = Set(rows).subtracting(Self.expectedGrants), missing = Self.expectedGrants.subtracting(rows)
+        #expect(extra.isEmpty && missing.isEmpty, "extra: \(extra), missing: \(missing)")
         let publicExecute = try TestDatabase.query(
             url,
             """
@@ -73,7 +74,8 @@ struct LeastPrivilegeTests {
         ).scalar
         #expect(publicExecute == nil, "PUBLIC may execute \(publicExecute ?? "")")
         // The README lists the same grants.
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
         let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
         for grant in Self.expectedGrants {
             let parts = grant.split(separator: " ")
