@@ -132,8 +132,12 @@ public final class Application: Sendable {
         if let api = config.appleAPI {
             logger.info("in-app deletion on", metadata: ["apple_url": "\(api.baseURL)", "team_id": "\(api.teamID)", "key_id": "\(api.keyID)"])
         }
-        let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
+        // Every use of the admin pool runs with a statement and a lock timeout (transaction-local).
+        let pool = PostgresPool(
+            conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
+        let probe = AdminProbe(conninfo: conninfo)
+        try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
         var keys: KeyStore?
@@ -154,7 +158,7 @@ public final class Application: Sendable {
         let exchange = revocation.flatMap { r in
             keys.map { TokenExchange(revocation: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
         }
-        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
+        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
         let adminListener = ListenerService(
             name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
             handler: admin, prepareToStop: { admin.startDraining() })
