@@ -129,6 +129,8 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (apple_sub, client_id)
 );
+-- Which keys the stored tokens use: the start-up check opens one token per key, `rekey` counts them.
+CREATE INDEX IF NOT EXISTS apple_tokens_key_id ON siwa.apple_tokens (key_id);
 
 -- After a code exchange (POST /apple/tokens): the account of the user who signed in (created if
 -- new, its email recorded unless deleted) and the encrypted refresh token, in one call that the

@@ -129,6 +129,14 @@ public final class Application: Sendable {
         try migrate(conninfo)
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
+        if let revocation {
+            // A stored token whose key is not configured stops the start (contract §7).
+            do {
+                try StoredTokenKeys.check(revocation.vault, conninfo: conninfo, logger: logger)
+            } catch {
+                throw StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
+            }
+        }
         if let api = config.appleAPI {
             logger.info("in-app deletion on", metadata: ["apple_url": "\(api.baseURL)", "team_id": "\(api.teamID)", "key_id": "\(api.keyID)"])
         }
