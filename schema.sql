@@ -132,6 +132,8 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (apple_sub, client_id)
 );
+-- Which keys the stored tokens use: the start-up check opens one token per key, `rekey` counts them.
+CREATE INDEX IF NOT EXISTS apple_tokens_key_id ON siwa.apple_tokens (key_id);
 
 -- When the sign-in that stored the token happened (id_token auth_time, else iat). A deletion
 -- takes the tokens signed in at or before it; a later sign-in is the user coming back and keeps

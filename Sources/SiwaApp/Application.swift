@@ -131,11 +131,23 @@ public final class Application: Sendable {
         try migrate(conninfo)
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
+        if let revocation {
+            // A stored token whose key is not configured stops the start (contract §7).
+            do {
+                try StoredTokenKeys.check(revocation.vault, conninfo: conninfo, logger: logger)
+            } catch {
+                throw StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
+            }
+        }
         if let api = config.appleAPI {
             logger.info("in-app deletion on", metadata: ["apple_url": "\(api.baseURL)", "team_id": "\(api.teamID)", "key_id": "\(api.keyID)"])
         }
-        let pool = PostgresPool(conninfo: conninfo, size: 2, applicationName: "siwa-notify admin")
+        // Every use of the admin pool runs with a statement and a lock timeout (transaction-local).
+        let pool = PostgresPool(
+            conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
+        let probe = AdminProbe(conninfo: conninfo)
+        try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
         var keys: KeyStore?
@@ -159,7 +171,7 @@ public final class Application: Sendable {
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
-        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, api: api)
+        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api)
         let adminListener = ListenerService(
             name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
             handler: admin, prepareToStop: { admin.startDraining() })

@@ -8,8 +8,9 @@ public struct AppleAPIConfiguration: Sendable, Equatable {
     public var keyID: String
     /// `SIWA_PRIVATE_KEY_FILE`: the `.p8` file (PKCS#8 PEM, EC P-256) that signs client secrets.
     public var privateKeyFile: String
-    /// `SIWA_TOKEN_KEY_FILE`: 32 random bytes (raw, or 64 hex / 44 base64 characters) that encrypt
-    /// stored refresh tokens (AES-256-GCM).
+    /// `SIWA_TOKEN_KEY_FILE`: 32 random bytes (exactly 32 raw bytes, or 64 hex characters with at
+    /// most one trailing newline) that encrypt stored refresh tokens (AES-256-GCM); `new,old` to
+    /// rotate (the first encrypts, every one decrypts).
     public var tokenKeyFile: String
     /// `SIWA_APPLE_URL`: Apple's base URL; default `https://appleid.apple.com` (`http://` only to
     /// a loopback host, for tests).

@@ -138,9 +138,9 @@ public struct TokenKeyError: Error, Sendable, Equatable, CustomStringConvertible
     public enum Code: String, Sendable, CaseIterable {
         /// The file cannot be opened or read.
         case unreadableFile = "unreadable_file"
-        /// Not 32 raw bytes, 64 hex characters or base64 of 32 bytes.
+        /// Not 32 raw bytes, nor 64 hex characters (with at most one trailing newline).
         case wrongFormat = "wrong_format"
-        /// 32 printable characters (a password, not random bytes) or all zero bytes.
+        /// 32 printable characters or whitespace (a password, not random bytes) or all zero bytes.
         case weakKey = "weak_key"
     }
 
@@ -182,37 +182,34 @@ public struct TokenKey: Sendable, Equatable, CustomStringConvertible {
         try! TokenKey(bytes: SecureRandom.bytes(AESGCM.keyLength))
     }
 
-    /// Parses the contents of a key file, tried in this order:
-    /// 1. exactly 32 bytes: the raw key (refused as `.weakKey` if all 32 are printable ASCII: that
-    ///    is a password, not random bytes);
-    /// 2. after trimming ASCII whitespace, 64 hex characters;
-    /// 3. after trimming, base64 (standard or URL-safe alphabet, padding optional) of 32 bytes.
+    /// Parses the contents of a key file (`SIWA_TOKEN_KEY_FILE`), which is either
+    /// 1. exactly 32 bytes: the raw key (refused as `.weakKey` if every byte is printable ASCII or
+    ///    whitespace: that is a password, perhaps with a newline, not random bytes); or
+    /// 2. exactly 64 hex characters (either case), with at most one trailing newline, as
+    ///    `openssl rand -hex 32` writes.
+    /// Anything else (base64, spaces, two newlines, another length) is `.wrongFormat`.
     public init(fileContents: [UInt8]) throws(TokenKeyError) {
         if fileContents.count == AESGCM.keyLength {
-            guard !fileContents.allSatisfy({ $0 >= 0x20 && $0 < 0x7f }) else {
+            let textual = fileContents.allSatisfy { ($0 >= 0x20 && $0 < 0x7f) || $0 == 0x09 || $0 == 0x0a || $0 == 0x0d }
+            guard !textual else {
                 throw TokenKeyError(
                     .weakKey,
-                    "the token key file holds 32 printable characters (a password?); "
-                        + "use 32 random bytes, e.g. `openssl rand -hex 32`")
+                    "the token key file holds 32 characters of text (a password?), not 32 random bytes; "
+                        + "make one with `openssl rand -hex 32`")
             }
             try self.init(bytes: fileContents)
             return
         }
-        let isSpace: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 || $0 == 0x0a || $0 == 0x0d }
-        let trimmed = Array(fileContents.drop(while: isSpace).reversed().drop(while: isSpace).reversed())
-        let text = String(decoding: trimmed, as: UTF8.self)
-        if trimmed.count == 2 * AESGCM.keyLength, let key = Hex.decode(trimmed) {
-            try self.init(bytes: key)
-            return
-        }
-        if let key = Base64Standard.decode(text), key.count == AESGCM.keyLength {
+        var digits = fileContents[...]
+        if digits.last == 0x0a { digits = digits.dropLast() }
+        if digits.count == 2 * AESGCM.keyLength, let key = Hex.decode(Array(digits)) {
             try self.init(bytes: key)
             return
         }
         throw TokenKeyError(
             .wrongFormat,
-            "expected 32 raw bytes, 64 hex characters or base64 of 32 bytes "
-                + "(found \(fileContents.count) bytes); make one with `openssl rand -hex 32`")
+            "expected exactly 32 raw bytes or 64 hex characters (one trailing newline allowed), "
+                + "found \(fileContents.count) bytes; make one with `openssl rand -hex 32`")
     }
 
     /// Reads and parses a key file (see `init(fileContents:)`).

@@ -2,7 +2,10 @@ import Foundation
 
 /// A fixed-size pool of blocking libpq connections, shared across threads. Connections open
 /// lazily; a connection that broke is dropped and the next checkout opens a fresh one (running
-/// `setup` again, so prepared statements come back after a database restart).
+/// `setup` again, so prepared statements come back after a database restart). With
+/// `transactionBegin`, every `withConnection` body runs in a transaction opened by it (e.g.
+/// `BEGIN; SET LOCAL statement_timeout = …`): transaction-local settings on every use, which
+/// survive PgBouncer's transaction pooling where session `SET`s do not.
 public final class PostgresPool: @unchecked Sendable {
     // @unchecked: `idle` and `open` are only touched with `condition` locked; a checked-out
     // connection belongs to the one thread that holds it.
@@ -11,6 +14,7 @@ public final class PostgresPool: @unchecked Sendable {
     private let connectTimeout: Int
     private let applicationName: String
     private let setup: @Sendable (PostgresConnection) throws(PostgresError) -> Void
+    private let transactionBegin: String?
     private let condition = NSCondition()
     private var idle: [PostgresConnection] = []
     private var open = 0
@@ -18,6 +22,7 @@ public final class PostgresPool: @unchecked Sendable {
 
     public init(
         conninfo: String, size: Int, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
+        transactionBegin: String? = nil,
         setup: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Void = { _ throws(PostgresError) in }
     ) {
         self.conninfo = conninfo
@@ -25,6 +30,7 @@ public final class PostgresPool: @unchecked Sendable {
         self.connectTimeout = connectTimeout
         self.applicationName = applicationName
         self.setup = setup
+        self.transactionBegin = transactionBegin
     }
 
     /// Connections currently open (idle or in use).
@@ -41,11 +47,13 @@ public final class PostgresPool: @unchecked Sendable {
         return open - idle.count
     }
 
-    /// Runs `body` with a connection of its own; waits up to `timeout` seconds for one.
+    /// Runs `body` with a connection of its own; waits up to `timeout` seconds for one. With
+    /// `transactionBegin`, inside a transaction (committed when `body` returns, rolled back when
+    /// it throws): `body` must not open one itself.
     public func withConnection<T>(timeout: Double = 30, _ body: (PostgresConnection) throws -> T) throws -> T {
         let connection = try checkout(timeout: timeout)
         do {
-            let value = try body(connection)
+            let value = try run(body, on: connection)
             checkin(connection, broken: !connection.isHealthy)
             return value
         } catch let error as PostgresError {
@@ -53,6 +61,19 @@ public final class PostgresPool: @unchecked Sendable {
             throw error
         } catch {
             checkin(connection, broken: !connection.isHealthy)
+            throw error
+        }
+    }
+
+    private func run<T>(_ body: (PostgresConnection) throws -> T, on connection: PostgresConnection) throws -> T {
+        guard let transactionBegin else { return try body(connection) }
+        try connection.execute(transactionBegin)
+        do {
+            let value = try body(connection)
+            try connection.execute("COMMIT")
+            return value
+        } catch {
+            if connection.isHealthy { _ = try? connection.execute("ROLLBACK") }
             throw error
         }
     }

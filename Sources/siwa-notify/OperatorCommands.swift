@@ -80,6 +80,43 @@ struct Revoke: ParsableCommand {
     }
 }
 
+struct Rekey: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Re-encrypt every stored refresh token with the newest key of SIWA_TOKEN_KEY_FILE.",
+        discussion: """
+            Rotation: list the new key file first and the old one after a comma (SIWA_TOKEN_KEY_FILE=new,old), \
+            restart, run rekey, then drop the old file. Works in batches of 100, each its own short transaction; \
+            safe to run again (tokens already under the newest key are skipped).
+            """)
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(requireAudiences: false)
+        guard let files = config.appleAPI?.tokenKeyFile else {
+            throw CLIError("rekey: SIWA_TOKEN_KEY_FILE is not set (in-app deletion is off: there is nothing to rekey)")
+        }
+        let vault: TokenVault
+        do {
+            vault = try TokenVault.load(files: files)
+        } catch {
+            throw CLIError("rekey: SIWA_TOKEN_KEY_FILE: \(error)")
+        }
+        let report: StoredTokenKeys.RekeyReport
+        do {
+            report = try StoredTokenKeys.rekey(vault, conninfo: try operatorDatabase(config))
+        } catch {
+            throw CLIError("rekey failed: \(error)")
+        }
+        var line = "rekeyed \(report.rekeyed) token\(report.rekeyed == 1 ? "" : "s"); \(report.alreadyCurrent) already current"
+        if report.remaining > 0 {
+            line +=
+                "; \(report.remaining) still under an older key (in use, or stored by a process with the old SIWA_TOKEN_KEY_FILE): run rekey again"
+        }
+        print(line)
+        if report.remaining > 0 { throw ExitCode(1) }
+    }
+}
+
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Backlog, oldest pending, dead letters, recent events, key set age.")

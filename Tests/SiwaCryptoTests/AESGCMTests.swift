@@ -70,33 +70,41 @@ import Testing
         }
     }
 
-    @Test func acceptedFormats() throws {
+    @Test("SIWA_TOKEN_KEY_FILE: exactly 32 raw bytes, or 64 hex characters with at most one trailing newline")
+    func acceptedFormats() throws {
         var raw = SecureRandom.bytes(32)
         raw[0] = 0x00  // certainly not all printable
         let id = String(SHA256.hex(SHA256.hash(raw)).prefix(8))
         let hex = SHA256.hex(raw)
-        let base64 = Data(raw).base64EncodedString()
-        for contents in [
-            raw, Array(hex.utf8), Array((hex.uppercased() + "\n").utf8), Array((" \t" + base64 + "\r\n").utf8),
-            Array(base64.replacingOccurrences(of: "=", with: "").utf8),
-            Array(base64.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").utf8),
-        ] {
+        for contents in [raw, Array(hex.utf8), Array((hex + "\n").utf8), Array((hex.uppercased() + "\n").utf8)] {
             let k = try key(contents)
             #expect(k.id == id)
             #expect(k.id.count == 8)
         }
     }
 
-    @Test func refusedContents() {
+    @Test("anything else is refused: a passphrase (with or without its newline), base64, stray whitespace, other lengths")
+    func refusedContents() {
         expectError(.weakKey, Array("correct horse battery staple 123".utf8))  // 32 printable characters
+        expectError(.weakKey, Array("correct horse battery staple 12\n".utf8))  // 31 and a newline: was taken as a raw key
+        expectError(.weakKey, Array("correct horse\tbattery staple!!\r\n".utf8))
         expectError(.weakKey, [UInt8](repeating: 0, count: 32))
         expectError(.weakKey, Array(String(repeating: "00", count: 32).utf8))
         expectError(.wrongFormat, SecureRandom.bytes(31))
         expectError(.wrongFormat, SecureRandom.bytes(33))
+        expectError(.wrongFormat, SecureRandom.bytes(32) + [0x0a])  // raw bytes take no newline
         expectError(.wrongFormat, [])
+        let raw = SecureRandom.bytes(32)
+        let hex = SHA256.hex(raw)
+        let base64 = Data(raw).base64EncodedString()
+        expectError(.wrongFormat, Array(base64.utf8))  // base64 of 32 bytes: no longer accepted
+        expectError(.wrongFormat, Array((base64 + "\n").utf8))
+        expectError(.wrongFormat, Array((hex + "\n\n").utf8))
+        expectError(.wrongFormat, Array((hex + "\r\n").utf8))
+        expectError(.wrongFormat, Array((" " + hex).utf8))
+        expectError(.wrongFormat, Array((hex + " ").utf8))
         expectError(.wrongFormat, Array(String(repeating: "ab", count: 31).utf8))  // 62 hex
-        expectError(.wrongFormat, Array(String(repeating: "zz", count: 32).utf8))  // 64 non-hex, not base64 of 32
-        expectError(.wrongFormat, Array(Data(SecureRandom.bytes(16)).base64EncodedString().utf8))
+        expectError(.wrongFormat, Array(String(repeating: "zz", count: 32).utf8))  // 64, not hex
         expectError(.wrongFormat, Array("not a key at all, just a sentence!!".utf8))
     }
 

@@ -408,16 +408,16 @@ struct InAppDeletionTests {
         #expect(FileManager.default.fileExists(atPath: printed["SIWA_TOKEN_KEY_FILE"] ?? "/nonexistent"))
         #expect(FileManager.default.fileExists(atPath: DevKey.path(dataDirectory: dir)))
 
-        // --dev runs on its embedded database only.
-        let conninfo = "host=\(dir)/postgres/run user=postgres dbname=postgres"
+        // serve --dev runs on its embedded database only (under SIWA_DATA_DIR).
+        let conninfo = "host=\(dir)/postgres/run port=5432 user=postgres dbname=postgres"
         let adminPort = ServerProcess.freePort()
         let env = printed.merging([
-            "SIWA_DATA_DIR": dir, "SIWA_LISTEN": "127.0.0.1:0",
+            "SIWA_DATA_DIR": dir, "SIWA_DATABASE_URL": "", "SIWA_LISTEN": "127.0.0.1:0",
             "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)",
             "SIWA_JWKS_URL": (printed["SIWA_APPLE_URL"] ?? "") + "/auth/keys",
         ]) { _, new in new }
         let server = try ServerProcess(["serve", "--dev"], environment: env)
-        #expect(server.waitForLog("worker started"), "\(server.log)")
+        #expect(server.waitForLog("worker started", timeout: 60), "\(server.log)")
         #expect(server.log.contains("in-app deletion on"))
 
         let devToken = try #require(

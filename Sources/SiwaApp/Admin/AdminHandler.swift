@@ -4,9 +4,12 @@ import SiwaPostgres
 import Synchronization
 
 /// The admin listener (never on the public port): `/healthz`, `/readyz`, `/metrics`, and the API
-/// (`APIHandler`).
+/// (`APIHandler`). None of them waits on the database on a listener thread: `/healthz` touches
+/// nothing, `/readyz` and the database gauges of `/metrics` are answered by the `AdminProbe`
+/// (within its 1.5 s deadline), the API runs on its own executor.
 public final class AdminHandler: HTTPHandler {
     private let pool: PostgresPool
+    private let probe: AdminProbe
     private let keys: KeyStore?
     private let metrics: Metrics
     private let draining = Atomic<Bool>(false)
@@ -15,10 +18,11 @@ public final class AdminHandler: HTTPHandler {
     private let api: APIHandler?
 
     public init(
-        pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
+        pool: PostgresPool, probe: AdminProbe, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
         api: APIHandler? = nil
     ) {
         self.pool = pool
+        self.probe = probe
         self.keys = keys
         self.writer = writer
         self.metrics = metrics
@@ -61,27 +65,29 @@ public final class AdminHandler: HTTPHandler {
         case "/healthz":
             responder.respond(.text(200, "ok\n"))
         case "/readyz":
-            let (ready, why) = readiness()
-            responder.respond(.text(ready ? 200 : 503, why + "\n"))
+            readiness { ready, why in responder.respond(.text(ready ? 200 : 503, why + "\n")) }
         case "/metrics":
-            responder.respond(.text(200, metrics.render(gauges: gauges()), contentType: "text/plain; version=0.0.4; charset=utf-8"))
+            gauges { [metrics] gauges in
+                responder.respond(.text(200, metrics.render(gauges: gauges), contentType: "text/plain; version=0.0.4; charset=utf-8"))
+            }
         default:
             responder.respond(.text(404, "not found\n"))
         }
     }
 
-    private func readiness() -> (Bool, String) {
-        if draining.load(ordering: .relaxed) { return (false, "shutting down") }
-        if let keys, !keys.isLoaded { return (false, "no key set loaded") }
-        do {
-            _ = try pool.withConnection(timeout: 2) { try $0.row(OperatorStatements.ping) }
-        } catch {
-            return (false, "database unreachable")
+    /// Ready: not draining, a key set loaded, and the database answered a probe that began after
+    /// the request (within the probe's deadline). Answered from another thread.
+    private func readiness(_ answer: @escaping @Sendable (Bool, String) -> Void) {
+        if draining.load(ordering: .relaxed) { return answer(false, "shutting down") }
+        if let keys, !keys.isLoaded { return answer(false, "no key set loaded") }
+        probe.probe { reading in
+            reading.answered ? answer(true, "ready") : answer(false, "database unreachable or not answering")
         }
-        return (true, "ready")
     }
 
-    private func gauges() -> [(name: String, help: String, value: Double)] {
+    /// The gauges; the database ones from a probe that began after the request (left out when
+    /// the database did not answer within the probe's deadline). Answered from another thread.
+    private func gauges(_ answer: @escaping @Sendable ([(name: String, help: String, value: Double)]) -> Void) {
         var result: [(name: String, help: String, value: Double)] = [
             ("siwa_db_pool_open", "Open database connections of the request pool.", Double(pool.openConnections)),
             ("siwa_db_pool_busy", "Database connections in use.", Double(pool.busyConnections)),
@@ -91,14 +97,15 @@ public final class AdminHandler: HTTPHandler {
             result.append(("siwa_writer_queue", "Verified notifications waiting for their commit.", Double(writer.queued)))
             result.append(("siwa_writer_pool_open", "Open database connections of the outbox writer.", Double(writer.openConnections)))
         }
-        let backlog = try? pool.withConnection(timeout: 2) { connection in
-            try connection.row(OperatorStatements.backlog)
+        let local = result
+        probe.probe { reading in
+            var result = local
+            if let backlog = reading.backlog {
+                result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
+                result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
+                result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
+            }
+            answer(result)
         }
-        if let backlog = backlog ?? nil {
-            result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
-            result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
-            result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
-        }
-        return result
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import SiwaCore
 import SiwaCrypto
@@ -17,7 +18,8 @@ public struct InAppDeletion: Sendable {
         self.audiences = audiences
     }
 
-    /// Loads the `.p8` and token key files named by `configuration`; errors name the variable.
+    /// Loads the `.p8` and token key files named by `configuration`; errors name the variable. A
+    /// key file that the group or others may read is used, with one warning line naming it.
     public static func load(_ configuration: AppleAPIConfiguration, audiences: [String] = [], logger: Logger) throws -> InAppDeletion {
         let key: ECPrivateKey
         do {
@@ -31,6 +33,21 @@ public struct InAppDeletion: Sendable {
         } catch {
             throw Application.StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
         }
+        let files =
+            [("SIWA_PRIVATE_KEY_FILE", configuration.privateKeyFile)]
+            + TokenVault.paths(configuration.tokenKeyFile).map { ("SIWA_TOKEN_KEY_FILE", $0) }
+        for (variable, path) in files {
+            guard let mode = Self.permissions(of: path), mode & 0o044 != 0 else { continue }
+            logger.warning(
+                "key file readable by group or others: chmod 600 it",
+                metadata: ["variable": "\(variable)", "file": "\(path)", "mode": "\(String(mode, radix: 8))"])
+        }
         return InAppDeletion(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
+    }
+
+    /// The permission bits of `path` (nil when it cannot be read).
+    static func permissions(of path: String) -> Int? {
+        guard let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? NSNumber else { return nil }
+        return mode.intValue & 0o777
     }
 }

@@ -22,7 +22,7 @@ public struct TokenVault: Sendable {
 
     /// Loads `SIWA_TOKEN_KEY_FILE`: one file, or several separated by commas (first = current).
     public static func load(files: String) throws -> TokenVault {
-        let paths = files.split(separator: ",").map { String($0).trimmingCharactersOfSpace() }.filter { !$0.isEmpty }
+        let paths = paths(files)
         guard !paths.isEmpty else { throw Failure(description: "names no file") }
         var keys: [TokenKey] = []
         for path in paths {
@@ -33,6 +33,17 @@ public struct TokenVault: Sendable {
             }
         }
         return TokenVault(keys: keys)
+    }
+
+    /// The ids of the configured keys, newest first.
+    public var keyIDs: [String] { [current.id] + keys.keys.filter { $0 != current.id }.sorted() }
+
+    /// True when a configured key has this id.
+    public func holds(keyID: String) -> Bool { keys[keyID] != nil }
+
+    /// The files `SIWA_TOKEN_KEY_FILE` names (comma-separated, first = current).
+    public static func paths(_ files: String) -> [String] {
+        files.split(separator: ",").map { String($0).trimmingCharactersOfSpace() }.filter { !$0.isEmpty }
     }
 
     static func aad(sub: String, clientID: String) -> [UInt8] {

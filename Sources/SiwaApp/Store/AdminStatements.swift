@@ -1,0 +1,15 @@
+/// How the admin listener's database connections open their transactions: statement and lock
+/// timeouts, transaction-local (`SET LOCAL`: nothing lingers on a pooled connection, and it
+/// works through PgBouncer's transaction pooling, where session `SET`s and the `options`
+/// startup parameter do not).
+enum AdminStatements {
+    /// The admin pool (API calls, the key set's persistence): 5 s per statement, 2 s for a lock.
+    static let beginAdmin = begin(statementTimeoutMilliseconds: 5000, lockTimeoutMilliseconds: 2000)
+
+    /// The readiness and gauge probe: 2 s per statement, 1 s for a lock.
+    static let beginProbe = begin(statementTimeoutMilliseconds: 2000, lockTimeoutMilliseconds: 1000)
+
+    static func begin(statementTimeoutMilliseconds: Int, lockTimeoutMilliseconds: Int) -> String {
+        "BEGIN; SET LOCAL statement_timeout = \(statementTimeoutMilliseconds); SET LOCAL lock_timeout = \(lockTimeoutMilliseconds)"
+    }
+}

@@ -1,0 +1,75 @@
+import SiwaPostgres
+
+/// The keys of the stored refresh tokens (`siwa.apple_tokens.key_id`): the start-up check that
+/// every key in use is configured and opens a token, and `rekey`.
+enum TokenKeyStatements {
+    /// One stored token.
+    struct Row: Sendable, Equatable {
+        var sub: String
+        var clientID: String
+        var token: DeletionStatements.StoredToken
+    }
+
+    static func row(_ row: RowReader) throws(PostgresError) -> Row {
+        Row(
+            sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
+            token: DeletionStatements.StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
+    }
+
+    /// One stored token per distinct `key_id`, with how many tokens use that key (a skip scan
+    /// over `apple_tokens_key_id`: one index probe per key, however many tokens there are).
+    static let onePerKey = Statement<Void, (row: Row, count: Int)>(
+        "one_token_per_key",
+        """
+        WITH RECURSIVE ids AS (
+            (SELECT key_id FROM siwa.apple_tokens ORDER BY key_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT t.key_id FROM siwa.apple_tokens t WHERE t.key_id > ids.key_id ORDER BY t.key_id LIMIT 1)
+            FROM ids WHERE ids.key_id IS NOT NULL
+        )
+        SELECT t.apple_sub, t.client_id, ids.key_id, t.ciphertext,
+               (SELECT count(*) FROM siwa.apple_tokens c WHERE c.key_id = ids.key_id) AS tokens
+        FROM ids CROSS JOIN LATERAL (
+            SELECT apple_sub, client_id, ciphertext FROM siwa.apple_tokens s WHERE s.key_id = ids.key_id LIMIT 1
+        ) t
+        WHERE ids.key_id IS NOT NULL
+        ORDER BY ids.key_id
+        """,
+        decode: { r throws(PostgresError) in (try row(r), try r.int("tokens")) })
+
+    /// Tokens under key `$1`.
+    static let countUnderKey = Statement<String, Int>(
+        "count_tokens_under_key", "SELECT count(*) AS tokens FROM siwa.apple_tokens WHERE key_id = $1",
+        bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
+
+    /// Tokens not under key `$1`.
+    static let countNotUnder = Statement<String, Int>(
+        "count_tokens_not_under_key", "SELECT count(*) AS tokens FROM siwa.apple_tokens WHERE key_id <> $1",
+        bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
+
+    /// The next tokens not under key `$1`, after (`$2`, `$3`) in primary-key order (from the
+    /// start when `$2` is NULL), locked for the batch's transaction (tokens in use by a deletion
+    /// job are skipped, not waited for).
+    static let nextNotUnder = Statement<(keyID: String, after: (sub: String, clientID: String)?, limit: Int), Row>(
+        "tokens_not_under_key",
+        """
+        SELECT apple_sub, client_id, key_id, ciphertext FROM siwa.apple_tokens
+        WHERE key_id <> $1 AND ($2::text IS NULL OR (apple_sub, client_id) > ($2::text COLLATE "C", $3::text))
+        ORDER BY apple_sub, client_id
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+        """,
+        bind: { [$0.keyID, $0.after?.sub, $0.after?.clientID, String($0.limit)] },
+        decode: { r throws(PostgresError) in try row(r) })
+
+    /// Replaces one token's ciphertext and key, if it is still under the key it was read with.
+    static let replace = Statement<(row: Row, with: DeletionStatements.StoredToken), Void>(
+        "rekey_token",
+        """
+        UPDATE siwa.apple_tokens SET key_id = $3, ciphertext = $4::bytea, updated_at = now()
+        WHERE apple_sub = $1 AND client_id = $2 AND key_id = $5
+        """,
+        bind: {
+            [$0.row.sub, $0.row.clientID, $0.with.keyID, SQLEncoding.bytea($0.with.ciphertext), $0.row.token.keyID]
+        })
+}

@@ -1,0 +1,174 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaCrypto
+import SiwaPostgres
+import Testing
+
+@testable import SiwaApp
+
+/// `SIWA_TOKEN_KEY_FILE` rotation end to end: the start-up check of the stored tokens' keys,
+/// `siwa-notify rekey` (the real binary), and dropping the old key afterwards.
+@Suite(
+    "Token key rotation: start-up check and rekey", .serialized,
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+struct TokenKeyRotationTests {
+    typealias S = AppleTestSetup
+
+    /// A database with the schema, a `.p8` and two token key files (old: 64 hex and a newline,
+    /// mode 0600; new: 32 raw bytes, mode 0640) in a temporary directory.
+    final class Setup {
+        let conninfo: String
+        let directory: String
+        let privateKeyFile: String
+        let oldFile: String
+        let newFile: String
+        let old: TokenKey
+        let new: TokenKey
+
+        init() throws {
+            conninfo = try TestDatabase.create()
+            try Migrator.migrate(conninfo: conninfo)
+            directory = NSTemporaryDirectory() + "siwa-rekey-\(UInt64.random(in: 0...UInt64.max))"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            privateKeyFile = directory + "/AuthKey.p8"
+            try Self.write(Data(S.teamKey.pkcs8PEM().utf8), privateKeyFile, mode: 0o600)
+            let oldRaw = SecureRandom.bytes(32)
+            var newRaw = SecureRandom.bytes(32)
+            newRaw[0] = 0  // not text
+            old = try TokenKey(bytes: oldRaw)
+            new = try TokenKey(bytes: newRaw)
+            oldFile = directory + "/token-1.key"
+            newFile = directory + "/token-2.key"
+            try Self.write(Data((SHA256.hex(oldRaw) + "\n").utf8), oldFile, mode: 0o600)
+            try Self.write(Data(newRaw), newFile, mode: 0o640)
+        }
+
+        static func write(_ data: Data, _ path: String, mode: Int) throws {
+            #expect(FileManager.default.createFile(atPath: path, contents: data))
+            try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
+        }
+
+        deinit { try? FileManager.default.removeItem(atPath: directory) }
+
+        /// Stores `count` refresh tokens encrypted with `key`; returns their subs.
+        @discardableResult
+        func storeTokens(_ count: Int, key: TokenKey, prefix: String) throws -> [String] {
+            let vault = TokenVault(keys: [key])
+            return try (0..<count).map { i in
+                let sub = "000739.\(prefix).\(i)"
+                let sealed = try vault.seal("r.token.\(prefix).\(i)", sub: sub, clientID: S.clientID)
+                _ = try TestDatabase.query(
+                    conninfo, "INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ($1, $2, $3, $4::bytea)",
+                    [sub, S.clientID, sealed.keyID, SQLEncoding.bytea(sealed.ciphertext)])
+                return sub
+            }
+        }
+
+        func keyIDs() throws -> [String: String] {
+            let rows = try TestDatabase.query(conninfo, "SELECT key_id, count(*) FROM siwa.apple_tokens GROUP BY key_id").rows
+            return Dictionary(uniqueKeysWithValues: rows.map { ($0[0] ?? "", $0[1] ?? "") })
+        }
+
+        /// A worker-only process configured with `tokenKeyFiles`, logging into `logs`.
+        func application(_ tokenKeyFiles: String, logs: LogSink) -> Application {
+            var config = ServerConfiguration()
+            config.databaseURL = conninfo
+            config.audiences = [S.clientID]
+            config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
+            config.listen = ListenAddress(host: "127.0.0.1", port: 0)
+            config.appleAPI = AppleAPIConfiguration(
+                teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile, tokenKeyFile: tokenKeyFiles,
+                baseURL: "http://127.0.0.1:9")
+            return Application(configuration: config, roles: .work, logger: TestHarness.logger(into: logs))
+        }
+
+        func environment(_ tokenKeyFiles: String) -> [String: String] {
+            [
+                "SIWA_DATABASE_URL": conninfo, "SIWA_TEAM_ID": S.teamID, "SIWA_KEY_ID": S.keyID,
+                "SIWA_PRIVATE_KEY_FILE": privateKeyFile, "SIWA_TOKEN_KEY_FILE": tokenKeyFiles,
+                "SIWA_APPLE_URL": "http://127.0.0.1:9", "SIWA_AUDIENCES": S.clientID,
+            ]
+        }
+    }
+
+    @Test("a stored token whose key is not configured, or that does not open, stops the start with one line naming SIWA_TOKEN_KEY_FILE")
+    func startUpCheck() throws {
+        let setup = try Setup()
+        try setup.storeTokens(3, key: setup.old, prefix: "check")
+        // The new key alone: the three tokens under the old one cannot be revoked.
+        let missing = try OperatorCommandTests.run(["work"], environment: setup.environment(setup.newFile))
+        #expect(missing.status != 0)
+        let lines = missing.output.split(separator: "\n").filter { $0.contains("cannot start") }
+        #expect(lines.count == 1, "\(missing.output)")
+        let line = String(lines.first ?? "")
+        #expect(line.contains("SIWA_TOKEN_KEY_FILE") && line.contains(setup.old.id) && line.contains("3 stored refresh tokens"), "\(line)")
+
+        // Both keys: the start goes on.
+        let logs = LogSink.capturing()
+        let both = setup.application("\(setup.newFile),\(setup.oldFile)", logs: logs)
+        try both.start()
+        both.shutdown()
+        #expect(logs.lines.contains { $0.contains("stored refresh tokens open with the configured keys") && $0.contains("\(setup.old.id)=3") })
+
+        // A token that does not open with its (configured) key: a wrong file under the right id
+        // cannot be made, so the ciphertext is damaged instead.
+        _ = try TestDatabase.query(
+            setup.conninfo, "UPDATE siwa.apple_tokens SET ciphertext = overlay(ciphertext PLACING '\\xff'::bytea FROM 20) WHERE apple_sub = $1",
+            ["000739.check.0"])
+        let damaged = setup.application(setup.oldFile, logs: LogSink.capturing())
+        #expect {
+            try damaged.start()
+        } throws: { error in
+            let text = "\(error)"
+            return text.hasPrefix("SIWA_TOKEN_KEY_FILE: ") && text.contains("does not open with key \(setup.old.id)")
+                && text.contains("sub_hash") && !text.contains("000739.check.0")
+        }
+        damaged.shutdown()
+    }
+
+    @Test("rekey moves every token from the old key to the new one; a second run rekeys 0; then the old key can be dropped")
+    func rekeyThenDropTheOldKey() throws {
+        let setup = try Setup()
+        let subs = try setup.storeTokens(5, key: setup.old, prefix: "rekey")
+        let rotating = setup.environment("\(setup.newFile),\(setup.oldFile)")
+        let first = try OperatorCommandTests.run(["rekey"], environment: rotating)
+        #expect(first.status == 0, "\(first.output)")
+        #expect(first.output == "rekeyed 5 tokens; 0 already current\n")
+        #expect(try setup.keyIDs() == [setup.new.id: "5"])
+        // Each token opens with the new key alone, and is the same token.
+        let newOnly = TokenVault(keys: [setup.new])
+        for (i, sub) in subs.enumerated() {
+            let result = try TestDatabase.query(
+                setup.conninfo, "SELECT key_id, ciphertext FROM siwa.apple_tokens WHERE apple_sub = $1", [sub])
+            let stored = DeletionStatements.StoredToken(
+                keyID: result.rows[0][0] ?? "", ciphertext: SQLEncoding.bytes(fromBytea: result.rows[0][1] ?? "") ?? [])
+            #expect(try newOnly.open(stored, sub: sub, clientID: S.clientID) == "r.token.rekey.\(i)")
+        }
+        let second = try OperatorCommandTests.run(["rekey"], environment: rotating)
+        #expect(second.status == 0, "\(second.output)")
+        #expect(second.output == "rekeyed 0 tokens; 5 already current\n")
+
+        // Several batches, and tokens already current skipped (a run that was killed half way).
+        try setup.storeTokens(3, key: setup.old, prefix: "late")
+        let report = try StoredTokenKeys.rekey(TokenVault(keys: [setup.new, setup.old]), conninfo: setup.conninfo, batchSize: 2)
+        #expect(report == StoredTokenKeys.RekeyReport(rekeyed: 3, alreadyCurrent: 5, remaining: 0))
+
+        // The old key dropped: the start succeeds; the new key file (mode 0640) is named once.
+        let logs = LogSink.capturing()
+        let app = setup.application(setup.newFile, logs: logs)
+        try app.start()
+        app.shutdown()
+        let warnings = logs.lines.filter { $0.contains("key file readable by group or others") }
+        #expect(warnings.count == 1, "\(warnings)")
+        #expect(warnings.first?.contains(setup.newFile) == true && warnings.first?.contains("SIWA_TOKEN_KEY_FILE") == true)
+        #expect(!logs.lines.contains { $0.contains("readable by group") && $0.contains(setup.privateKeyFile) })
+
+        // Without the file that encrypted a token, rekey stops with one line.
+        try setup.storeTokens(1, key: setup.old, prefix: "orphan")
+        let orphan = try OperatorCommandTests.run(["rekey"], environment: setup.environment(setup.newFile))
+        #expect(orphan.status != 0)
+        #expect(orphan.output.split(separator: "\n").count == 1, "\(orphan.output)")
+        #expect(orphan.output.contains("rekey failed: token_key_unknown") && orphan.output.contains(setup.old.id), "\(orphan.output)")
+    }
+}
