@@ -6,12 +6,21 @@ public struct HTTPRequestHead: Sendable, Equatable {
     public var contentType: String?
     /// `nil` when the header is absent; `-1` when present but not a valid length.
     public var contentLength: Int?
+    /// The headers named in `HTTPServerConfiguration.keptHeaders` that the request carried
+    /// (names as configured); the others are not copied.
+    public var headers: [HTTPHeader]
 
-    public init(method: String, path: String, contentType: String? = nil, contentLength: Int? = nil) {
+    public init(method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, headers: [HTTPHeader] = []) {
         self.method = method
         self.path = path
         self.contentType = contentType
         self.contentLength = contentLength
+        self.headers = headers
+    }
+
+    /// The value of a kept header (names compared case-insensitively).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
     }
 }
 
