@@ -55,6 +55,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// App-initiated deletion (Apple's REST API): on when all of `SIWA_TEAM_ID`, `SIWA_KEY_ID`,
     /// `SIWA_PRIVATE_KEY_FILE` and `SIWA_TOKEN_KEY_FILE` are set; nil (off) when none is.
     public var appleAPI: AppleAPIConfiguration?
+    /// Forwarding to the app (Standard Webhooks): on when `SIWA_FORWARD_URL` and
+    /// `SIWA_FORWARD_SECRET_FILE` are set; nil (off) when neither is.
+    public var forwarding: ForwardingConfiguration?
     /// `--dev`; default false.
     public var dev: Bool
 
@@ -66,7 +69,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
         "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
         "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
-        "SIWA_APPLE_URL",
+        "SIWA_APPLE_URL", "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
     ]
 
     /// Audience always accepted in dev mode.
@@ -101,6 +104,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         workerConnections = 2
         shutdownTimeout = 20
         appleAPI = nil
+        forwarding = nil
         dev = false
     }
 
@@ -198,6 +202,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.workerConnections = try integer("SIWA_WORKER_CONNECTIONS", 1...32, default: config.workerConnections)
         config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
         config.appleAPI = try AppleAPIConfiguration.load(value)
+        config.forwarding = try ForwardingConfiguration.load(value)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

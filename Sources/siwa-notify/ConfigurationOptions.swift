@@ -58,6 +58,13 @@ struct ConfigurationOptions: ParsableArguments {
     var tokenKeyFile: String?
     @Option(name: .customLong("apple-url"), help: "Apple's base URL (SIWA_APPLE_URL, default https://appleid.apple.com).")
     var appleURL: String?
+    @Option(
+        name: .customLong("forward-url"), help: "Forward applied events to this URL, signed (SIWA_FORWARD_URL; https://, http:// to loopback only).")
+    var forwardURL: String?
+    @Option(name: .customLong("forward-secret-file"), help: "File of whsec_<base64> signing secrets, one a line (SIWA_FORWARD_SECRET_FILE).")
+    var forwardSecretFile: String?
+    @Option(name: .customLong("forward-retry-for"), help: "How long a forward is retried before it is dead (SIWA_FORWARD_RETRY_FOR, default 3d).")
+    var forwardRetryFor: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -87,6 +94,9 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_PRIVATE_KEY_FILE"] = privateKeyFile
         o["SIWA_TOKEN_KEY_FILE"] = tokenKeyFile
         o["SIWA_APPLE_URL"] = appleURL
+        o["SIWA_FORWARD_URL"] = forwardURL
+        o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile
+        o["SIWA_FORWARD_RETRY_FOR"] = forwardRetryFor
         return o
     }
 

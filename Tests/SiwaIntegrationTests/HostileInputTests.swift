@@ -2,7 +2,6 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
-import SiwaTestSupport
 import Testing
 
 #if canImport(Glibc)

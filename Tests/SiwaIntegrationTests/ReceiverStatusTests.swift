@@ -2,7 +2,6 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
-import SiwaTestSupport
 import Testing
 
 /// Every row of the contract's HTTP table, over real HTTP on loopback, against a real database.
