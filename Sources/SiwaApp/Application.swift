@@ -33,6 +33,7 @@ public final class Application: Sendable {
         public var keyCheckInterval: Double = 1
         /// Seconds between two retention passes. Default 600.
         public var retentionInterval: Double = 600
+        public var forwarding = ForwardSender.Options()
         public init() {}
     }
 
@@ -154,7 +155,8 @@ public final class Application: Sendable {
         let exchange = revocation.flatMap { r in
             keys.map { TokenExchange(revocation: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
         }
-        let admin = AdminHandler(pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange)
+        let admin = AdminHandler(
+            pool: pool, keys: keys, writer: writer, metrics: metrics, tokenExchange: exchange, forwarding: config.forwarding != nil)
         let adminListener = ListenerService(
             name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
             handler: admin, prepareToStop: { admin.startDraining() })
@@ -190,6 +192,7 @@ public final class Application: Sendable {
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
+            workerOptions.forwarding = config.forwarding != nil
             let worker = Worker(
                 conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics,
                 revocation: revocation)
@@ -200,8 +203,28 @@ public final class Application: Sendable {
                     conninfo: conninfo, days: config.retentionDays,
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
+            try startForwarding(conninfo: conninfo, in: group)
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
+    }
+
+    /// Forwarding (contract §9, work role, when `SIWA_FORWARD_URL` is set): the sender and its
+    /// NOTIFY wake-ups. Started after the worker, so stopped before it.
+    private func startForwarding(conninfo: String, in group: ServiceGroup) throws {
+        guard let forwarding = configuration.forwarding else { return }
+        let delivery: ForwardDelivery
+        do {
+            delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout)
+        } catch {
+            throw StartError(description: "\(error)")
+        }
+        let sender = ForwardSender(
+            conninfo: conninfo, delivery: delivery, retryFor: Double(forwarding.retryForSeconds), options: options.forwarding,
+            logger: logger, metrics: metrics)
+        try group.start(sender)
+        try group.start(WakeUpListener(conninfo: conninfo, channel: ForwardStatements.channel, waking: sender.wakeups, logger: logger))
+        logger.info(
+            "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
     }
 
     private func migrate(_ conninfo: String) throws {

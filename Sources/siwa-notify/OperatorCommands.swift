@@ -17,22 +17,34 @@ func operatorDatabase(_ config: ServerConfiguration) throws -> String {
 
 struct Replay: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Put dead-lettered events back in the queue (by id, by type, or all).")
+        abstract: "Put dead-lettered events (or, with --forwards, dead forwards) back in the queue (by id, by type, or all).")
     @Option(name: .customLong("id"), help: "An event id (repeatable).")
     var ids: [Int64] = []
     @Option(help: "Every dead event of this type.")
     var type: String?
     @Flag(help: "Every dead event.")
     var all = false
+    @Flag(help: "Dead forwards (SIWA_FORWARD_URL) instead of events: with --all or --type.")
+    var forwards = false
     @OptionGroup var options: ConfigurationOptions
 
     func validate() throws {
         let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0)
         if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all") }
+        if forwards && !ids.isEmpty { throw ValidationError("--forwards takes --all or --type") }
     }
 
     func run() throws {
         let config = try options.load(requireAudiences: false)
+        if forwards {
+            do {
+                let count = try OutboxAdmin.replayForwards(type: type, conninfo: try operatorDatabase(config))
+                print("requeued \(count) dead forward\(count == 1 ? "" : "s")")
+            } catch {
+                throw CLIError("replay failed: \(error)")
+            }
+            return
+        }
         let selection: OutboxAdmin.ReplaySelection = all ? .all : (type.map { .type($0) } ?? .ids(ids))
         do {
             let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
@@ -80,7 +92,8 @@ struct Status: ParsableCommand {
         let config = try options.load(requireAudiences: false)
         let report: OutboxAdmin.Report
         do {
-            report = try OutboxAdmin.status(conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil)
+            report = try OutboxAdmin.status(
+                conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil, forwarding: config.forwarding != nil)
         } catch {
             throw CLIError("status failed: \(error)")
         }

@@ -12,11 +12,14 @@ public final class AdminHandler: HTTPHandler {
 
     private let writer: OutboxWriter?
     private let tokenExchange: TokenExchange?
+    /// `SIWA_FORWARD_URL` is set: `/metrics` carries the forwarding backlog.
+    private let forwarding: Bool
 
     public init(
         pool: PostgresPool, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
-        tokenExchange: TokenExchange? = nil
+        tokenExchange: TokenExchange? = nil, forwarding: Bool = false
     ) {
+        self.forwarding = forwarding
         self.pool = pool
         self.keys = keys
         self.writer = writer
@@ -93,6 +96,14 @@ public final class AdminHandler: HTTPHandler {
             result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
             result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
             result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
+        }
+        if forwarding, let f = (try? pool.withConnection(timeout: 2) { try $0.row(ForwardStatements.backlog) }) ?? nil {
+            result += [
+                ("siwa_forward_backlog", "Forwards waiting to be delivered (pending or failed, in flight included).", Double(f.pending + f.failed)),
+                ("siwa_forward_failed", "Forwards whose last attempt failed (will retry).", Double(f.failed)),
+                ("siwa_forward_dead", "Dead forwards (retried for SIWA_FORWARD_RETRY_FOR; replay --forwards).", Double(f.dead)),
+                ("siwa_forward_oldest_waiting_age_seconds", "Age of the oldest forward waiting.", f.oldestWaitingAgeSeconds),
+            ]
         }
         return result
     }

@@ -19,7 +19,10 @@ enum BatchApplier {
     }
 
     /// Applies `events` (distinct subs) in the caller's transaction; returns each one's decision, in order.
-    static func apply(_ events: [ClaimedEvent], hook: Hook, on c: PostgresConnection) throws(PostgresError) -> [AccountDecision] {
+    /// `forward`: queue a forward (with this source) for each event that took effect; nil: forwarding is off.
+    static func apply(
+        _ events: [ClaimedEvent], hook: Hook, forward: ForwardSource? = nil, on c: PostgresConnection
+    ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs))
@@ -48,9 +51,13 @@ enum BatchApplier {
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
+        // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
+        let effective = zip(events, decisions).filter { $0.1.outcome == .applied }.map(\.0)
+        if let forward, !effective.isEmpty { try c.affected(ForwardStatements.enqueue, .init(source: forward, events: effective)) }
         if !deleted.isEmpty {
             try c.affected(WorkerStatements.eraseEventEmails, deleted)
             try c.affected(DeletionStatements.eraseTokens, deleted)
+            try c.affected(ForwardStatements.eraseEmails, deleted)
         }
         let ids = events.map(\.id)
         try c.affected(WorkerStatements.markDone, zip(ids, decisions).map { ($0, $1.outcome.rawValue) })

@@ -114,7 +114,7 @@ extension Worker {
         do throws(PostgresError) {
             let hook = try BatchApplier.Hook.current(on: c)
             let decision = try c.withSavepoint("siwa_job") { c throws(PostgresError) in
-                try BatchApplier.apply([deletion], hook: hook, on: c)[0]
+                try BatchApplier.apply([deletion], hook: hook, forward: forwardSource(.inApp), on: c)[0]
             }
             return .deleted(decision)
         } catch {

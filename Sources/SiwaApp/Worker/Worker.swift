@@ -27,6 +27,8 @@ public final class Worker: Service {
         /// application sets `SIWA_WORKER_CONNECTIONS`). They share the queue as separate `work`
         /// processes do (`SKIP LOCKED`; accounts locked in one order).
         public var connections: Int = 1
+        /// Queue a forward for every event that takes effect (`SIWA_FORWARD_URL` is set). Default false.
+        public var forwarding: Bool = false
         public init() {}
     }
 
@@ -144,7 +146,7 @@ public final class Worker: Service {
             if first.count > 1 {
                 do throws(PostgresError) {
                     let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
-                        try BatchApplier.apply(first, hook: hook, on: c)
+                        try BatchApplier.apply(first, hook: hook, forward: forwardSource(.apple), on: c)
                     }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
@@ -198,6 +200,9 @@ public final class Worker: Service {
         var failed: [Failure] = []
     }
 
+    /// `source` when forwarding is on; nil when off.
+    func forwardSource(_ source: ForwardSource) -> ForwardSource? { options.forwarding ? source : nil }
+
     /// The statements that open a batch transaction (timeouts, key lookups only).
     var beginBatch: String {
         WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout, lockTimeoutSeconds: options.lockTimeout)
@@ -209,7 +214,7 @@ public final class Worker: Service {
     ) throws(PostgresError) {
         do throws(PostgresError) {
             let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
-                try BatchApplier.apply([item], hook: hook, on: c)[0]
+                try BatchApplier.apply([item], hook: hook, forward: forwardSource(.apple), on: c)[0]
             }
             report.applied.append((item, decision))
         } catch {
