@@ -337,4 +337,78 @@ GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
+-- ===== Forwarding (SIWA_FORWARD_URL; contract section 9) =====================================
+-- One row per effect forwarded to the app (Standard Webhooks), queued by the worker in the
+-- transaction that applied the event: never lost, never queued for an effect that rolled back.
+-- `id` is the `webhook-id` (the same on every attempt). `seq` is the order the effects took
+-- effect: a sub's forward is sent only when no earlier one of that sub is pending or failed
+-- (in flight included); a dead one does not hold the later ones back (`replay --forwards`).
+-- `lease_until` is set while a sender has it in flight: a sender that dies leaves it to expire.
+CREATE TABLE IF NOT EXISTS siwa.forwards (
+    id               text COLLATE "C" PRIMARY KEY,
+    seq              bigint GENERATED ALWAYS AS IDENTITY,
+    sub              text COLLATE "C" NOT NULL,
+    aud              text        NOT NULL,
+    type             text COLLATE "C" NOT NULL,
+    event_time       timestamptz NOT NULL,
+    source           text        NOT NULL,
+    email            text,                              -- email events only; erased when the user is deleted
+    is_private_email boolean,
+    status           text        NOT NULL DEFAULT 'pending',
+    attempts         integer     NOT NULL DEFAULT 0,
+    next_attempt_at  timestamptz NOT NULL DEFAULT now(),
+    lease_until      timestamptz,
+    last_error       text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    retry_since      timestamptz NOT NULL DEFAULT now(),  -- start of SIWA_FORWARD_RETRY_FOR: queued, or replayed
+    delivered_at     timestamptz,
+    delivery_ms      integer,                           -- the delivering attempt: POST to committed 'delivered'
+    CONSTRAINT forwards_status_check CHECK (status IN ('pending', 'failed', 'delivered', 'dead')),
+    CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile'))
+);
+CREATE UNIQUE INDEX IF NOT EXISTS forwards_seq_key ON siwa.forwards (seq);
+-- The senders' queue, and per sub the earliest undelivered forward (ordering).
+CREATE INDEX IF NOT EXISTS forwards_due_idx ON siwa.forwards (next_attempt_at, seq)
+    WHERE status IN ('pending', 'failed');
+CREATE INDEX IF NOT EXISTS forwards_waiting_sub_idx ON siwa.forwards (sub, seq)
+    WHERE status IN ('pending', 'failed');
+CREATE INDEX IF NOT EXISTS forwards_email_idx ON siwa.forwards (sub) WHERE email IS NOT NULL;
+CREATE INDEX IF NOT EXISTS forwards_dead_idx ON siwa.forwards (seq) WHERE status = 'dead';
+CREATE INDEX IF NOT EXISTS forwards_delivered_idx ON siwa.forwards (delivered_at) WHERE status = 'delivered';
+
+-- Wake the senders: one NOTIFY per inserting statement.
+CREATE OR REPLACE FUNCTION siwa.notify_new_forwards() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('siwa_forwards', '');
+    RETURN NULL;
+END
+$$;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'forwards_notify' AND tgrelid = 'siwa.forwards'::regclass) THEN
+        CREATE TRIGGER forwards_notify AFTER INSERT ON siwa.forwards
+            FOR EACH STATEMENT EXECUTE FUNCTION siwa.notify_new_forwards();
+    END IF;
+END
+$$;
+
+-- Dashboards: the forwarding backlog (no emails), from the partial indexes.
+CREATE OR REPLACE VIEW siwa.forward_backlog AS
+    SELECT (SELECT count(*) FROM siwa.forwards WHERE status = 'pending') AS pending,
+           (SELECT count(*) FROM siwa.forwards WHERE status = 'failed') AS failed,
+           (SELECT count(*) FROM siwa.forwards WHERE status = 'dead') AS dead,
+           (SELECT count(*) FROM siwa.forwards WHERE status IN ('pending', 'failed') AND lease_until > now()) AS in_flight,
+           w.oldest AS oldest_waiting_at,
+           coalesce(extract(epoch FROM now() - w.oldest), 0) AS oldest_waiting_age_seconds
+    FROM (SELECT min(created_at) AS oldest FROM siwa.forwards WHERE status IN ('pending', 'failed')) w;
+
+CREATE OR REPLACE VIEW siwa.dead_forwards AS
+    SELECT id, type, siwa.subject_hash(sub) AS sub_hash, aud, source, event_time, created_at, attempts, last_error
+    FROM siwa.forwards WHERE status = 'dead';
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.forwards TO siwa_worker;
+GRANT SELECT ON siwa.forward_backlog, siwa.dead_forwards TO siwa_dashboard, siwa_worker;
+-- ===== end of forwarding ======================================================================
+
 COMMIT;

@@ -34,6 +34,7 @@ public final class Application: Sendable {
         public var keyCheckInterval: Double = 1
         /// Seconds between two retention passes. Default 600.
         public var retentionInterval: Double = 600
+        public var forwarding = ForwardSender.Options()
         public init() {}
     }
 
@@ -146,7 +147,7 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
-        let probe = AdminProbe(conninfo: conninfo)
+        let probe = AdminProbe(conninfo: conninfo, forwarding: config.forwarding != nil)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
@@ -207,6 +208,7 @@ public final class Application: Sendable {
             workerOptions.statementTimeout = config.workerStatementTimeout
             workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
+            workerOptions.forwarding = config.forwarding != nil
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let revocation {
@@ -220,6 +222,7 @@ public final class Application: Sendable {
                     conninfo: conninfo, days: config.retentionDays,
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
+            try startForwarding(conninfo: conninfo, in: group)
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
     }
@@ -246,6 +249,25 @@ public final class Application: Sendable {
             "DEVELOPMENT API TOKEN (send as Authorization: Bearer <token>): \(file.token)",
             metadata: ["token_file": "\(file.path)"])
         return tokens
+    }
+
+    /// Forwarding (contract §9, work role, when `SIWA_FORWARD_URL` is set): the sender and its
+    /// NOTIFY wake-ups. Started after the worker, so stopped before it.
+    private func startForwarding(conninfo: String, in group: ServiceGroup) throws {
+        guard let forwarding = configuration.forwarding else { return }
+        let delivery: ForwardDelivery
+        do {
+            delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout)
+        } catch {
+            throw StartError(description: "\(error)")
+        }
+        let sender = ForwardSender(
+            conninfo: conninfo, delivery: delivery, retryFor: Double(forwarding.retryForSeconds), options: options.forwarding,
+            logger: logger, metrics: metrics)
+        try group.start(sender)
+        try group.start(WakeUpListener(conninfo: conninfo, channel: ForwardStatements.channel, waking: sender.wakeups, logger: logger))
+        logger.info(
+            "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
     }
 
     private func migrate(_ conninfo: String) throws {

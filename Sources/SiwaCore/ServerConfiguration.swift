@@ -55,6 +55,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// App-initiated deletion (Apple's REST API): on when all of `SIWA_TEAM_ID`, `SIWA_KEY_ID`,
     /// `SIWA_PRIVATE_KEY_FILE` and `SIWA_TOKEN_KEY_FILE` are set; nil (off) when none is.
     public var appleAPI: AppleAPIConfiguration?
+    /// Forwarding to the app (Standard Webhooks): on when `SIWA_FORWARD_URL` and
+    /// `SIWA_FORWARD_SECRET_FILE` are set; nil (off) when neither is.
+    public var forwarding: ForwardingConfiguration?
     /// `--dev`; default false.
     public var dev: Bool
     /// `SIWA_API_TOKEN_FILE`: the API's bearer tokens, one a line; nil (default): the API answers 404.
@@ -73,6 +76,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
         "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
         "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
+        "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
     ]
 
     /// Audience always accepted in dev mode.
@@ -107,6 +111,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         workerConnections = 2
         shutdownTimeout = 20
         appleAPI = nil
+        forwarding = nil
         dev = false
         apiTokenFile = nil
         apiConcurrency = 16
@@ -226,6 +231,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.apiTokenFile = value("SIWA_API_TOKEN_FILE")
         config.apiConcurrency = try integer("SIWA_API_CONCURRENCY", 1...1024, default: config.apiConcurrency)
         config.revokeRetryFor = try duration("SIWA_REVOKE_RETRY_FOR", 60...(365 * 86_400), default: config.revokeRetryFor)
+        config.forwarding = try ForwardingConfiguration.load(value)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

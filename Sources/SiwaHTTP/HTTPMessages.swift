@@ -8,15 +8,25 @@ public struct HTTPRequestHead: Sendable, Equatable {
     public var contentLength: Int?
     /// The `Authorization` header, as sent; nil when absent (a secret: never log it).
     public var authorization: String?
+    /// The headers named in `HTTPServerConfiguration.keptHeaders` that the request carried
+    /// (names as configured); the others are not copied.
+    public var headers: [HTTPHeader]
 
     public init(
-        method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil
+        method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil,
+        headers: [HTTPHeader] = []
     ) {
         self.method = method
         self.path = path
         self.contentType = contentType
         self.contentLength = contentLength
         self.authorization = authorization
+        self.headers = headers
+    }
+
+    /// The value of a kept header (names compared case-insensitively).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
     }
 }
 

@@ -16,7 +16,7 @@ public final class HTTPServer: Sendable {
         let address = "\(configuration.host):\(configuration.port)"
         let context = ServerContext(
             handler: handler, maxBody: configuration.maxBody,
-            requestTimeout: Double(max(1, configuration.connectionTimeout)))
+            requestTimeout: Double(max(1, configuration.connectionTimeout)), keptHeaders: configuration.keptHeaders)
         let unmanaged = Unmanaged.passUnretained(context).toOpaque()
         var options = siwa_mhd_options(
             host: nil, port: configuration.port,
@@ -130,7 +130,11 @@ final class ServerContext: Sendable {
         }
     }
 
-    init(handler: any HTTPHandler, maxBody: Int, requestTimeout: Double) {
+    /// Request headers copied into the head (`HTTPServerConfiguration.keptHeaders`).
+    let keptHeaders: [String]
+
+    init(handler: any HTTPHandler, maxBody: Int, requestTimeout: Double, keptHeaders: [String] = []) {
+        self.keptHeaders = keptHeaders
         self.handler = handler
         self.maxBody = maxBody
         self.requestTimeout = requestTimeout
@@ -230,7 +234,8 @@ private func accessCallback(
             path: url.map { String(cString: $0) } ?? "/",
             contentType: header(connection, "Content-Type"),
             contentLength: contentLength,
-            authorization: header(connection, "Authorization"))
+            authorization: header(connection, "Authorization"),
+            headers: context.keptHeaders.compactMap { name in header(connection, name).map { HTTPHeader(name, $0) } })
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         context.inFlight.add(1, ordering: .relaxed)

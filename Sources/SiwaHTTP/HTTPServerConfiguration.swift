@@ -17,12 +17,16 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     public var connectionMemoryLimit: Int
     /// Largest request body kept; larger bodies are answered by `HTTPHandler.bodyTooLarge`. Default 64 KiB.
     public var maxBody: Int
+    /// Request headers copied into `HTTPRequestHead.headers` (besides Content-Type and
+    /// Content-Length, always read). Default none: a listener pays only for what it reads.
+    public var keptHeaders: [String]
 
     public init(
         host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,
         connectionTimeout: Int = 10, connectionLimit: Int = 1024,
-        connectionMemoryLimit: Int = 16 * 1024, maxBody: Int = 64 * 1024
+        connectionMemoryLimit: Int = 16 * 1024, maxBody: Int = 64 * 1024, keptHeaders: [String] = []
     ) {
+        self.keptHeaders = keptHeaders
         self.host = host
         self.port = port
         self.threads = threads

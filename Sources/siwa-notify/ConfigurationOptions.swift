@@ -64,6 +64,13 @@ struct ConfigurationOptions: ParsableArguments {
     var apiConcurrency: String?
     @Option(name: .customLong("revoke-retry-for"), help: "How long a revocation at Apple is retried, e.g. 7d (SIWA_REVOKE_RETRY_FOR, default 7d).")
     var revokeRetryFor: String?
+    @Option(
+        name: .customLong("forward-url"), help: "Forward applied events to this URL, signed (SIWA_FORWARD_URL; https://, http:// to loopback only).")
+    var forwardURL: String?
+    @Option(name: .customLong("forward-secret-file"), help: "File of whsec_<base64> signing secrets, one a line (SIWA_FORWARD_SECRET_FILE).")
+    var forwardSecretFile: String?
+    @Option(name: .customLong("forward-retry-for"), help: "How long a forward is retried before it is dead (SIWA_FORWARD_RETRY_FOR, default 3d).")
+    var forwardRetryFor: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -96,6 +103,9 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_API_TOKEN_FILE"] = apiTokenFile
         o["SIWA_API_CONCURRENCY"] = apiConcurrency
         o["SIWA_REVOKE_RETRY_FOR"] = revokeRetryFor
+        o["SIWA_FORWARD_URL"] = forwardURL
+        o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile
+        o["SIWA_FORWARD_RETRY_FOR"] = forwardRetryFor
         return o
     }
 

@@ -17,13 +17,15 @@ func operatorDatabase(_ config: ServerConfiguration) throws -> String {
 
 struct Replay: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Put dead-lettered events back in the queue (by id, by type, or all), or dead revocations at Apple.")
+        abstract: "Put dead-lettered events back in the queue (by id, by type, or all); or dead forwards, or dead revocations at Apple.")
     @Option(name: .customLong("id"), help: "An event id (repeatable).")
     var ids: [Int64] = []
     @Option(help: "Every dead event of this type.")
     var type: String?
     @Flag(help: "Every dead event.")
     var all = false
+    @Flag(help: "Dead forwards (SIWA_FORWARD_URL) instead of events: with --all or --type.")
+    var forwards = false
     @Flag(help: "Every dead revocation at Apple (retried again for SIWA_REVOKE_RETRY_FOR).")
     var revocations = false
     @OptionGroup var options: ConfigurationOptions
@@ -31,6 +33,7 @@ struct Replay: ParsableCommand {
     func validate() throws {
         let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0) + (revocations ? 1 : 0)
         if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all, --revocations") }
+        if forwards && (!ids.isEmpty || revocations) { throw ValidationError("--forwards takes --all or --type") }
     }
 
     func run() throws {
@@ -43,6 +46,15 @@ struct Replay: ParsableCommand {
             } catch {
                 throw CLIError("replay failed: \(error)")
             }
+        }
+        if forwards {
+            do {
+                let count = try OutboxAdmin.replayForwards(type: type, conninfo: try operatorDatabase(config))
+                print("requeued \(count) dead forward\(count == 1 ? "" : "s")")
+            } catch {
+                throw CLIError("replay failed: \(error)")
+            }
+            return
         }
         let selection: OutboxAdmin.ReplaySelection = all ? .all : (type.map { .type($0) } ?? .ids(ids))
         do {
@@ -128,7 +140,8 @@ struct Status: ParsableCommand {
         let config = try options.load(requireAudiences: false)
         let report: OutboxAdmin.Report
         do {
-            report = try OutboxAdmin.status(conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil)
+            report = try OutboxAdmin.status(
+                conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil, forwarding: config.forwarding != nil)
         } catch {
             throw CLIError("status failed: \(error)")
         }

@@ -234,4 +234,49 @@ import Testing
             #expect(!d.contains("\n"))
         }
     }
+
+    @Test("forwarding: off by default; URL and secret file together; https, or http to loopback; retry duration")
+    func forwarding() throws {
+        #expect(try load(base).forwarding == nil)
+        var env = base
+        env["SIWA_FORWARD_URL"] = "https://app.example/hooks/siwa"
+        env["SIWA_FORWARD_SECRET_FILE"] = "/etc/siwa/forward-secrets"
+        let on = try load(env).forwarding
+        #expect(
+            on == ForwardingConfiguration(url: "https://app.example/hooks/siwa", secretFile: "/etc/siwa/forward-secrets", retryForSeconds: 259_200))
+        env["SIWA_FORWARD_RETRY_FOR"] = "36h"
+        #expect(try load(env).forwarding?.retryForSeconds == 129_600)
+        #expect(try load(env, overrides: ["SIWA_FORWARD_RETRY_FOR": "90m"]).forwarding?.retryForSeconds == 5400)
+        for bad in ["3", "3 d", "1.5d", "-1d", "0s", "59s", "31d", "3w", "d"] {
+            #expect(error(env.merging(["SIWA_FORWARD_RETRY_FOR": bad]) { $1 })?.variable == "SIWA_FORWARD_RETRY_FOR", "\(bad)")
+        }
+        env["SIWA_FORWARD_RETRY_FOR"] = nil
+        #expect(try load(env.merging(["SIWA_FORWARD_URL": "http://127.0.0.1:8081/hooks"]) { $1 }).forwarding != nil)
+        #expect(try load(env.merging(["SIWA_FORWARD_URL": "http://[::1]:8081/hooks"]) { $1 }).forwarding != nil)
+        for bad in ["http://app.example/hooks", "file:///tmp/x", "ftp://app.example/", "https://user:pw@app.example/", "app.example/hooks"] {
+            let e = error(env.merging(["SIWA_FORWARD_URL": bad]) { $1 })
+            #expect(e?.variable == "SIWA_FORWARD_URL", "\(bad)")
+            #expect(e?.description.contains("\n") == false)
+        }
+        let urlOnly = error(base.merging(["SIWA_FORWARD_URL": "https://app.example/hooks"]) { $1 })
+        #expect(urlOnly?.variable == "SIWA_FORWARD_SECRET_FILE")
+        let fileOnly = error(base.merging(["SIWA_FORWARD_SECRET_FILE": "/etc/siwa/forward-secrets"]) { $1 })
+        #expect(fileOnly?.variable == "SIWA_FORWARD_URL")
+        // Work processes need no audiences to forward.
+        let work = try ServerConfiguration.load(
+            environment: ["SIWA_FORWARD_URL": "https://a.example/h", "SIWA_FORWARD_SECRET_FILE": "/s"], requireAudiences: false)
+        #expect(work.forwarding?.url == "https://a.example/h")
+    }
+
+    @Test("durations take one unit: s, m, h, d")
+    func durations() {
+        #expect(DurationParser.seconds("90s") == 90)
+        #expect(DurationParser.seconds("15m") == 900)
+        #expect(DurationParser.seconds("24h") == 86_400)
+        #expect(DurationParser.seconds("7d") == 604_800)
+        #expect(DurationParser.seconds("0s") == 0)
+        for bad in ["", "s", "7", "7D", "7 d", " 7d", "+7d", "-7d", "1.5h", "7dd", "１d", "9999999999999d", "9999999999999s"] {
+            #expect(DurationParser.seconds(bad) == nil, "\(bad)")
+        }
+    }
 }

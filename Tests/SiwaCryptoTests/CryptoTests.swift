@@ -1,7 +1,7 @@
 import CCrypto
 import Foundation
+import SiwaCore
 import SiwaCrypto
-import SiwaTestSupport
 import Synchronization
 import Testing
 
@@ -356,6 +356,20 @@ let message = Array("header.payload".utf8)
         #expect(
             HMACSHA256.authenticate(key: [], message: [])
                 == hexBytes("b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad"))
+    }
+
+    @Test("HMAC-SHA256 signs forwards exactly as the Standard Webhooks reference vector")
+    func standardWebhooksVector() throws {
+        // From the Standard Webhooks specification and its libraries' tests.
+        let key = try StandardWebhookSecret.parse(file: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").get()[0]
+        let body = Array(#"{"test": 2432232314}"#.utf8)
+        let header = StandardWebhook.signature(
+            id: "msg_p5jXN8AQM9LWM0D4loKWxJek", timestamp: 1_614_265_330, body: body, keys: [key], mac: HMACSHA256.authenticate)
+        #expect(header == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
+        #expect(
+            StandardWebhook.verify(
+                signatureHeader: "v1,bm9wZQ== v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", id: "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                timestamp: 1_614_265_330, body: body, key: key, mac: HMACSHA256.authenticate))
     }
 
     @Test func secureRandom() {

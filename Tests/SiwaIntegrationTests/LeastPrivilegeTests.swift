@@ -46,7 +46,9 @@ struct LeastPrivilegeTests {
         "siwa_worker SELECT apple_tokens", "siwa_worker SELECT backlog", "siwa_worker SELECT events",
         "siwa_worker SELECT revocations", "siwa_worker SELECT sessions", "siwa_worker UPDATE accounts",
         "siwa_worker UPDATE apple_tokens", "siwa_worker UPDATE events", "siwa_worker UPDATE revocations",
-        "siwa_worker UPDATE sessions",
+        "siwa_worker UPDATE sessions", "siwa_worker SELECT forwards", "siwa_worker INSERT forwards",
+        "siwa_worker UPDATE forwards", "siwa_worker DELETE forwards", "siwa_worker SELECT forward_backlog",
+        "siwa_worker SELECT dead_forwards", "siwa_dashboard SELECT forward_backlog", "siwa_dashboard SELECT dead_forwards",
     ]
 
     @Test("each role's grants are exactly the README's; PUBLIC executes nothing of siwa's; the receiver only inserts events")

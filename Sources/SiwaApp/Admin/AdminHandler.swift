@@ -105,6 +105,7 @@ public final class AdminHandler: HTTPHandler {
                 result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
                 result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
             }
+            result += reading.gauges.map { ($0.name, $0.help, $0.value) }
             answer(result)
         }
     }

@@ -22,6 +22,15 @@ public final class AdminProbe: Service {
         public var answered: Bool
         /// The outbox backlog (nil when the database did not answer, or the view is unreadable).
         var backlog: OperatorStatements.Backlog?
+        /// Further gauges read in the same round (forwarding, revocations); empty when unreadable.
+        var gauges: [Gauge] = []
+    }
+
+    /// A gauge of `/metrics` read from the database.
+    struct Gauge: Sendable, Equatable {
+        var name: String
+        var help: String
+        var value: Double
     }
 
     private struct Waiter {
@@ -50,8 +59,12 @@ public final class AdminProbe: Service {
     private let deadlinesFinished = StopSignal()
 
     /// - Parameter conninfo: the database; the probe opens one connection of its own.
-    public init(conninfo: String, deadline: Double = 1.5) {
+    /// Forwarding is on: each round also reads the forwards' backlog.
+    private let forwarding: Bool
+
+    public init(conninfo: String, deadline: Double = 1.5, forwarding: Bool = false) {
         self.deadline = deadline
+        self.forwarding = forwarding
         pool = PostgresPool(
             conninfo: conninfo, size: 1, connectTimeout: 2, applicationName: "siwa-notify admin probe",
             transactionBegin: AdminStatements.beginProbe)
@@ -119,12 +132,14 @@ public final class AdminProbe: Service {
             return s.started
         }
         var result = Reading(answered: false, backlog: nil)
+        let forwarding = self.forwarding
         do {
-            result.backlog = try pool.withConnection(timeout: 1) { c -> OperatorStatements.Backlog? in
+            (result.backlog, result.gauges) = try pool.withConnection(timeout: 1) { c in
                 _ = try c.row(OperatorStatements.ping)
                 // The database answered even when the backlog cannot be read (a statement
                 // timeout on a huge outbox, a role without the view): no gauges then.
-                return (try? c.row(OperatorStatements.backlog)) ?? nil
+                let backlog = (try? c.row(OperatorStatements.backlog)) ?? nil
+                return (backlog, Self.moreGauges(on: c, forwarding: forwarding))
             }
             result.answered = true
         } catch {
@@ -135,6 +150,36 @@ public final class AdminProbe: Service {
             return ids.compactMap { s.waiters.removeValue(forKey: $0) }
         }
         for waiter in due { waiter.answer(result) }
+    }
+
+    /// Revocations at Apple by status and, with forwarding on, the forwards' backlog.
+    private static func moreGauges(on c: PostgresConnection, forwarding: Bool) -> [Gauge] {
+        var gauges: [Gauge] = []
+        if let counts = try? c.rows(RevocationStatements.counts) {
+            let by = Dictionary(counts.map { ($0.status, $0.count) }, uniquingKeysWith: +)
+            gauges += [
+                Gauge(
+                    name: "siwa_revocations_waiting", help: "Revocations at Apple pending, running or failed (will retry).",
+                    value: Double(["pending", "running", "failed"].reduce(0) { $0 + (by[$1] ?? 0) })),
+                Gauge(name: "siwa_revocations_dead", help: "Dead revocations at Apple (replay --revocations).", value: Double(by["dead"] ?? 0)),
+                Gauge(
+                    name: "siwa_revocations_no_token", help: "In-app deletions of users of whom no refresh token was stored.",
+                    value: Double(by["no_token"] ?? 0)),
+            ]
+        }
+        if forwarding, let f = (try? c.row(ForwardStatements.backlog)) ?? nil {
+            gauges += [
+                Gauge(
+                    name: "siwa_forward_backlog", help: "Forwards waiting to be delivered (pending or failed, in flight included).",
+                    value: Double(f.pending + f.failed)),
+                Gauge(name: "siwa_forward_failed", help: "Forwards whose last attempt failed (will retry).", value: Double(f.failed)),
+                Gauge(
+                    name: "siwa_forward_dead", help: "Dead forwards (retried for SIWA_FORWARD_RETRY_FOR; replay --forwards).",
+                    value: Double(f.dead)),
+                Gauge(name: "siwa_forward_oldest_waiting_age_seconds", help: "Age of the oldest forward waiting.", value: f.oldestWaitingAgeSeconds),
+            ]
+        }
+        return gauges
     }
 
     private func answerAll(_ result: Reading) {

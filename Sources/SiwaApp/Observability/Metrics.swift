@@ -25,6 +25,8 @@ public final class Metrics: Sendable {
         var revocations: [String: UInt64] = [:]  // "outcome"
         var verification = Histogram()
         var commit = Histogram()
+        var forwards: [String: UInt64] = [:]  // "outcome|type"
+        var forwardDelivery = Histogram()
     }
 
     private let state = Mutex(State())
@@ -57,6 +59,16 @@ public final class Metrics: Sendable {
         state.withLock { $0.commit.observe(seconds) }
     }
 
+    /// A forward attempt: `outcome` is delivered, failed (will retry) or dead.
+    public func forward(outcome: String, type: String) {
+        state.withLock { $0.forwards["\(outcome)|\(type)", default: 0] += 1 }
+    }
+
+    /// A delivering attempt: from its POST to the commit that recorded it delivered.
+    public func observeForwardDelivery(seconds: Double) {
+        state.withLock { $0.forwardDelivery.observe(seconds) }
+    }
+
     /// Renders everything; `gauges` are values read at scrape time (backlog, pool use...).
     public func render(gauges: [(name: String, help: String, value: Double)]) -> String {
         let s = state.withLock { $0 }
@@ -85,6 +97,14 @@ public final class Metrics: Sendable {
         }
         out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
         out += Self.render(name: "siwa_commit_seconds", help: "Time to commit a notification to the outbox.", s.commit)
+        out += "# HELP siwa_forwards_total Forward attempts to SIWA_FORWARD_URL, by outcome and type.\n"
+        out += "# TYPE siwa_forwards_total counter\n"
+        for key in s.forwards.keys.sorted() {
+            let parts = key.split(separator: "|", omittingEmptySubsequences: false)
+            out += "siwa_forwards_total{outcome=\"\(parts[0])\",type=\"\(Self.escape(String(parts[1])))\"} \(s.forwards[key]!)\n"
+        }
+        out += Self.render(
+            name: "siwa_forward_delivery_seconds", help: "Time from a forward's POST to its commit as delivered.", s.forwardDelivery)
         out += Self.renderLogDrops(LogWriter.standardError.statistics.droppedLines)
         for gauge in gauges {
             out += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.format(gauge.value))\n"

@@ -7,6 +7,15 @@ struct ClaimedEvent: Sendable {
     var audience: String
     var event: AppleEvent
     var attempts: Int
+    /// `claims.source` of events siwa-notify recorded itself (`in-app`, `reconcile`, `sign-in`);
+    /// nil for Apple's notifications.
+    var source: String? = nil
+
+    /// Where the event came from, as forwards name it.
+    var forwardSource: ForwardSource {
+        if event.type == .deletionRequested { return .inApp }
+        return source.flatMap(ForwardSource.init(rawValue:)) ?? .apple
+    }
 }
 
 /// The worker's statements: claim due events, lock or create accounts, write the decisions of
@@ -55,7 +64,8 @@ enum WorkerStatements {
     static let claim = Statement<Int, ClaimedEvent>(
         "claim_events",
         """
-        SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts
+        SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts,
+               claims ->> 'source' AS source
         FROM siwa.events
         WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
         ORDER BY next_attempt_at, id
@@ -70,7 +80,7 @@ enum WorkerStatements {
                     type: EventType(stored: try row.text("type")), sub: try row.text("sub"),
                     eventTimeMillis: try row.int64("event_ms"), email: try row.optionalText("email"),
                     isPrivateEmail: try row.optionalBool("is_private_email")),
-                attempts: try row.int("attempts"))
+                attempts: try row.int("attempts"), source: try row.optionalText("source"))
         })
 
     struct Failure {

@@ -26,6 +26,14 @@ public enum OutboxAdmin {
         }
     }
 
+    /// Requeues dead forwards (status `pending`, attempts reset, retried for
+    /// `SIWA_FORWARD_RETRY_FOR` again); `type` nil: all. Returns how many.
+    public static func replayForwards(type: String?, conninfo: String) throws -> Int {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
+        if let type { return try connection.affected(ForwardStatements.replayType, type) }
+        return try connection.affected(ForwardStatements.replayAll, ())
+    }
+
     /// Queues the revocation of a user's Apple tokens and the deletion of the account
     /// (`siwa.request_deletion`); returns how many deletions were queued (1).
     public static func requestDeletion(sub: String, clientID: String?, conninfo: String) throws -> Int {
@@ -65,9 +73,24 @@ public enum OutboxAdmin {
         public var revocationsDone: Int?
         public var revocationsDead: Int?
         public var revocationsNoToken: Int?
+        /// Forwarding (`SIWA_FORWARD_URL`): on in this environment, and its queue.
+        public var forwarding: Bool?
+        public var forwards: Forwards?
     }
 
-    public static func status(conninfo: String, inAppDeletion: Bool = false) throws -> Report {
+    public struct Forwards: Sendable, Codable, Equatable {
+        public var pending: Int
+        public var failed: Int
+        public var dead: Int
+        public var inFlight: Int
+        public var oldestWaitingAgeSeconds: Double
+        public var deliveredLastHour: Int
+        /// POST→delivered of the newest (up to 1000) deliveries of the last hour, in ms.
+        public var deliveryP50Millis: Double?
+        public var deliveryP99Millis: Double?
+    }
+
+    public static func status(conninfo: String, inAppDeletion: Bool = false, forwarding: Bool = false) throws -> Report {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify status")
         let backlog =
             try c.row(OperatorStatements.backlog)
@@ -81,13 +104,20 @@ public enum OutboxAdmin {
         }
         var revocations: [String: Int] = [:]
         for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
+        var forwards: Forwards?
+        if let f = try c.row(ForwardStatements.backlog), let l = try c.row(ForwardStatements.latency) {
+            forwards = Forwards(
+                pending: f.pending, failed: f.failed, dead: f.dead, inFlight: f.inFlight,
+                oldestWaitingAgeSeconds: f.oldestWaitingAgeSeconds, deliveredLastHour: l.deliveredLastHour,
+                deliveryP50Millis: l.p50Millis, deliveryP99Millis: l.p99Millis)
+        }
         return Report(
             pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
             oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
             revocationsWaiting: ["pending", "running", "failed"].reduce(0) { $0 + (revocations[$1] ?? 0) },
             revocationsDone: revocations["done"] ?? 0, revocationsDead: revocations["dead"] ?? 0,
-            revocationsNoToken: revocations["no_token"] ?? 0)
+            revocationsNoToken: revocations["no_token"] ?? 0, forwarding: forwarding, forwards: forwards)
     }
 
     /// The report as a readable table.
@@ -109,7 +139,7 @@ public enum OutboxAdmin {
                 ["revocations done", String(r.revocationsDone ?? 0)],
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
-            ])
+            ] + forwardRows(r))
         out +=
             "\n"
             + table(
@@ -121,6 +151,21 @@ public enum OutboxAdmin {
                 ["id", "type", "status", "received (UTC)", "attempts"],
                 r.recent.map { [String($0.id), $0.type, $0.status, $0.receivedAt, String($0.attempts)] })
         return out
+    }
+
+    /// The forwarding lines of the backlog table.
+    static func forwardRows(_ r: Report) -> [[String]] {
+        let f = r.forwards
+        let ms: (Double?) -> String = { $0.map { "\(Int($0.rounded())) ms" } ?? "-" }
+        return [
+            ["forwarding", r.forwarding == true ? "on" : "off (set SIWA_FORWARD_URL, SIWA_FORWARD_SECRET_FILE)"],
+            ["forwards waiting", String((f?.pending ?? 0) + (f?.failed ?? 0)) + " (\(f?.inFlight ?? 0) in flight)"],
+            ["forwards failed (will retry)", String(f?.failed ?? 0)],
+            ["forwards dead", String(f?.dead ?? 0)],
+            ["oldest forward waiting", duration(f?.oldestWaitingAgeSeconds ?? 0)],
+            ["forwards delivered (1h)", String(f?.deliveredLastHour ?? 0)],
+            ["forward latency p50/p99", "\(ms(f?.deliveryP50Millis)) / \(ms(f?.deliveryP99Millis))"],
+        ]
     }
 
     static func duration(_ seconds: Double) -> String {

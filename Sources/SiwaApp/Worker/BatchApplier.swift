@@ -19,7 +19,10 @@ enum BatchApplier {
     }
 
     /// Applies `events` (distinct subs) in the caller's transaction; returns each one's decision, in order.
-    static func apply(_ events: [ClaimedEvent], hook: Hook, on c: PostgresConnection) throws(PostgresError) -> [AccountDecision] {
+    /// `forward`: queue a forward for each event that took effect (forwarding is on).
+    static func apply(
+        _ events: [ClaimedEvent], hook: Hook, forward: Bool = false, on c: PostgresConnection
+    ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
         let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs))
@@ -62,7 +65,19 @@ enum BatchApplier {
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
-        if !deleted.isEmpty { try c.affected(WorkerStatements.eraseEventEmails, deleted) }
+        // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
+        // Sign-ins are not forwarded (the app made them); an in-app deletion goes as account-delete.
+        if forward {
+            let effective = zip(events, decisions).compactMap { (e, d) -> (event: ClaimedEvent, source: ForwardSource)? in
+                guard d.outcome == .applied, e.event.type != .signIn else { return nil }
+                return (e, e.forwardSource)
+            }
+            if !effective.isEmpty { try c.affected(ForwardStatements.enqueue, .init(events: effective)) }
+        }
+        if !deleted.isEmpty {
+            try c.affected(WorkerStatements.eraseEventEmails, deleted)
+            try c.affected(ForwardStatements.eraseEmails, deleted)
+        }
         if !moveTokens.isEmpty { try c.affected(DeletionStatements.moveTokensToRevocation, moveTokens) }
         if !eraseTokens.isEmpty { try c.affected(DeletionStatements.eraseTokens, eraseTokens) }
         let ids = events.map(\.id)

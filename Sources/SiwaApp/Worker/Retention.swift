@@ -25,6 +25,11 @@ public enum Retention {
             do {
                 let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify retention")
                 let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
+                // Delivered forwards follow the events' retention.
+                var batches = 0
+                while batches < 100, !stopping.isStopped, try connection.affected(ForwardStatements.prune, days) == 1000 {
+                    batches += 1
+                }
                 if pruned > 0 {
                     logger.info("pruned old events", metadata: ["events": "\(pruned)", "older_than_days": "\(days)"])
                 }

@@ -15,7 +15,14 @@ public final class WakeUpListener: Service {
     private let stopping = StopSignal()
     private let finished = StopSignal()
 
-    public init(conninfo: String, waking target: WakeSignal, logger: Logger, checkInterval: Double = 1) {
+    /// The NOTIFY channel listened on (nil: the worker's, `siwa_events`).
+    private let channel: String
+
+    public init(
+        conninfo: String, channel: String? = nil, waking target: WakeSignal, logger: Logger,
+        checkInterval: Double = 1
+    ) {
+        self.channel = channel ?? WorkerStatements.channel
         self.conninfo = conninfo
         self.target = target
         self.logger = logger
@@ -43,7 +50,7 @@ public final class WakeUpListener: Service {
             do {
                 if connection == nil || !(connection!.isHealthy) {
                     connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify listener") { c throws(PostgresError) in
-                        try c.listen(WorkerStatements.channel)
+                        try c.listen(self.channel)
                     }
                     // Events committed while nobody listened: look now.
                     target.wake()

@@ -27,6 +27,8 @@ public final class Worker: Service {
         /// application sets `SIWA_WORKER_CONNECTIONS`). They share the queue as separate `work`
         /// processes do (`SKIP LOCKED`; accounts locked in one order).
         public var connections: Int = 1
+        /// Queue a forward for every event that takes effect (`SIWA_FORWARD_URL` is set). Default false.
+        public var forwarding: Bool = false
         public init() {}
     }
 
@@ -137,7 +139,7 @@ public final class Worker: Service {
             if first.count > 1 {
                 do throws(PostgresError) {
                     let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
-                        try BatchApplier.apply(first, hook: hook, on: c)
+                        try BatchApplier.apply(first, hook: hook, forward: options.forwarding, on: c)
                     }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
@@ -191,6 +193,7 @@ public final class Worker: Service {
         var failed: [Failure] = []
     }
 
+
     /// The statements that open a batch transaction (timeouts, key lookups only).
     var beginBatch: String {
         WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout, lockTimeoutSeconds: options.lockTimeout)
@@ -202,7 +205,7 @@ public final class Worker: Service {
     ) throws(PostgresError) {
         do throws(PostgresError) {
             let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
-                try BatchApplier.apply([item], hook: hook, on: c)[0]
+                try BatchApplier.apply([item], hook: hook, forward: options.forwarding, on: c)[0]
             }
             report.applied.append((item, decision))
         } catch {

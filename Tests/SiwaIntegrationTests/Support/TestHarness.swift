@@ -46,7 +46,8 @@ final class TestHarness: Sendable {
     init(
         conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
-        retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts()
+        retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts(), forwarding: ForwardingConfiguration? = nil,
+        forwardOptions: ForwardSender.Options = ForwardSender.Options()
     ) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
@@ -71,8 +72,11 @@ final class TestHarness: Sendable {
         if let t = timeouts.commit { config.commitTimeout = t }
         if let t = timeouts.workerStatement { config.workerStatementTimeout = t }
         if let t = timeouts.workerLock { config.workerLockTimeout = t }
+        config.forwarding = forwarding
+        var options = Self.options(retryBaseDelay: retryBaseDelay)
+        options.forwarding = forwardOptions
         app = Application(
-            configuration: config, roles: roles, options: Self.options(retryBaseDelay: retryBaseDelay),
+            configuration: config, roles: roles, options: options,
             logger: Self.logger(into: logs))
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
