@@ -70,7 +70,9 @@ let package = Package(
             dependencies: [
                 "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
                 .product(name: "Logging", package: "swift-log"),
-            ]),
+            ],
+            // Read through #filePath (a database made by the previous release), not bundled.
+            exclude: ["Fixtures"]),
         // In-process tier: the receiver's decisions and the lifecycle, no sockets, no database.
         .testTarget(
             name: "SiwaAppTests",

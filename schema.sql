@@ -109,6 +109,44 @@ CREATE TABLE IF NOT EXISTS siwa.sessions (
 ALTER TABLE siwa.accounts ADD COLUMN IF NOT EXISTS signed_in_at timestamptz;
 
 CREATE INDEX IF NOT EXISTS sessions_live_idx ON siwa.sessions (apple_sub, created_at) WHERE revoked_at IS NULL;
+-- The app a session belongs to (optional): Apple's consent-revoked of one app revokes that app's
+-- sessions and those without an app, never another app's.
+ALTER TABLE siwa.sessions ADD COLUMN IF NOT EXISTS aud text;
+
+-- One row per user and app (`aud`): consent and the private relay address are per app, while
+-- Apple's `sub` is one per user and team. siwa.accounts keeps its meaning for one-app teams (its
+-- status is consent_revoked when every app account of the user is, deleted when the user is; its
+-- email follows the newest email event). Created with the first event or sign-in of that app;
+-- on creation, existing users get one row per app of their stored events, with their state.
+DO $$
+BEGIN
+    IF to_regclass('siwa.app_accounts') IS NULL THEN
+        CREATE TABLE siwa.app_accounts (
+            apple_sub         text COLLATE "C" NOT NULL,
+            aud               text        NOT NULL,
+            status            text        NOT NULL DEFAULT 'active',
+            email             text,
+            is_private_email  boolean,
+            email_forwarding  boolean,
+            last_event_time   timestamptz,
+            email_event_time  timestamptz,
+            status_event_time timestamptz,
+            signed_in_at      timestamptz,
+            created_at        timestamptz NOT NULL DEFAULT now(),
+            updated_at        timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (apple_sub, aud),
+            CONSTRAINT app_accounts_status_check CHECK (status IN ('active', 'consent_revoked', 'deleted'))
+        );
+        INSERT INTO siwa.app_accounts (apple_sub, aud, status, email, is_private_email, email_forwarding,
+                                       last_event_time, email_event_time, status_event_time, signed_in_at)
+        SELECT a.apple_sub, e.aud, a.status, a.email, a.is_private_email, a.email_forwarding,
+               a.last_event_time, a.email_event_time, a.status_event_time, a.signed_in_at
+        FROM siwa.accounts a
+        JOIN (SELECT DISTINCT sub, aud FROM siwa.events WHERE aud <> '') e ON e.sub = a.apple_sub;
+    END IF;
+END
+$$;
+CREATE INDEX IF NOT EXISTS app_accounts_status_idx ON siwa.app_accounts (aud, status, email_forwarding);
 
 -- The last good key set of each JWKS URL, so a restart while Apple's endpoint is unreachable
 -- still verifies.
@@ -312,6 +350,11 @@ CREATE OR REPLACE VIEW siwa.dead_letters AS
     SELECT id, jti, type, siwa.subject_hash(sub) AS sub_hash, event_time, received_at, attempts, last_error
     FROM siwa.events WHERE status = 'dead';
 
+-- Per app: how many users of each app are active, consent-revoked, deleted.
+CREATE OR REPLACE VIEW siwa.app_account_status_summary AS
+    SELECT aud, status, email_forwarding, count(*) AS accounts
+    FROM siwa.app_accounts GROUP BY 1, 2, 3;
+
 CREATE OR REPLACE VIEW siwa.account_status_summary AS
     SELECT status, email_forwarding, count(*) AS accounts
     FROM siwa.accounts GROUP BY 1, 2;
@@ -335,6 +378,8 @@ GRANT SELECT ON siwa.backlog TO siwa_api;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;
+GRANT SELECT ON siwa.app_account_status_summary TO siwa_dashboard;
+GRANT SELECT, INSERT, UPDATE ON siwa.app_accounts TO siwa_worker;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
 -- ===== Forwarding (SIWA_FORWARD_URL; contract section 9) =====================================

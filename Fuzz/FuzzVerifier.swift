@@ -282,9 +282,13 @@ enum FuzzChecks {
             let t = event.eventTimeMillis
 
             if old.status == .deleted {
-                // A deleted account stays deleted and untouched, whatever arrives.
-                precondition(d == AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted),
+                // A deleted account stays deleted, whatever arrives; only a later deletion moves its time.
+                precondition(d.outcome == .finalDeleted && d.newState.status == .deleted && d.newState.email == old.email,
                              "invariant: a deleted account was changed: \(d)")
+                if event.type != .accountDelete {
+                    precondition(d == AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted),
+                                 "invariant: a deleted account was changed: \(d)")
+                }
             } else {
                 switch event.type {
                 case .unknown:
@@ -317,9 +321,10 @@ enum FuzzChecks {
                 if current == nil && event.type.isKnown { precondition(d.accountChanged, "invariant: new sub with a known type not created") }
             }
 
-            // Event times never move backwards.
-            for (before, after) in [(old.lastEventTime, d.newState.lastEventTime), (old.emailEventTime, d.newState.emailEventTime),
-                                    (old.statusEventTime, d.newState.statusEventTime)] {
+            // Event times never move backwards (but a deletion's status time is its own time).
+            let statusTimes = event.type == .accountDelete ? [] : [(old.statusEventTime, d.newState.statusEventTime)]
+            for (before, after) in [(old.lastEventTime, d.newState.lastEventTime), (old.emailEventTime, d.newState.emailEventTime)]
+                + statusTimes {
                 if let before { precondition(after != nil && after! >= before, "invariant: an event time moved backwards: \(d)") }
             }
             // Applying the same event again changes nothing more.
@@ -332,8 +337,12 @@ enum FuzzChecks {
                     for time in [t, t &- 1, t &+ 1, .min, .max] {
                         let next = EventRules.apply(AppleEvent(type: type, sub: event.sub, eventTimeMillis: time, email: "z@z", isPrivateEmail: false),
                                                     to: d.newState)
-                        precondition(next.newState == d.newState && next.outcome == .finalDeleted && next.revokeSessions == .none,
+                        // Only a sign-in (never in a notification) comes back; a later deletion moves its time.
+                        precondition(next.newState.status == .deleted && next.newState.email == d.newState.email && next.outcome == .finalDeleted,
                                      "invariant: a deleted account came back")
+                        if type != .accountDelete || time <= (d.newState.statusEventTime ?? .min) {
+                            precondition(next.newState == d.newState && next.revokeSessions == .none, "invariant: a deleted account changed")
+                        }
                     }
                 }
             }

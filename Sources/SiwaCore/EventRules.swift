@@ -19,6 +19,16 @@ public enum EventRules {
         let old = current ?? .new
         let t = event.eventTimeMillis
 
+        if old.status == .deleted && (event.type == .accountDelete || event.type == .deletionRequested)
+            && t > (old.statusEventTime ?? Int64.min)
+        {
+            // Deleted again, later: only a sign-in newer than this deletion starts a new account.
+            var state = old
+            state.statusEventTime = t
+            state.lastEventTime = max(old.lastEventTime ?? t, t)
+            return AccountDecision(
+                newState: state, accountChanged: true, revokeSessions: .all, revokeReason: "account-delete", outcome: .finalDeleted)
+        }
         if old.status == .deleted && !(event.type == .signIn && t > (old.statusEventTime ?? Int64.min)) {
             return AccountDecision(newState: old, accountChanged: false, revokeSessions: .none, revokeReason: nil, outcome: .finalDeleted)
         }
@@ -57,14 +67,18 @@ public enum EventRules {
 
         case .signIn:
             if old.status == .deleted {
-                // The user came back: a new account, nothing of the old one.
+                // The user came back: a new account, nothing of the old one (events older than
+                // the sign-in belong to the old one: stale for the new one, email events too).
                 let fresh = AccountState(
                     status: .active, email: event.email, isPrivateEmail: event.isPrivateEmail, emailForwarding: nil,
-                    lastEventTime: t, emailEventTime: nil, statusEventTime: t, signedInAt: t)
+                    lastEventTime: t, emailEventTime: t, statusEventTime: t, signedInAt: t)
                 return decision(fresh, .none, nil, .applied)
             }
             if let last = old.statusEventTime, t < last {
-                return decision(old, .none, nil, .stale)
+                // Older than a consent-revoked: the status stays, but the user did sign in then,
+                // so a deletion older than this sign-in no longer ends the account.
+                state.signedInAt = max(old.signedInAt ?? t, t)
+                return decision(state, .none, nil, .stale)
             }
             state.status = .active
             state.statusEventTime = t
@@ -78,13 +92,19 @@ public enum EventRules {
 
         case .accountDelete, .deletionRequested:
             if let back = old.signedInAt, t < back {
-                return decision(old, .createdAtOrBefore(t), "account-delete", .stale)
+                // The user was deleted at t and came back at `back`: the email flags of events
+                // before the comeback were the old account's.
+                if (old.emailEventTime ?? Int64.min) < back {
+                    state.emailForwarding = nil
+                    state.emailEventTime = back
+                }
+                return decision(state, .createdAtOrBefore(t), "account-delete", .stale)
             }
             state.status = .deleted
             state.email = nil
             state.isPrivateEmail = nil
             state.emailForwarding = nil
-            state.statusEventTime = max(old.statusEventTime ?? t, t)
+            state.statusEventTime = t  // the deletion's own time: only a sign-in newer than it comes back
             state.lastEventTime = max(old.lastEventTime ?? t, t)
             return decision(state, .all, "account-delete", .applied)
         }

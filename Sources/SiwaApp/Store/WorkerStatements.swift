@@ -169,11 +169,64 @@ enum WorkerStatements {
             ]
         })
 
+    /// Every app account of these users, locked (after their `siwa.accounts` rows: one lock order).
+    static let lockAppAccounts = Statement<[String], (sub: String, aud: String, state: AccountState)>(
+        "lock_app_accounts",
+        """
+        SELECT apple_sub, aud, status, email, is_private_email, email_forwarding,
+               \(SQLEncoding.millis("last_event_time")) AS last_ms,
+               \(SQLEncoding.millis("email_event_time")) AS email_ms,
+               \(SQLEncoding.millis("status_event_time")) AS status_ms,
+               \(SQLEncoding.millis("signed_in_at")) AS signed_ms
+        FROM siwa.app_accounts WHERE apple_sub = ANY($1::text[]) ORDER BY apple_sub, aud FOR UPDATE
+        """,
+        bind: { [SQLEncoding.array($0)] },
+        decode: { row throws(PostgresError) in
+            (
+                try row.text("apple_sub"), try row.text("aud"),
+                AccountState(
+                    status: try row.value("status", as: AccountStatus.self), email: try row.optionalText("email"),
+                    isPrivateEmail: try row.optionalBool("is_private_email"),
+                    emailForwarding: try row.optionalBool("email_forwarding"),
+                    lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
+                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"))
+            )
+        })
+
+    /// Creates or rewrites app accounts.
+    static let writeAppAccounts = Statement<[(sub: String, aud: String, state: AccountState)], Void>(
+        "write_app_accounts",
+        """
+        INSERT INTO siwa.app_accounts AS a (apple_sub, aud, status, email, is_private_email, email_forwarding,
+                                            last_event_time, email_event_time, status_event_time, signed_in_at)
+        SELECT u.sub, u.aud, u.status, u.email, u.priv, u.fwd, \(SQLEncoding.timestamp(millis: "u.last_ms")),
+               \(SQLEncoding.timestamp(millis: "u.email_ms")), \(SQLEncoding.timestamp(millis: "u.status_ms")),
+               \(SQLEncoding.timestamp(millis: "u.signed_ms"))
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::boolean[], $7::bigint[], $8::bigint[],
+                    $9::bigint[], $10::bigint[]) AS u(sub, aud, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms)
+        ORDER BY u.sub COLLATE "C", u.aud
+        ON CONFLICT (apple_sub, aud) DO UPDATE SET status = excluded.status, email = excluded.email,
+            is_private_email = excluded.is_private_email, email_forwarding = excluded.email_forwarding,
+            last_event_time = excluded.last_event_time, email_event_time = excluded.email_event_time,
+            status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at, updated_at = now()
+        """,
+        bind: { rows in
+            [
+                SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.aud }),
+                SQLEncoding.array(rows.map { $0.state.status.rawValue }), SQLEncoding.array(rows.map { $0.state.email }),
+                SQLEncoding.array(rows.map { $0.state.isPrivateEmail }), SQLEncoding.array(rows.map { $0.state.emailForwarding }),
+                SQLEncoding.array(rows.map { $0.state.lastEventTime }), SQLEncoding.array(rows.map { $0.state.emailEventTime }),
+                SQLEncoding.array(rows.map { $0.state.statusEventTime }), SQLEncoding.array(rows.map { $0.state.signedInAt }),
+            ]
+        })
+
     struct Revocation {
         var sub: String
         /// Only sessions created at or before this time (ms); nil: all.
         var createdAtOrBefore: Int64?
         var reason: String
+        /// Only this app's sessions and those without an app; nil: every app's.
+        var aud: String? = nil
     }
 
     /// Revokes live sessions.
@@ -181,14 +234,15 @@ enum WorkerStatements {
         "revoke_sessions",
         """
         UPDATE siwa.sessions s SET revoked_at = now(), revoked_reason = u.reason
-        FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, before_ms, reason)
+        FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(sub, before_ms, reason, aud)
         WHERE s.apple_sub = u.sub AND s.revoked_at IS NULL
           AND (u.before_ms IS NULL OR s.created_at <= \(SQLEncoding.timestamp(millis: "u.before_ms")))
+          AND (u.aud IS NULL OR s.aud IS NULL OR s.aud = u.aud)
         """,
         bind: { rows in
             [
                 SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.createdAtOrBefore }),
-                SQLEncoding.array(rows.map { $0.reason }),
+                SQLEncoding.array(rows.map { $0.reason }), SQLEncoding.array(rows.map { $0.aud }),
             ]
         })
 

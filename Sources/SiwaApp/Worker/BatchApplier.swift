@@ -30,22 +30,29 @@ enum BatchApplier {
         for (sub, state) in try c.rows(WorkerStatements.lockAccounts, subs) where !created.contains(sub) {
             current[sub] = state
         }
+        var apps: [String: [String: AccountState]] = [:]
+        for (sub, aud, state) in try c.rows(WorkerStatements.lockAppAccounts, subs) { apps[sub, default: [:]][aud] = state }
         var decisions: [AccountDecision] = []
         var changed: [(sub: String, state: AccountState)] = []
+        var changedApps: [(sub: String, aud: String, state: AccountState)] = []
         var revocations: [WorkerStatements.Revocation] = []
         var deleted: [String] = []
         var moveTokens: [DeletionStatements.Deletion] = []
         var eraseTokens: [DeletionStatements.Erasure] = []
         for item in events {
             let sub = item.event.sub
-            let decision = EventRules.apply(item.event, to: current[sub])
+            let userDecision = AppAccountRules.apply(
+                item.event, audience: item.audience, to: UserState(user: current[sub], apps: apps[sub] ?? [:]))
+            let decision = userDecision.user
             decisions.append(decision)
             if decision.accountChanged { changed.append((sub, decision.newState)) }
+            for (aud, state) in userDecision.apps.sorted(by: { $0.key < $1.key }) { changedApps.append((sub, aud, state)) }
             let reason = decision.revokeReason ?? item.event.type.rawValue
+            let aud = userDecision.revokeAudience
             switch decision.revokeSessions {
             case .none: break
-            case .all: revocations.append(.init(sub: sub, createdAtOrBefore: nil, reason: reason))
-            case .createdAtOrBefore(let ms): revocations.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason))
+            case .all: revocations.append(.init(sub: sub, createdAtOrBefore: nil, reason: reason, aud: aud))
+            case .createdAtOrBefore(let ms): revocations.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason, aud: aud))
             }
             // Every event of a deleted user erases: also one that arrives after the deletion
             // (it may carry an email).
@@ -64,6 +71,7 @@ enum BatchApplier {
             }
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
+        if !changedApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, changedApps) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
         // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
         // Sign-ins are not forwarded (the app made them); an in-app deletion goes as account-delete.

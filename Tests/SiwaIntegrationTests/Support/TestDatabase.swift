@@ -32,13 +32,18 @@ enum TestDatabase {
 
     /// Creates and migrates a new database; returns its conninfo.
     static func create() throws -> String {
+        let url = try createEmpty()
+        try Migrator.migrate(conninfo: url)
+        return url
+    }
+
+    /// Creates a new database without the schema; returns its conninfo.
+    static func createEmpty() throws -> String {
         let admin = try adminURL()
         let name = "siwa_test_" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
         let connection = try PostgresConnection(conninfo: admin)
         try connection.execute("CREATE DATABASE \(name)")
-        let url = admin + " dbname=\(name)"
-        try Migrator.migrate(conninfo: url)
-        return url
+        return admin + " dbname=\(name)"
     }
 
     static func query(_ conninfo: String, _ sql: String, _ parameters: [String?] = []) throws -> PostgresResult {

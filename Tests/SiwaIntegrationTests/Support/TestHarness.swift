@@ -11,6 +11,8 @@ import SiwaPostgres
 /// fresh database, a signing key made for the test and its JWKS served from a file.
 final class TestHarness: Sendable {
     static let audience = "com.example.siwa.tests"
+    /// A second app of the same team (one endpoint serves every app).
+    static let otherAudience = "com.example.siwa.tests.other"
     static let sharedKey: RSAPrivateKey = try! RSAPrivateKey.generate(bits: 2048)
 
     /// Application options of the in-process harnesses: quick retries and polls.
@@ -59,7 +61,7 @@ final class TestHarness: Sendable {
         logs = LogSink.capturing()
         var config = ServerConfiguration()
         config.databaseURL = conninfo
-        config.audiences = [Self.audience]
+        config.audiences = [Self.audience, Self.otherAudience]
         config.jwksURL = jwksURL ?? "file://" + jwksPath
         config.listen = ListenAddress(host: "127.0.0.1", port: 0)
         config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
@@ -123,11 +125,12 @@ final class TestHarness: Sendable {
 
     func token(
         type: String = "consent-revoked", sub: String = "000739.test.0001", eventTimeMillis: Int64? = nil,
-        email: String? = nil, isPrivateEmail: Bool? = nil, jti: String = NotificationSigner.newJTI()
+        email: String? = nil, isPrivateEmail: Bool? = nil, jti: String = NotificationSigner.newJTI(),
+        audience: String = TestHarness.audience
     ) throws -> String {
         try signer.sign(
             claims: NotificationSigner.claims(
-                audience: Self.audience, type: type, sub: sub,
+                audience: audience, type: type, sub: sub,
                 eventTimeMillis: eventTimeMillis, email: email,
                 isPrivateEmail: isPrivateEmail, jti: jti))
     }
