@@ -59,6 +59,9 @@ struct AppAccountTests {
         let summary = try TestDatabase.query(
             h.conninfo, "SELECT aud, status, accounts FROM siwa.app_account_status_summary WHERE status = 'consent_revoked' ORDER BY aud")
         #expect(summary.rows.count == 2)
+        let report = try OutboxAdmin.status(conninfo: h.conninfo)
+        #expect(report.apps?.filter { $0.status == "consent_revoked" && $0.accounts == 1 }.map(\.aud) == [Self.a, Self.b])
+        #expect(OutboxAdmin.render(report).contains(Self.b))
         // An account-delete of the user deletes every app account.
         #expect(try h.post(token: try h.token(type: "account-delete", sub: sub, eventTimeMillis: now, audience: Self.a)).code == "accepted")
         #expect(

@@ -63,6 +63,12 @@ enum OperatorStatements {
         var attempts: Int
     }
 
+    /// Users per app and status (the app accounts' summary view).
+    static let appAccountCounts = Statement<Void, (aud: String, status: String, count: Int)>(
+        "app_account_counts",
+        "SELECT aud, status, sum(accounts)::int AS n FROM siwa.app_account_status_summary GROUP BY 1, 2 ORDER BY 1, 2",
+        decode: { row throws(PostgresError) in (try row.text("aud"), try row.text("status"), try row.int("n")) })
+
     static let recentEvents = Statement<Void, RecentEvent>(
         "recent_events",
         """

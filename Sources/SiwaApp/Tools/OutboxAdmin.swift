@@ -76,6 +76,14 @@ public enum OutboxAdmin {
         /// Forwarding (`SIWA_FORWARD_URL`): on in this environment, and its queue.
         public var forwarding: Bool?
         public var forwards: Forwards?
+        /// Users per app and status (`siwa.app_account_status_summary`).
+        public var apps: [AppCount]? = nil
+    }
+
+    public struct AppCount: Sendable, Codable, Equatable {
+        public var aud: String
+        public var status: String
+        public var accounts: Int
     }
 
     public struct Forwards: Sendable, Codable, Equatable {
@@ -99,6 +107,7 @@ public enum OutboxAdmin {
         let counts = try c.rows(OperatorStatements.countsLastDay).map { r in
             Report.Count(type: r.type, status: r.status.rawValue, lastHour: r.lastHour, lastDay: r.lastDay)
         }
+        let apps = try c.rows(OperatorStatements.appAccountCounts).map { AppCount(aud: $0.aud, status: $0.status, accounts: $0.count) }
         let recent = try c.rows(OperatorStatements.recentEvents).map { r in
             Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
         }
@@ -117,7 +126,7 @@ public enum OutboxAdmin {
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
             revocationsWaiting: ["pending", "running", "failed"].reduce(0) { $0 + (revocations[$1] ?? 0) },
             revocationsDone: revocations["done"] ?? 0, revocationsDead: revocations["dead"] ?? 0,
-            revocationsNoToken: revocations["no_token"] ?? 0, forwarding: forwarding, forwards: forwards)
+            revocationsNoToken: revocations["no_token"] ?? 0, forwarding: forwarding, forwards: forwards, apps: apps)
     }
 
     /// The report as a readable table.
@@ -140,6 +149,9 @@ public enum OutboxAdmin {
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
             ] + forwardRows(r))
+        out +=
+            "\n"
+            + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
         out +=
             "\n"
             + table(
