@@ -35,6 +35,8 @@ public final class Application: Sendable {
         /// Seconds between two retention passes. Default 600.
         public var retentionInterval: Double = 600
         public var forwarding = ForwardSender.Options()
+        /// The migration at start (lock timeout, retries).
+        public var migration = Migrator.Options()
         public init() {}
     }
 
@@ -271,14 +273,29 @@ public final class Application: Sendable {
     }
 
     private func migrate(_ conninfo: String) throws {
+        let outcome: Migrator.Outcome
         do {
-            try Migrator.migrate(conninfo: conninfo)
-        } catch  where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
-            // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
-            // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
-            logger.notice("not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)")
+            outcome = try Migrator.migrate(conninfo: conninfo, options: options.migration) { [logger] retry in
+                logger.warning("\(retry)", metadata: ["attempt": "\(retry.attempt)", "retry_in": "\(retry.delay)"])
+            }
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
+        }
+        switch outcome {
+        case .upToDate:
+            logger.info("schema up to date", metadata: ["version": "\(Migrator.versionMarker)"])
+        case .applied:
+            logger.notice("schema applied", metadata: ["version": "\(Migrator.versionMarker)"])
+        case .notAllowed(let role) where Migrator.schemaExists(conninfo: conninfo):
+            // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
+            // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
+            // Checked before any lock: such a process never queues the receivers behind it.
+            logger.notice(
+                "not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)",
+                metadata: ["role": "\(role)"])
+        case .notAllowed(let role):
+            throw StartError(
+                description: "cannot prepare the database: role \(role) may not create schema siwa (run `siwa-notify migrate` as the owner)")
         }
     }
 
