@@ -180,6 +180,10 @@ public final class Application: Sendable {
             handler: admin, prepareToStop: { admin.startDraining() })
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
+        // Stopped right before the admin listener (services stop in reverse): code exchanges in
+        // flight (waiting on Apple) finish and are answered while the listener and the admin pool
+        // are still up; new API calls get 503 busy meanwhile.
+        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(timeout: deadline.remaining) }))
 
         // 4. Public listener.
         var publicListener: ListenerService?
