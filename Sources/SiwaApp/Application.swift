@@ -169,7 +169,11 @@ public final class Application: Sendable {
 
         // 3. Admin listener (readiness turns 503 as soon as shutdown begins) and the API on it.
         let exchange = revocation.flatMap { r in
-            keys.map { TokenExchange(apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
+            keys.map {
+                TokenExchange(
+                    apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger,
+                    keyAudiences: Self.verificationPolicy(config).keyAudiences)
+            }
         }
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
