@@ -193,7 +193,6 @@ public final class Worker: Service {
         var failed: [Failure] = []
     }
 
-
     /// The statements that open a batch transaction (timeouts, key lookups only).
     var beginBatch: String {
         WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout, lockTimeoutSeconds: options.lockTimeout)
