@@ -203,6 +203,8 @@ CREATE TABLE IF NOT EXISTS siwa.revocations (
 CREATE INDEX IF NOT EXISTS revocations_due_idx ON siwa.revocations (next_attempt_at, id)
     WHERE status IN ('pending', 'running', 'failed');
 CREATE INDEX IF NOT EXISTS revocations_sub_idx ON siwa.revocations (apple_sub);
+-- The keys of the tokens still waiting here, encrypted (start-up key check, `rekey`).
+CREATE INDEX IF NOT EXISTS revocations_key_id ON siwa.revocations (key_id) WHERE ciphertext IS NOT NULL;
 
 -- After a verified sign-in (POST /apple/tokens, POST /apple/refresh-tokens): stores the encrypted
 -- refresh token and records the sign-in as an event of the outbox (type 'sign-in', applied by the

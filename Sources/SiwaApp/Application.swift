@@ -35,6 +35,8 @@ public final class Application: Sendable {
         /// Seconds between two retention passes. Default 600.
         public var retentionInterval: Double = 600
         public var forwarding = ForwardSender.Options()
+        /// The migration at start (lock timeout, retries).
+        public var migration = Migrator.Options()
         public init() {}
     }
 
@@ -167,7 +169,11 @@ public final class Application: Sendable {
 
         // 3. Admin listener (readiness turns 503 as soon as shutdown begins) and the API on it.
         let exchange = revocation.flatMap { r in
-            keys.map { TokenExchange(apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger) }
+            keys.map {
+                TokenExchange(
+                    apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger,
+                    keyAudiences: Self.verificationPolicy(config).keyAudiences)
+            }
         }
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
@@ -178,6 +184,10 @@ public final class Application: Sendable {
             handler: admin, prepareToStop: { admin.startDraining() })
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
+        // Stopped right before the admin listener (services stop in reverse): code exchanges in
+        // flight (waiting on Apple) finish and are answered while the listener and the admin pool
+        // are still up; new API calls get 503 busy meanwhile.
+        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(timeout: deadline.remaining) }))
 
         // 4. Public listener.
         var publicListener: ListenerService?
@@ -271,14 +281,29 @@ public final class Application: Sendable {
     }
 
     private func migrate(_ conninfo: String) throws {
+        let outcome: Migrator.Outcome
         do {
-            try Migrator.migrate(conninfo: conninfo)
-        } catch  where error.sqlState == "42501" && Migrator.schemaExists(conninfo: conninfo) {
-            // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
-            // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
-            logger.notice("not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)")
+            outcome = try Migrator.migrate(conninfo: conninfo, options: options.migration) { [logger] retry in
+                logger.warning("\(retry)", metadata: ["attempt": "\(retry.attempt)", "retry_in": "\(retry.delay)"])
+            }
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
+        }
+        switch outcome {
+        case .upToDate:
+            logger.info("schema up to date", metadata: ["version": "\(Migrator.versionMarker)"])
+        case .applied:
+            logger.notice("schema applied", metadata: ["version": "\(Migrator.versionMarker)"])
+        case .notAllowed(let role) where Migrator.schemaExists(conninfo: conninfo):
+            // A least-privilege role (siwa_receiver / siwa_worker) may not migrate: run
+            // `siwa-notify migrate` with the owner on deploy, and go on with the schema there.
+            // Checked before any lock: such a process never queues the receivers behind it.
+            logger.notice(
+                "not allowed to migrate; using the existing schema (run `siwa-notify migrate` as the owner on deploy)",
+                metadata: ["role": "\(role)"])
+        case .notAllowed(let role):
+            throw StartError(
+                description: "cannot prepare the database: role \(role) may not create schema siwa (run `siwa-notify migrate` as the owner)")
         }
     }
 

@@ -79,17 +79,24 @@ public struct IDTokenClaims: Sendable, Equatable {
 ///
 /// Checks, first failure wins: structure, `alg` == RS256, `kid`, signature (the caller's closure,
 /// the same one `NotificationVerifier` takes: called once, after the earlier checks), no `crit`,
-/// `iss`, `aud` == the client id (byte-exact), `exp` (required, with skew), `iat` (required, not in
+/// `iss`, `aud` == the client id (byte-exact) and one the key may sign for (`keyAudiences`), `exp` (required, with skew), `iat` (required, not in
 /// the future beyond skew), `nonce` (when one is expected), `sub`, then the e-mail claims.
 public struct IDTokenVerifier: Sendable {
     /// The expected `iss`. Default `https://appleid.apple.com`.
     public var issuer: String
     /// Allowed clock difference in seconds for `exp` and `iat`. Default 60.
     public var clockSkewSeconds: Int64
+    /// Keys trusted for some client ids only, by `kid` (`VerificationPolicy.keyAudiences`: the
+    /// `--dev` key signs for the dev audience only): a token signed with one of them for another
+    /// client id is refused `wrong_audience`. Default none.
+    public var keyAudiences: [String: Set<String>]
 
-    public init(issuer: String = VerificationPolicy.appleIssuer, clockSkewSeconds: Int64 = 60) {
+    public init(
+        issuer: String = VerificationPolicy.appleIssuer, clockSkewSeconds: Int64 = 60, keyAudiences: [String: Set<String>] = [:]
+    ) {
         self.issuer = issuer
         self.clockSkewSeconds = clockSkewSeconds
+        self.keyAudiences = keyAudiences
     }
 
     /// - Parameters:
@@ -120,6 +127,7 @@ public struct IDTokenVerifier: Sendable {
         let claims = jws.claims
         guard let iss = claims["iss"]?.stringValue, iss.utf8.elementsEqual(issuer.utf8) else { throw .wrongIssuer }
         guard let aud = claims["aud"]?.stringValue, aud.utf8.elementsEqual(clientID.utf8) else { throw .wrongAudience }
+        guard VerificationPolicy.key(kid, maySignFor: aud, in: keyAudiences) else { throw .wrongAudience }
         guard let exp = claims["exp"]?.int64Value else { throw .missingExpiry }
         guard now <= NotificationVerifier.saturatingAdd(exp, clockSkewSeconds) else { throw .expired }
         guard let iat = claims["iat"]?.int64Value else { throw .missingIssuedAt }

@@ -150,8 +150,8 @@ public struct NotificationVerifier: Sendable {
             let expected = policy.audiences.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
             throw r.fail("audience", .wrongAudience, "aud is \(Self.describe(claims["aud"])), expected one of [\(expected)]")
         }
-        if let allowed = policy.keyAudiences[kid], !allowed.containsExactly(audience) {
-            let expected = allowed.sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
+        if !VerificationPolicy.key(kid, maySignFor: audience, in: policy.keyAudiences) {
+            let expected = (policy.keyAudiences[kid] ?? []).sorted().map { JSONValue.quoted($0) }.joined(separator: ", ")
             throw r.fail(
                 "audience", .wrongAudience,
                 "aud is \(JSONValue.quoted(audience)), but key \(JSONValue.quoted(kid)) is trusted only for [\(expected)]")

@@ -22,4 +22,11 @@ public struct VerificationPolicy: Sendable {
         self.clockSkewSeconds = clockSkewSeconds
         self.keyAudiences = keyAudiences
     }
+
+    /// The per-key audience rule of `keyAudiences` (shared by notifications and id_tokens): true
+    /// when the key `kid` may sign for `audience` (byte-exact), i.e. it is not listed or lists it.
+    public static func key(_ kid: String, maySignFor audience: String, in keyAudiences: [String: Set<String>]) -> Bool {
+        guard let allowed = keyAudiences[kid] else { return true }
+        return allowed.containsExactly(audience)
+    }
 }

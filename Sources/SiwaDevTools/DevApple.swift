@@ -60,6 +60,8 @@ public final class DevApple: Sendable {
         case hang
         /// 429 `{"error":"too_many_requests"}`, with `Retry-After` (seconds) when given.
         case throttled(retryAfter: Int?)
+        /// Like `normal` (the call takes effect at once), but the answer is sent `seconds` later.
+        case delay(Double)
     }
 
     /// The answers of one endpoint: the `first` ones in order, one per call, then `then` for good.
@@ -328,8 +330,10 @@ extension DevApple {
                     default: return grant == "client_credentials" ? state.credentialsAnswer.next() : state.tokenAnswer.next()
                     }
                 }
-                // The checks always run (and are recorded); only a normal answer changes state.
-                response = apple(request, call: &call, effective: answer == .normal)
+                // The checks always run (and are recorded); only a normal (or delayed) answer changes state.
+                var effective = answer == .normal
+                if case .delay = answer { effective = true }
+                response = apple(request, call: &call, effective: effective)
             default:
                 answer = .normal
                 response = .json(404, #"{"error":"not_found"}"#)
@@ -342,6 +346,7 @@ extension DevApple {
             case .invalidClient: final = .json(400, #"{"error":"invalid_client"}"#)
             case .status(let status, let body): final = .json(status, body)
             case .hang: final = nil
+            case .delay: final = response
             case .throttled(let retryAfter):
                 final = .json(
                     429, #"{"error":"too_many_requests"}"#,
@@ -357,7 +362,11 @@ extension DevApple {
                 if final == nil { $0.hung.append(responder) }
             }
             configuration.onCall?(recorded)
-            if let final { responder.respond(final) }
+            if case .delay(let seconds) = answer, let final {
+                DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { responder.respond(final) }
+            } else if let final {
+                responder.respond(final)
+            }
         }
 
         private static func error(_ code: String) -> HTTPResponse { .json(400, "{\"error\":\"\(code)\"}") }

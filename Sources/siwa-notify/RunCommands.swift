@@ -41,20 +41,45 @@ struct Work: ParsableCommand {
 
 struct Migrate: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Apply schema.sql to SIWA_DATABASE_URL (idempotent, safe on every deploy).")
+        abstract: "Apply schema.sql to SIWA_DATABASE_URL (idempotent, safe on every deploy).",
+        discussion: """
+            Does nothing ("schema up to date", no lock taken) when the database already carries this \
+            binary's schema version. Otherwise checks that the role owns schema siwa before taking any \
+            lock, then applies the schema in one transaction whose lock waits give up after \
+            --lock-timeout seconds (so notifications queued behind it are still answered), retried with \
+            backoff for --retry-for seconds ("schema applied").
+            """)
     @OptionGroup var options: ConfigurationOptions
+    @Option(help: "Seconds the migration waits for any one lock before it rolls back and retries.")
+    var lockTimeout: Double = Migrator.Options().lockTimeout
+    @Option(help: "Seconds during which a migration that could not get its locks is retried.")
+    var retryFor: Double = Migrator.Options().retryFor
+    @Flag(help: "Apply the schema even when the database already carries this version.")
+    var force = false
 
     func run() throws {
         let config = try options.load(requireAudiences: false)
         guard let url = config.databaseURL else {
             throw CLIError("SIWA_DATABASE_URL: required by migrate (serve applies the schema to its embedded database itself)")
         }
+        guard lockTimeout > 0, retryFor >= 0 else { throw CLIError("migrate: --lock-timeout must be > 0 and --retry-for >= 0") }
+        var migration = Migrator.Options()
+        migration.lockTimeout = lockTimeout
+        migration.retryFor = retryFor
+        let outcome: Migrator.Outcome
         do {
-            try Migrator.migrate(conninfo: url, force: true)
+            outcome = try Migrator.migrate(conninfo: url, force: force, options: migration) { retry in
+                FileHandle.standardError.write(Data("\(retry)\n".utf8))
+            }
         } catch {
             throw CLIError("migrate failed: \(error) \(error.serverMessage)")
         }
-        print("schema applied")
+        switch outcome {
+        case .upToDate: print("schema up to date (\(Migrator.versionMarker))")
+        case .applied: print("schema applied (\(Migrator.versionMarker))")
+        case .notAllowed(let role):
+            throw CLIError("migrate failed: role \(role) does not own schema siwa and its objects (run migrate as the owner)")
+        }
     }
 }
 

@@ -237,6 +237,30 @@ import Testing
         }
     }
 
+    @Test("a key trusted for some client ids only (the --dev key) cannot sign an id_token for another client id")
+    func keyRestrictedToAudiences() throws {
+        let devAudience = "com.example.siwa-notify.dev"
+        let verifier = IDTokenVerifier(keyAudiences: ["dev-kid": [devAudience]])
+        let anyKey: (String, [UInt8], [UInt8]) -> SignatureCheck = { _, _, _ in .valid }
+        let devHeader: [String: JSONValue] = ["alg": .string("RS256"), "kid": .string("dev-kid")]
+        // Dev-signed for a real client id: refused, whatever the signature says.
+        #expect(throws: IDTokenError.wrongAudience) {
+            try verifier.verify(token: Self.token(header: devHeader), clientID: Self.clientID, nonce: nil, now: Self.now, checkSignature: anyKey)
+        }
+        // Dev-signed for the dev audience, and another key for the real client id: accepted.
+        var claims = Self.claims
+        claims["aud"] = .string(devAudience)
+        let dev = try verifier.verify(
+            token: Self.token(header: devHeader, claims: claims), clientID: devAudience, nonce: nil, now: Self.now, checkSignature: anyKey)
+        #expect(dev.audience == devAudience)
+        #expect(
+            try verifier.verify(token: Self.token(), clientID: Self.clientID, nonce: nil, now: Self.now, checkSignature: Self.check).sub
+                == "001234.abcdef.0001")
+        // The rule is the notifications' rule.
+        #expect(!VerificationPolicy.key("dev-kid", maySignFor: Self.clientID, in: verifier.keyAudiences))
+        #expect(VerificationPolicy.key("k1", maySignFor: Self.clientID, in: verifier.keyAudiences))
+    }
+
     @Test func claimChecks() {
         expect(.wrongIssuer) { $0["iss"] = .string("https://appleid.apple.com/") }
         expect(.wrongIssuer) { $0["iss"] = nil }

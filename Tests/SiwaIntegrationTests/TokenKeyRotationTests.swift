@@ -65,6 +65,27 @@ struct TokenKeyRotationTests {
             }
         }
 
+        /// Queues `count` revocations whose tokens (encrypted with `key`) wait in `siwa.revocations`
+        /// (not due for a day: no revoker touches them), and one done revocation (no token left).
+        @discardableResult
+        func queueRevocations(_ count: Int, key: TokenKey, prefix: String, status: String = "pending") throws -> [String] {
+            let vault = TokenVault(keys: [key])
+            _ = try TestDatabase.query(
+                conninfo, "INSERT INTO siwa.revocations (apple_sub, client_id, reason, status) VALUES ($1, $2, 'in-app-deletion', 'done')",
+                ["000739.\(prefix).done", S.clientID])
+            return try (0..<count).map { i in
+                let sub = "000739.\(prefix).\(i)"
+                let sealed = try vault.seal("r.waiting.\(prefix).\(i)", sub: sub, clientID: S.clientID)
+                _ = try TestDatabase.query(
+                    conninfo,
+                    """
+                    INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason, status, next_attempt_at)
+                    VALUES ($1, $2, $3, $4::bytea, 'in-app-deletion', $5, now() + interval '1 day')
+                    """, [sub, S.clientID, sealed.keyID, SQLEncoding.bytea(sealed.ciphertext), status])
+                return sub
+            }
+        }
+
         func keyIDs() throws -> [String: String] {
             let rows = try TestDatabase.query(conninfo, "SELECT key_id, count(*) FROM siwa.apple_tokens GROUP BY key_id").rows
             return Dictionary(uniqueKeysWithValues: rows.map { ($0[0] ?? "", $0[1] ?? "") })
@@ -170,5 +191,57 @@ struct TokenKeyRotationTests {
         #expect(orphan.status != 0)
         #expect(orphan.output.split(separator: "\n").count == 1, "\(orphan.output)")
         #expect(orphan.output.contains("rekey failed: token_key_unknown") && orphan.output.contains(setup.old.id), "\(orphan.output)")
+    }
+
+    @Test("tokens waiting in siwa.revocations are covered: the start-up check counts and opens them, rekey moves them to the new key")
+    func revocationsAreCovered() throws {
+        let setup = try Setup()
+        try setup.storeTokens(1, key: setup.old, prefix: "stored")
+        let waiting =
+            try setup.queueRevocations(2, key: setup.old, prefix: "waiting")
+            + setup.queueRevocations(1, key: setup.old, prefix: "dead", status: "dead")
+
+        // The new key alone: four tokens (one stored, three waiting) cannot be opened.
+        let missing = setup.application(setup.newFile, logs: LogSink.capturing())
+        #expect {
+            try missing.start()
+        } throws: { error in
+            "\(error)".contains(setup.old.id) && "\(error)".contains("4 stored refresh tokens")
+        }
+        missing.shutdown()
+
+        // A waiting token that does not open with its key stops the start too.
+        _ = try TestDatabase.query(
+            setup.conninfo, "UPDATE siwa.revocations SET ciphertext = overlay(ciphertext PLACING '\\xff'::bytea FROM 20) WHERE apple_sub = $1",
+            [waiting[0]])
+        let damaged = setup.application("\(setup.newFile),\(setup.oldFile)", logs: LogSink.capturing())
+        #expect {
+            try damaged.start()
+        } throws: { error in
+            "\(error)".contains("does not open with key \(setup.old.id)") && !"\(error)".contains(waiting[0])
+        }
+        damaged.shutdown()
+        _ = try TestDatabase.query(setup.conninfo, "DELETE FROM siwa.revocations WHERE apple_sub = $1", [waiting[0]])
+
+        // rekey moves the stored token and the two waiting ones; each opens with the new key alone.
+        let report = try StoredTokenKeys.rekey(TokenVault(keys: [setup.new, setup.old]), conninfo: setup.conninfo, batchSize: 1)
+        #expect(report == StoredTokenKeys.RekeyReport(rekeyed: 3, alreadyCurrent: 0, remaining: 0))
+        let newOnly = TokenVault(keys: [setup.new])
+        for sub in waiting.dropFirst() {
+            let row = try TestDatabase.query(
+                setup.conninfo, "SELECT key_id, ciphertext FROM siwa.revocations WHERE apple_sub = $1", [sub]
+            ).rows[0]
+            let stored = DeletionStatements.StoredToken(keyID: row[0] ?? "", ciphertext: SQLEncoding.bytes(fromBytea: row[1] ?? "") ?? [])
+            #expect(stored.keyID == setup.new.id)
+            #expect(try newOnly.open(stored, sub: sub, clientID: S.clientID).hasPrefix("r.waiting."))
+        }
+        #expect(try TestDatabase.query(setup.conninfo, "SELECT count(*) FROM siwa.revocations WHERE ciphertext IS NULL").scalar == "2")
+
+        // The old key dropped: the start checks both tables and goes on.
+        let logs = LogSink.capturing()
+        let app = setup.application(setup.newFile, logs: logs)
+        try app.start()
+        app.shutdown()
+        #expect(logs.lines.contains { $0.contains("stored refresh tokens open with the configured keys") && $0.contains("\(setup.new.id)=3") })
     }
 }

@@ -31,11 +31,15 @@ public final class TokenExchange: Sendable {
     private let pool: PostgresPool
     private let logger: Logger
     private let clock: @Sendable () -> Int64
+    /// Keys trusted for some client ids only (the `--dev` key: the dev audience), as for notifications.
+    private let keyAudiences: [String: Set<String>]
 
     public init(
         apple: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
+        keyAudiences: [String: Set<String>] = [:],
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
+        self.keyAudiences = keyAudiences
         self.apple = apple
         self.keys = keys
         self.audiences = audiences
@@ -140,7 +144,7 @@ public final class TokenExchange: Sendable {
 
     private func verify(_ idToken: String, clientID: String, nonce: String?, maxAge: Int64?) -> Result<IDTokenClaims, Answer> {
         do {
-            let claims = try IDTokenVerifier().verify(
+            let claims = try IDTokenVerifier(keyAudiences: keyAudiences).verify(
                 token: idToken, clientID: clientID, nonce: nonce, now: clock(), maxAgeSeconds: maxAge
             ) { kid, input, signature in
                 keys.check(kid: kid, signingInput: input, signature: signature)

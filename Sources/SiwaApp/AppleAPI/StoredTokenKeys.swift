@@ -11,26 +11,31 @@ public enum StoredTokenKeys {
         public var description: String
     }
 
-    /// Opens one stored token per distinct `key_id`. Throws when a key in use is not configured
-    /// or a token does not open with its key (a wrong file under the right name is caught too).
-    /// A role that may not read `siwa.apple_tokens` (`siwa_receiver`) skips the check: the
+    /// Opens one stored token per distinct `key_id`, in `siwa.apple_tokens` and among the tokens
+    /// waiting in `siwa.revocations` to be revoked at Apple. Throws when a key in use is not
+    /// configured or a token does not open with its key (a wrong file under the right name is
+    /// caught too). A role that may not read those tables (`siwa_receiver`) skips the check: the
     /// worker's processes make it. Returns how many keys were checked (nil: skipped).
     @discardableResult
     public static func check(_ vault: TokenVault, conninfo: String, logger: Logger) throws -> Int? {
         let rows: [(row: TokenKeyStatements.Row, count: Int)]
         do {
             let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token key check")
-            rows = try connection.rows(TokenKeyStatements.onePerKey)
+            rows = try connection.rows(TokenKeyStatements.onePerKey) + connection.rows(TokenKeyStatements.revocationOnePerKey)
         } catch  where error.sqlState == "42501" {
             logger.notice("this role may not read siwa.apple_tokens: the stored tokens' keys are checked by the worker's processes")
             return nil
         } catch {
             throw Failure(description: "cannot read the stored refresh tokens to check their keys: \(error)")
         }
-        for (row, count) in rows {
+        // Tokens per key, over both tables.
+        var counts: [String: Int] = [:]
+        for (row, count) in rows { counts[row.token.keyID, default: 0] += count }
+        for (row, _) in rows {
             do {
                 _ = try vault.open(row.token, sub: row.sub, clientID: row.clientID)
             } catch {
+                let count = counts[row.token.keyID] ?? 0
                 let tokens = "\(count) stored refresh token\(count == 1 ? "" : "s")"
                 if !vault.holds(keyID: row.token.keyID) {
                     throw Failure(
@@ -45,12 +50,12 @@ public enum StoredTokenKeys {
                         + "with key \(row.token.keyID) (\(tokens) use it): the file of that key is not the one they were encrypted with")
             }
         }
-        if !rows.isEmpty {
+        if !counts.isEmpty {
             logger.info(
                 "stored refresh tokens open with the configured keys",
-                metadata: ["keys": "\(rows.map { "\($0.row.token.keyID)=\($0.count)" }.joined(separator: ","))"])
+                metadata: ["keys": "\(counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"])
         }
-        return rows.count
+        return counts.count
     }
 
     /// What `rekey` did.
@@ -65,7 +70,8 @@ public enum StoredTokenKeys {
     }
 
     /// Re-encrypts every stored token not under the newest key (the first of
-    /// `SIWA_TOKEN_KEY_FILE`), `batchSize` per short transaction, in primary-key order. Resumable:
+    /// `SIWA_TOKEN_KEY_FILE`), `batchSize` per short transaction, in primary-key order, then every
+    /// token waiting in `siwa.revocations` the same way (by id). Resumable:
     /// a run that was killed leaves committed batches under the newest key, and the next run skips
     /// them. Throws at the first token that does not open (the batch rolls back; `rekeyed` says
     /// how many were committed before, in the error).
@@ -79,35 +85,21 @@ public enum StoredTokenKeys {
         } catch {
             throw Failure(description: "cannot read the stored refresh tokens: \(error)")
         }
-        var after: (sub: String, clientID: String)?
-        while true {
-            var done = 0
-            var failure: String?
-            do {
-                let last = try connection.transaction { c throws(PostgresError) -> TokenKeyStatements.Row? in
-                    let rows = try c.rows(TokenKeyStatements.nextNotUnder, (newest, after, batchSize))
-                    for row in rows {
-                        do {
-                            let plaintext = try vault.open(row.token, sub: row.sub, clientID: row.clientID)
-                            let sealed = try vault.seal(plaintext, sub: row.sub, clientID: row.clientID)
-                            done += try c.affected(TokenKeyStatements.replace, (row, sealed))
-                        } catch let error as PostgresError {
-                            throw error
-                        } catch {
-                            failure = "\(error) (sub_hash \(SubjectHash.of(row.sub)), client id \(row.clientID))"
-                            throw PostgresError(code: .queryFailed, serverMessage: "rolled back")
-                        }
-                    }
-                    return rows.last
-                }
-                guard let last else { break }
-                after = (last.sub, last.clientID)
-            } catch {
-                throw Failure(
-                    description: "\(failure ?? "\(error)"); \(report.rekeyed) tokens were rekeyed before (run rekey again once fixed)")
-            }
-            report.rekeyed += done
-        }
+        report.rekeyed = try rekeyInBatches(
+            vault, on: connection, rekeyedBefore: 0,
+            next: { c, last throws(PostgresError) in
+                try c.rows(TokenKeyStatements.nextNotUnder, (newest, last.map { ($0.sub, $0.clientID) }, batchSize))
+            },
+            row: { $0 }, label: { "sub_hash \(SubjectHash.of($0.sub)), client id \($0.clientID)" },
+            replace: { c, row, sealed throws(PostgresError) in try c.affected(TokenKeyStatements.replace, (row, sealed)) })
+        report.rekeyed += try rekeyInBatches(
+            vault, on: connection, rekeyedBefore: report.rekeyed,
+            next: { c, last throws(PostgresError) in
+                try c.rows(TokenKeyStatements.nextRevocationsNotUnder, (newest, last?.id ?? 0, batchSize))
+            },
+            row: { $0.row },
+            label: { "revocation \($0.id), sub_hash \(SubjectHash.of($0.row.sub)), client id \($0.row.clientID)" },
+            replace: { c, job, sealed throws(PostgresError) in try c.affected(TokenKeyStatements.replaceRevocation, (job, sealed)) })
         // Tokens skipped because a deletion job held them, or stored meanwhile by a process that
         // still encrypts with an older key.
         do {
@@ -116,5 +108,47 @@ public enum StoredTokenKeys {
             throw Failure(description: "cannot count the stored refresh tokens: \(error)")
         }
         return report
+    }
+
+    /// Re-encrypts with the newest key, one short transaction per batch, the tokens `next` locks
+    /// (the batch after the last one, from the start when nil) until it returns none; returns how
+    /// many were re-encrypted. Throws at the first token that does not open (its batch rolls back).
+    private static func rekeyInBatches<Item>(
+        _ vault: TokenVault, on connection: PostgresConnection, rekeyedBefore: Int,
+        next: (PostgresConnection, Item?) throws(PostgresError) -> [Item],
+        row: (Item) -> TokenKeyStatements.Row, label: (Item) -> String,
+        replace: (PostgresConnection, Item, DeletionStatements.StoredToken) throws(PostgresError) -> Int
+    ) throws -> Int {
+        var rekeyed = 0
+        var after: Item?
+        while true {
+            var done = 0
+            var failure: String?
+            do {
+                let last = try connection.transaction { c throws(PostgresError) -> Item? in
+                    let items = try next(c, after)
+                    for item in items {
+                        let token = row(item)
+                        do {
+                            let plaintext = try vault.open(token.token, sub: token.sub, clientID: token.clientID)
+                            done += try replace(c, item, try vault.seal(plaintext, sub: token.sub, clientID: token.clientID))
+                        } catch let error as PostgresError {
+                            throw error
+                        } catch {
+                            failure = "\(error) (\(label(item)))"
+                            throw PostgresError(code: .queryFailed, serverMessage: "rolled back")
+                        }
+                    }
+                    return items.last
+                }
+                guard let last else { return rekeyed }
+                after = last
+            } catch {
+                throw Failure(
+                    description:
+                        "\(failure ?? "\(error)"); \(rekeyedBefore + rekeyed) tokens were rekeyed before (run rekey again once fixed)")
+            }
+            rekeyed += done
+        }
     }
 }

@@ -1,9 +1,16 @@
+import Foundation
 import SiwaCrypto
 import SiwaPostgres
 
 /// Applies the embedded copy of `schema.sql` (idempotent; serialized by an advisory lock), and
-/// records which version it applied (`COMMENT ON SCHEMA siwa`): a process that finds its own
-/// version there skips the DDL, so restarting workers never takes table locks.
+/// records which version it applied (`COMMENT ON SCHEMA siwa`, in the schema's own transaction).
+///
+/// A migration never stalls the receivers for long: it does nothing (no lock at all) when the
+/// database already carries this version; it checks that the role may change the schema before
+/// it takes any lock; and its DDL runs with `lock_timeout` (`Options.lockTimeout`): an attempt that
+/// waits longer for a lock (an open dashboard transaction on a view holds `siwa.events`, and the
+/// receivers' inserts queue behind a waiting `ACCESS EXCLUSIVE`) rolls back, lets them through,
+/// and is retried with backoff for `Options.retryFor` seconds.
 public enum Migrator {
     /// The schema this binary carries.
     public static var schemaSQL: String { String(decoding: PackageResources.schema_sql, as: UTF8.self) }
@@ -11,12 +18,80 @@ public enum Migrator {
     /// `siwa-notify schema sha256:<first 16 hex digits of schema.sql's SHA-256>`.
     public static var versionMarker: String { "siwa-notify schema sha256:" + SHA256.hexDigest(schemaSQL).prefix(16) }
 
+    public struct Options: Sendable {
+        /// Seconds one attempt waits for any one lock (`lock_timeout`). Default 2: below
+        /// `SIWA_COMMIT_TIMEOUT`'s default (5 s), so notifications queued behind the migration's
+        /// lock request are still committed and answered 200.
+        public var lockTimeout: Double = 2
+        /// Seconds during which failed attempts are retried (0: one attempt). Default 60.
+        public var retryFor: Double = 60
+        /// Seconds before the first retry; doubled after each, up to `maxBackoff`. Default 1.
+        public var backoff: Double = 1
+        public var maxBackoff: Double = 15
+        public init() {}
+    }
+
+    /// What a migration did.
+    public enum Outcome: Sendable, Equatable {
+        /// The database already carried this version: nothing ran, no lock was taken.
+        case upToDate
+        /// The schema was applied (and this version recorded).
+        case applied
+        /// The role may not change schema `siwa` (checked before any lock); nothing ran.
+        case notAllowed(role: String)
+    }
+
+    /// A failed attempt about to be retried.
+    public struct Retry: Sendable, CustomStringConvertible {
+        /// The attempt that failed (1 for the first).
+        public var attempt: Int
+        /// Seconds until the next one.
+        public var delay: Double
+        public var error: PostgresError
+
+        public var description: String {
+            let why = error.sqlState == "55P03" ? "a lock was not granted within the lock timeout" : "\(error) \(error.serverMessage)"
+            return "schema migration attempt \(attempt) rolled back (\(why): another session holds siwa's tables, "
+                + "e.g. an open transaction on a dashboard view); retrying in \(String(format: "%.1f", delay)) s"
+        }
+    }
+
     /// Applies the schema unless this version is already there (`force`: apply anyway).
-    public static func migrate(conninfo: String, force: Bool = false) throws(PostgresError) {
+    /// `onRetry` is told about every attempt that failed and will be retried.
+    @discardableResult
+    public static func migrate(
+        conninfo: String, force: Bool = false, options: Options = Options(), onRetry: (Retry) -> Void = { _ in }
+    ) throws(PostgresError) -> Outcome {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
-        if !force, try connection.row(OperatorStatements.schemaVersion) == .some(versionMarker) { return }
-        try connection.execute(schemaSQL)
-        try connection.execute(OperatorStatements.recordSchemaVersion(versionMarker))
+        let marker = versionMarker
+        if !force, try connection.row(OperatorStatements.schemaVersion) == .some(marker) { return .upToDate }
+        guard try connection.row(MigrationStatements.mayMigrate) == true else {
+            return .notAllowed(role: try connection.row(MigrationStatements.currentRole) ?? "?")
+        }
+        guard
+            let sql = MigrationStatements.applying(
+                schemaSQL, lockTimeoutMilliseconds: Int((options.lockTimeout * 1000).rounded()), marker: marker)
+        else {
+            throw PostgresError(code: .queryFailed, serverMessage: "schema.sql must open with a line BEGIN; and end with a line COMMIT;")
+        }
+        let deadline = Date().addingTimeInterval(max(0, options.retryFor))
+        var delay = options.backoff
+        var attempt = 1
+        while true {
+            do {
+                try connection.execute(sql)
+                return .applied
+            } catch {
+                if connection.isHealthy { _ = try? connection.execute(MigrationStatements.rollback) }
+                guard let state = error.sqlState, MigrationStatements.retryableStates.contains(state),
+                    Date().addingTimeInterval(delay) < deadline
+                else { throw error }
+                onRetry(Retry(attempt: attempt, delay: delay, error: error))
+                Thread.sleep(forTimeInterval: delay)
+                delay = min(delay * 2, options.maxBackoff)
+                attempt += 1
+            }
+        }
     }
 
     /// True when `siwa.events` exists (the schema was applied before).

@@ -1,7 +1,8 @@
 import SiwaPostgres
 
-/// The keys of the stored refresh tokens (`siwa.apple_tokens.key_id`): the start-up check that
-/// every key in use is configured and opens a token, and `rekey`.
+/// The keys of the stored refresh tokens (`siwa.apple_tokens.key_id`, and `siwa.revocations.key_id`
+/// of the tokens waiting there, encrypted, to be revoked at Apple): the start-up check that every
+/// key in use is configured and opens a token, and `rekey`.
 enum TokenKeyStatements {
     /// One stored token.
     struct Row: Sendable, Equatable {
@@ -37,14 +38,33 @@ enum TokenKeyStatements {
         """,
         decode: { r throws(PostgresError) in (try row(r), try r.int("tokens")) })
 
-    /// Tokens under key `$1`.
+    /// One token waiting in `siwa.revocations` per distinct `key_id`, with how many wait under
+    /// that key (the partial index `revocations_key_id` holds only the encrypted ones).
+    static let revocationOnePerKey = Statement<Void, (row: Row, count: Int)>(
+        "one_revocation_per_key",
+        """
+        SELECT DISTINCT ON (key_id) apple_sub, client_id, key_id, ciphertext, count(*) OVER (PARTITION BY key_id) AS tokens
+        FROM siwa.revocations WHERE ciphertext IS NOT NULL AND key_id IS NOT NULL
+        ORDER BY key_id, id
+        """,
+        decode: { r throws(PostgresError) in (try row(r), try r.int("tokens")) })
+
+    /// Tokens (stored, or waiting to be revoked) under key `$1`.
     static let countUnderKey = Statement<String, Int>(
-        "count_tokens_under_key", "SELECT count(*) AS tokens FROM siwa.apple_tokens WHERE key_id = $1",
+        "count_tokens_under_key",
+        """
+        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE key_id = $1)
+             + (SELECT count(*) FROM siwa.revocations WHERE key_id = $1 AND ciphertext IS NOT NULL) AS tokens
+        """,
         bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
 
-    /// Tokens not under key `$1`.
+    /// Tokens (stored, or waiting to be revoked) not under key `$1`.
     static let countNotUnder = Statement<String, Int>(
-        "count_tokens_not_under_key", "SELECT count(*) AS tokens FROM siwa.apple_tokens WHERE key_id <> $1",
+        "count_tokens_not_under_key",
+        """
+        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE key_id <> $1)
+             + (SELECT count(*) FROM siwa.revocations WHERE key_id <> $1 AND ciphertext IS NOT NULL) AS tokens
+        """,
         bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
 
     /// The next tokens not under key `$1`, after (`$2`, `$3`) in primary-key order (from the
@@ -71,5 +91,37 @@ enum TokenKeyStatements {
         """,
         bind: {
             [$0.row.sub, $0.row.clientID, $0.with.keyID, SQLEncoding.bytea($0.with.ciphertext), $0.row.token.keyID]
+        })
+
+    /// A token waiting in `siwa.revocations` (AAD: its `apple_sub` and `client_id`, as in `apple_tokens`).
+    struct WaitingRevocation: Sendable, Equatable {
+        var id: Int64
+        var row: Row
+    }
+
+    /// The next waiting revocations whose token is not under key `$1`, after id `$2`, locked for
+    /// the batch's transaction (one the revoker is recording right now is skipped, not waited for).
+    static let nextRevocationsNotUnder = Statement<(keyID: String, afterID: Int64, limit: Int), WaitingRevocation>(
+        "revocations_not_under_key",
+        """
+        SELECT id, apple_sub, client_id, key_id, ciphertext FROM siwa.revocations
+        WHERE ciphertext IS NOT NULL AND key_id <> $1 AND id > $2
+        ORDER BY id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+        """,
+        bind: { [$0.keyID, String($0.afterID), String($0.limit)] },
+        decode: { r throws(PostgresError) in WaitingRevocation(id: try r.int64("id"), row: try row(r)) })
+
+    /// Replaces one waiting revocation's ciphertext and key, if it still waits under the key it was
+    /// read with (a revocation done meanwhile has no ciphertext left and stays so).
+    static let replaceRevocation = Statement<(waiting: WaitingRevocation, with: DeletionStatements.StoredToken), Void>(
+        "rekey_revocation",
+        """
+        UPDATE siwa.revocations SET key_id = $2, ciphertext = $3::bytea
+        WHERE id = $1 AND key_id = $4 AND ciphertext IS NOT NULL
+        """,
+        bind: {
+            [String($0.waiting.id), $0.with.keyID, SQLEncoding.bytea($0.with.ciphertext), $0.waiting.row.token.keyID]
         })
 }
