@@ -85,6 +85,29 @@ struct ForwardingTests {
         #expect(OutboxAdmin.render(report).contains("forwards delivered (1h)"))
     }
 
+    @Test("an in-app deletion is forwarded as account-delete with source in-app; a sign-in is not forwarded")
+    func inAppDeletionForwarded() throws {
+        let receiver = try WebhookReceiver(secrets: [Self.secret])
+        defer { receiver.stop() }
+        let h = try Self.harness(url: receiver.url)
+        defer { h.stop() }
+        let sub = "000739.fwd.inapp"
+        _ = try h.query(
+            """
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims)
+            VALUES ('siwa-sign-in-test', $2, $1, 'sign-in', now() - interval '1 minute', '{"source":"sign-in"}')
+            """, [sub, TestHarness.audience])
+        #expect(try h.waitForWorker())
+        _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, TestHarness.audience])
+        #expect(eventually { receiver.deliveries.count >= 1 && (try? h.scalar("SELECT status FROM siwa.forwards")) == "delivered" })
+        #expect(receiver.deliveries.count == 1, "the sign-in is not forwarded")
+        let json = try #require(receiver.deliveries.first?.json)
+        #expect(json["type"]?.stringValue == "account-delete")
+        #expect(json["data"]?["source"]?.stringValue == "in-app")
+        #expect(json["data"]?["sub"]?.stringValue == sub && json["data"]?["aud"]?.stringValue == TestHarness.audience)
+        #expect(receiver.deliveries.first?.verified == [true])
+    }
+
     @Test("a 500 is retried with the same webhook-id and a fresh signature until a 2xx")
     func retriedAfterServerError() throws {
         let receiver = try WebhookReceiver(secrets: [Self.secret])
