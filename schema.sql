@@ -309,4 +309,37 @@ GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary TO siwa_dashboard;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
+-- ───── App transfer between teams (contract §11; Apple TN3159) ─────
+-- Sending team (`transfer export`): one row per user and recipient team, `sub` → `transfer_sub`,
+-- for the team to re-key its own export. Receiving team (`transfer import`): one row per transfer
+-- identifier received; `new_sub` and `migrated_at` once Apple (or a sign-in whose id_token
+-- carries `transfer_sub`) told which user it is. `team_id` is the recipient team on export and
+-- this team on import.
+CREATE TABLE IF NOT EXISTS siwa.transfers (
+    id           bigserial PRIMARY KEY,
+    direction    text        NOT NULL,
+    team_id      text        NOT NULL,
+    client_id    text        NOT NULL,
+    sub          text COLLATE "C",
+    transfer_sub text COLLATE "C" NOT NULL,
+    new_sub      text COLLATE "C",
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    migrated_at  timestamptz,
+    CONSTRAINT transfers_direction_check CHECK (direction IN ('export', 'import')),
+    CONSTRAINT transfers_export_sub_check CHECK (direction <> 'export' OR sub IS NOT NULL)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS transfers_export_idx ON siwa.transfers (team_id, sub) WHERE direction = 'export';
+CREATE UNIQUE INDEX IF NOT EXISTS transfers_import_idx ON siwa.transfers (transfer_sub) WHERE direction = 'import';
+CREATE INDEX IF NOT EXISTS transfers_new_sub_idx ON siwa.transfers (new_sub) WHERE direction = 'import';
+GRANT SELECT, INSERT, UPDATE ON siwa.transfers TO siwa_worker;  -- a sign-in carrying transfer_sub maps its user
+GRANT USAGE ON SEQUENCE siwa.transfers_id_seq TO siwa_worker;
+
+-- ───── Reconciliation (contract §10) ─────
+-- When each stored refresh token was last validated at Apple, when it is next due, and how many
+-- transient failures in a row it has had (reset by an answer).
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validated_at timestamptz;
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS next_validation_at timestamptz;
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validation_failures integer NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_validation_at NULLS FIRST, apple_sub, client_id);
+
 COMMIT;

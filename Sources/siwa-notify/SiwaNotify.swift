@@ -9,6 +9,7 @@ struct SiwaNotify: ParsableCommand {
         subcommands: [
             Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, Revoke.self,
             DevAppleCommand.self,
+            TransferCommand.self,
         ],
         defaultSubcommand: Serve.self
     )

@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 import SiwaPostgres
 
 /// Operator queries on the outbox: `replay` and `status`.
@@ -56,6 +57,17 @@ public enum OutboxAdmin {
         /// Deletion jobs pending or failed (waiting), and dead.
         public var deletionJobsWaiting: Int?
         public var deletionJobsDead: Int?
+        /// App transfer (`siwa.transfers`): identifiers exported; received and mapped to a user,
+        /// received and not yet; whole days left of Apple's 60-day window, counted from the first
+        /// identifier received (nil before any).
+        public var transfers: Transfers?
+
+        public struct Transfers: Sendable, Codable, Equatable {
+            public var exported: Int
+            public var mapped: Int
+            public var unmapped: Int
+            public var daysLeft: Int?
+        }
     }
 
     public static func status(conninfo: String, inAppDeletion: Bool = false) throws -> Report {
@@ -71,11 +83,18 @@ public enum OutboxAdmin {
             Report.Recent(id: r.id, type: r.type, status: r.status.rawValue, receivedAt: r.receivedAt, attempts: r.attempts)
         }
         let jobs = try c.row(DeletionStatements.jobCounts)
-        return Report(
+        let transfers = try c.row(TransferStatements.counts).map { t in
+            Report.Transfers(
+                exported: t.exported, mapped: t.mapped, unmapped: t.unmapped,
+                daysLeft: t.importStarted.map { TransferWindow.daysLeft(start: $0, now: Date().timeIntervalSince1970) })
+        }
+        var report = Report(
             pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
             oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
             deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
+        report.transfers = transfers
+        return report
     }
 
     /// The report as a readable table.
@@ -95,7 +114,7 @@ public enum OutboxAdmin {
                 ],
                 ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
                 ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
-            ])
+            ] + transferRows(r.transfers))
         out +=
             "\n"
             + table(
@@ -107,6 +126,19 @@ public enum OutboxAdmin {
                 ["id", "type", "status", "received (UTC)", "attempts"],
                 r.recent.map { [String($0.id), $0.type, $0.status, $0.receivedAt, String($0.attempts)] })
         return out
+    }
+
+    /// The transfer lines of the first table, when a transfer was ever run here.
+    static func transferRows(_ t: Report.Transfers?) -> [[String]] {
+        guard let t, t.exported + t.mapped + t.unmapped > 0 else { return [] }
+        var rows: [[String]] = []
+        if t.exported > 0 { rows.append(["transfer: exported", String(t.exported)]) }
+        if t.mapped + t.unmapped > 0 {
+            rows.append(["transfer: mapped", String(t.mapped)])
+            rows.append(["transfer: unmapped", String(t.unmapped)])
+            rows.append(["transfer: days left (of 60)", t.daysLeft.map(String.init) ?? "-"])
+        }
+        return rows
     }
 
     static func duration(_ seconds: Double) -> String {
