@@ -340,6 +340,9 @@ GRANT USAGE ON SEQUENCE siwa.transfers_id_seq TO siwa_worker;
 ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validated_at timestamptz;
 ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS next_validation_at timestamptz;
 ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validation_failures integer NOT NULL DEFAULT 0;
-CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_validation_at NULLS FIRST, apple_sub, client_id);
+CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_validation_at);
+CREATE INDEX IF NOT EXISTS apple_tokens_unscheduled_idx ON siwa.apple_tokens (apple_sub) WHERE next_validation_at IS NULL;
+-- A grant found gone is queued as a consent-revoked event (jti 'siwa-reconcile-<uuid>').
+GRANT INSERT ON siwa.events TO siwa_worker;
 
 COMMIT;

@@ -33,6 +33,7 @@ public final class Application: Sendable {
         public var keyCheckInterval: Double = 1
         /// Seconds between two retention passes. Default 600.
         public var retentionInterval: Double = 600
+        public var reconciler = Reconciler.Options()
         public init() {}
     }
 
@@ -200,6 +201,14 @@ public final class Application: Sendable {
                     conninfo: conninfo, days: config.retentionDays,
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
+
+            // Reconciliation (contract §10): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
+            if let revocation, config.reconcileEvery > 0 {
+                try group.start(
+                    Reconciler(
+                        conninfo: conninfo, interval: Double(config.reconcileEvery), revocation: revocation,
+                        options: options.reconciler, logger: logger, metrics: metrics))
+            }
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
     }

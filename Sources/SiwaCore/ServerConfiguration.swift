@@ -57,6 +57,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var appleAPI: AppleAPIConfiguration?
     /// `--dev`; default false.
     public var dev: Bool
+    /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
+    /// most once per this interval (contract §10; on with in-app deletion). Default 86400 (24h);
+    /// 0 is off; otherwise 1s...365d.
+    public var reconcileEvery: Int = 86_400
 
     /// Every variable `load` reads, in the README's order (a test checks the README's table and
     /// the command-line flags against this list).
@@ -66,7 +70,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
         "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
         "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
-        "SIWA_APPLE_URL",
+        "SIWA_APPLE_URL", "SIWA_RECONCILE_EVERY",
     ]
 
     /// Audience always accepted in dev mode.
@@ -198,6 +202,9 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.workerConnections = try integer("SIWA_WORKER_CONNECTIONS", 1...32, default: config.workerConnections)
         config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
         config.appleAPI = try AppleAPIConfiguration.load(value)
+        config.reconcileEvery = try duration(
+            "SIWA_RECONCILE_EVERY", value("SIWA_RECONCILE_EVERY"), range: 1...(365 * 86_400), allowZero: true,
+            default: config.reconcileEvery)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

@@ -58,6 +58,8 @@ struct ConfigurationOptions: ParsableArguments {
     var tokenKeyFile: String?
     @Option(name: .customLong("apple-url"), help: "Apple's base URL (SIWA_APPLE_URL, default https://appleid.apple.com).")
     var appleURL: String?
+    @Option(name: .customLong("reconcile-every"), help: "Validate stored refresh tokens this often (SIWA_RECONCILE_EVERY, default 24h, 0 off).")
+    var reconcileEvery: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -87,6 +89,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_PRIVATE_KEY_FILE"] = privateKeyFile
         o["SIWA_TOKEN_KEY_FILE"] = tokenKeyFile
         o["SIWA_APPLE_URL"] = appleURL
+        o["SIWA_RECONCILE_EVERY"] = reconcileEvery
         return o
     }
 

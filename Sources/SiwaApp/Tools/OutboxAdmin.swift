@@ -61,6 +61,16 @@ public enum OutboxAdmin {
         /// received and not yet; whole days left of Apple's 60-day window, counted from the first
         /// identifier received (nil before any).
         public var transfers: Transfers?
+        /// Reconciliation (`SIWA_RECONCILE_EVERY`): stored tokens validated at Apple at least
+        /// once, grants found gone (consent-revoked queued, while their events are kept), tokens
+        /// whose last validation failed (retried with backoff).
+        public var reconciliation: Reconciliation?
+
+        public struct Reconciliation: Sendable, Codable, Equatable {
+            public var validated: Int
+            public var grantsGone: Int
+            public var failing: Int
+        }
 
         public struct Transfers: Sendable, Codable, Equatable {
             public var exported: Int
@@ -94,6 +104,9 @@ public enum OutboxAdmin {
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
             deletionJobsWaiting: jobs?.waiting, deletionJobsDead: jobs?.dead)
         report.transfers = transfers
+        report.reconciliation = try c.row(ReconcileStatements.counts).map {
+            Report.Reconciliation(validated: $0.validated, grantsGone: $0.gone, failing: $0.failing)
+        }
         return report
     }
 
@@ -114,7 +127,7 @@ public enum OutboxAdmin {
                 ],
                 ["deletion jobs waiting", String(r.deletionJobsWaiting ?? 0)],
                 ["deletion jobs dead", String(r.deletionJobsDead ?? 0)],
-            ] + transferRows(r.transfers))
+            ] + reconciliationRows(r.reconciliation) + transferRows(r.transfers))
         out +=
             "\n"
             + table(
@@ -126,6 +139,15 @@ public enum OutboxAdmin {
                 ["id", "type", "status", "received (UTC)", "attempts"],
                 r.recent.map { [String($0.id), $0.type, $0.status, $0.receivedAt, String($0.attempts)] })
         return out
+    }
+
+    static func reconciliationRows(_ r: Report.Reconciliation?) -> [[String]] {
+        guard let r else { return [] }
+        return [
+            ["reconcile: tokens validated", String(r.validated)],
+            ["reconcile: grants gone", String(r.grantsGone)],
+            ["reconcile: failing (will retry)", String(r.failing)],
+        ]
     }
 
     /// The transfer lines of the first table, when a transfer was ever run here.
