@@ -331,8 +331,26 @@ CREATE TABLE IF NOT EXISTS siwa.transfers (
 CREATE UNIQUE INDEX IF NOT EXISTS transfers_export_idx ON siwa.transfers (team_id, sub) WHERE direction = 'export';
 CREATE UNIQUE INDEX IF NOT EXISTS transfers_import_idx ON siwa.transfers (transfer_sub) WHERE direction = 'import';
 CREATE INDEX IF NOT EXISTS transfers_new_sub_idx ON siwa.transfers (new_sub) WHERE direction = 'import';
-GRANT SELECT, INSERT, UPDATE ON siwa.transfers TO siwa_worker;  -- a sign-in carrying transfer_sub maps its user
-GRANT USAGE ON SEQUENCE siwa.transfers_id_seq TO siwa_worker;
+
+-- A sign-in whose id_token carries `transfer_sub` (for 60 days after an app transfer) is that
+-- identifier's user: mapped as `transfer import` does (its unmapped row, or a new one); one
+-- already mapped is kept. Callable by the least-privilege roles. Returns true when it mapped now.
+CREATE OR REPLACE FUNCTION siwa.map_transfer(transfer_sub text, new_sub text, team_id text, client_id text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    mapped integer;
+BEGIN
+    INSERT INTO siwa.transfers AS t (direction, team_id, client_id, transfer_sub, new_sub, migrated_at)
+    VALUES ('import', map_transfer.team_id, map_transfer.client_id, map_transfer.transfer_sub, map_transfer.new_sub, now())
+    ON CONFLICT (transfer_sub) WHERE direction = 'import'
+    DO UPDATE SET new_sub = excluded.new_sub, migrated_at = excluded.migrated_at WHERE t.new_sub IS NULL;
+    GET DIAGNOSTICS mapped = ROW_COUNT;
+    RETURN mapped > 0;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.map_transfer(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION siwa.map_transfer(text, text, text, text) TO siwa_receiver, siwa_worker;
 
 -- ───── Reconciliation (contract §10) ─────
 -- When each stored refresh token was last validated at Apple, when it is next due, and how many

@@ -93,21 +93,16 @@ enum TransferStatements {
             ]
         })
 
-    /// For the sign-in path (the lead's `POST /apple/tokens` / `POST /apple/refresh-tokens`): an
-    /// `id_token` carrying `transfer_sub` maps that identifier to the user who signed in
-    /// (`newSub`), recorded like `transfer import` does. Unmapped rows are mapped; an identifier
-    /// never imported gets its row; one already mapped is left as it is. Binds: `transferSub`,
-    /// `newSub`, `teamID` (SIWA_TEAM_ID), `clientID` (the id_token's `aud`). Returns the number of
-    /// Also `PostgresConnection.mapTransferOnSignIn`, callable outside the module.
-    static let mapOnSignIn = Statement<(transferSub: String, newSub: String, teamID: String, clientID: String), Void>(
-        "transfer_map_on_sign_in",
-        """
-        INSERT INTO siwa.transfers AS t (direction, team_id, client_id, transfer_sub, new_sub, migrated_at)
-        VALUES ('import', $3, $4, $1, $2, now())
-        ON CONFLICT (transfer_sub) WHERE direction = 'import'
-        DO UPDATE SET new_sub = excluded.new_sub, migrated_at = excluded.migrated_at WHERE t.new_sub IS NULL
-        """,
-        bind: { [$0.transferSub, $0.newSub, $0.teamID, $0.clientID] })
+    /// For the sign-in path (`POST /apple/tokens`, `POST /apple/refresh-tokens`): an `id_token`
+    /// carrying `transfer_sub` maps that identifier to the user who signed in (`newSub`), as
+    /// `transfer import` does (`siwa.map_transfer`, callable by the least-privilege roles). Binds:
+    /// `transferSub`, `newSub`, `teamID` (SIWA_TEAM_ID), `clientID` (the id_token's `aud`). True
+    /// when mapped now; false when it was mapped already. Also
+    /// `PostgresConnection.mapTransferOnSignIn`, callable outside the module.
+    static let mapOnSignIn = Statement<(transferSub: String, newSub: String, teamID: String, clientID: String), Bool>(
+        "transfer_map_on_sign_in", "SELECT siwa.map_transfer($1, $2, $3, $4) AS mapped",
+        bind: { [$0.transferSub, $0.newSub, $0.teamID, $0.clientID] },
+        decode: { row throws(PostgresError) in try row.bool("mapped") })
 
     /// What `status` shows of transfers.
     struct Counts: Sendable, Equatable {
@@ -136,8 +131,10 @@ enum TransferStatements {
 
 extension PostgresConnection {
     /// Records that the user who signed in as `newSub` is the one behind `transferSub` (an
-    /// `id_token` with `transfer_sub`, within Apple's 60 days after an app transfer). Idempotent.
-    public func mapTransferOnSignIn(transferSub: String, newSub: String, teamID: String, clientID: String) throws(PostgresError) {
-        try affected(TransferStatements.mapOnSignIn, (transferSub, newSub, teamID, clientID))
+    /// `id_token` with `transfer_sub`, within Apple's 60 days after an app transfer). Idempotent;
+    /// true when it mapped the identifier now.
+    @discardableResult
+    public func mapTransferOnSignIn(transferSub: String, newSub: String, teamID: String, clientID: String) throws(PostgresError) -> Bool {
+        try row(TransferStatements.mapOnSignIn, (transferSub, newSub, teamID, clientID)) ?? false
     }
 }
