@@ -23,6 +23,9 @@ public final class Reconciler: Service {
         public var idleWait: Double = 30
         /// How often the token count (hence the pace) is read again. Default 60 s.
         public var recount: Double = 60
+        /// Due tokens claimed (leased) at once; their validations are recorded together once all
+        /// were asked. Default 50.
+        public var batch: Int = 50
         /// Least seconds between two calls, whatever the count. Default 0.001.
         public var minimumSpacing: Double = 0.001
         /// Most seconds between two calls when a token is due (few tokens). Default 60.
@@ -92,37 +95,56 @@ public final class Reconciler: Service {
         var tokens = 0
         var counted = -Double.infinity
         var outages = 0
+        var claimed: [ReconcileStatements.Claimed] = []
+        var valid: [(sub: String, clientID: String, at: Double)] = []
         logger.info("reconciliation on", metadata: ["every": "\(ServerConfiguration.describe(Int(interval)))"])
         while !stopping.isStopped {
             do {
                 let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler")
                 connection = c
-                if Self.now() - counted >= options.recount {
-                    tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
-                    counted = Self.now()
+                if claimed.isEmpty {
+                    // A batch is done: record its valid tokens, then lease the next due ones.
+                    if !valid.isEmpty {
+                        try c.affected(ReconcileStatements.recordValid, (valid, interval))
+                        valid.removeAll()
+                    }
+                    if Self.now() - counted >= options.recount {
+                        tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
+                        counted = Self.now()
+                    }
+                    claimed = try c.rows(ReconcileStatements.claim, (options.lease, options.batch))
+                    if claimed.isEmpty {
+                        let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait
+                        if pause(min(max(due, 0.05), options.idleWait)) { break }
+                        counted = -Double.infinity  // new tokens may have come: count and schedule them
+                        continue
+                    }
                 }
                 // The pace: one call every interval/tokens seconds, never closer.
                 let slot = schedule.nextSlot(now: Self.now(), tokens: tokens)
                 if pause(slot - Self.now()) { break }
-                guard let claimed = try c.row(ReconcileStatements.claim, options.lease) else {
-                    let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait
-                    if pause(min(max(due, 0.05), options.idleWait)) { break }
-                    counted = -Double.infinity  // new tokens may have come: count and schedule them
-                    continue
-                }
                 outages = 0
-                try validate(claimed, on: c, schedule: schedule)
+                let token = claimed.removeFirst()
+                if try validate(token, on: c, schedule: schedule) {
+                    valid.append((token.sub, token.clientID, Self.now()))
+                }
             } catch {
                 connection = nil
+                valid.removeAll()  // validated again once their lease ends
+                claimed.removeAll()
                 outages += 1
                 logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
                 if pause(min(30, Double(outages) * 2)) { break }
             }
         }
+        if let connection, !valid.isEmpty {
+            _ = try? connection.affected(ReconcileStatements.recordValid, (valid, interval))
+        }
     }
 
-    /// One token: Apple is called with no transaction open; then its answer is recorded.
-    private func validate(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection, schedule: ReconcileSchedule) throws {
+    /// One token: Apple is called with no transaction open; then its answer is recorded, but a
+    /// valid one (true: the caller records it with its batch).
+    private func validate(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection, schedule: ReconcileSchedule) throws -> Bool {
         let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
         let refreshToken: String
         do {
@@ -131,13 +153,13 @@ public final class Reconciler: Service {
             count(\.errors, "error")
             logger.error("reconciliation: cannot decrypt a stored token", metadata: metadata.merging(["error": "\(error)"]) { a, _ in a })
             try c.affected(ReconcileStatements.recordFailure, (claimed.sub, claimed.clientID, interval))
-            return
+            return false
         }
         let result = revocation.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
         switch result {
         case .success:
             count(\.valid, "valid")
-            try c.affected(ReconcileStatements.recordValid, (claimed.sub, claimed.clientID, interval))
+            return true
         case .invalidGrant:
             let queued = try c.row(ReconcileStatements.recordGone, (claimed.sub, claimed.clientID, claimed.version)) ?? 0
             if queued > 0 {
@@ -152,6 +174,7 @@ public final class Reconciler: Service {
                 now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
             try c.affected(ReconcileStatements.recordFailure, (claimed.sub, claimed.clientID, delay))
         }
+        return false
     }
 
     private func count(_ field: WritableKeyPath<Counts, Int>, _ outcome: String) {

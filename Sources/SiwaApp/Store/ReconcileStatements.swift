@@ -35,19 +35,20 @@ enum ReconcileStatements {
         var failures: Int
     }
 
-    /// Takes the most overdue token, leasing it for `$1` seconds (another process skips it).
-    static let claim = Statement<Double, Claimed>(
+    /// Takes the `limit` most overdue tokens, leasing them for `lease` seconds (another process
+    /// skips them meanwhile).
+    static let claim = Statement<(lease: Double, limit: Int), Claimed>(
         "reconcile_claim",
         """
         WITH due AS (
             SELECT apple_sub, client_id FROM siwa.apple_tokens
-            WHERE next_validation_at <= now() ORDER BY next_validation_at LIMIT 1 FOR UPDATE SKIP LOCKED
+            WHERE next_validation_at <= now() ORDER BY next_validation_at LIMIT $2 FOR UPDATE SKIP LOCKED
         )
         UPDATE siwa.apple_tokens t SET next_validation_at = now() + make_interval(secs => $1)
         FROM due WHERE t.apple_sub = due.apple_sub AND t.client_id = due.client_id
         RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures
         """,
-        bind: { [String($0)] },
+        bind: { [String($0.lease), String($0.limit)] },
         decode: { row throws(PostgresError) in
             Claimed(
                 sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
@@ -55,15 +56,22 @@ enum ReconcileStatements {
                 version: try row.text("version"), failures: try row.int("validation_failures"))
         })
 
-    /// Apple validated the token: due again one interval from now.
-    static let recordValid = Statement<(sub: String, clientID: String, interval: Double), Void>(
+    /// Apple validated these tokens: each due again one interval after its validation (`$3`,
+    /// Unix seconds).
+    static let recordValid = Statement<(tokens: [(sub: String, clientID: String, at: Double)], interval: Double), Void>(
         "reconcile_record_valid",
         """
-        UPDATE siwa.apple_tokens SET validated_at = now(), next_validation_at = now() + make_interval(secs => $3),
-               validation_failures = 0
-        WHERE apple_sub = $1 AND client_id = $2
+        UPDATE siwa.apple_tokens t SET validated_at = to_timestamp(v.at),
+               next_validation_at = to_timestamp(v.at) + make_interval(secs => $4), validation_failures = 0
+        FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, at)
+        WHERE t.apple_sub = v.apple_sub AND t.client_id = v.client_id
         """,
-        bind: { [$0.sub, $0.clientID, String($0.interval)] })
+        bind: {
+            [
+                SQLEncoding.array($0.tokens.map(\.sub)), SQLEncoding.array($0.tokens.map(\.clientID)),
+                SQLEncoding.array($0.tokens.map { String($0.at) }), String($0.interval),
+            ]
+        })
 
     /// The validation failed (429, 5xx, network, a key that does not open it): tried again in `$3` seconds.
     static let recordFailure = Statement<(sub: String, clientID: String, retryIn: Double), Void>(
