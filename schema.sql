@@ -384,8 +384,7 @@ GRANT SELECT ON siwa.app_account_status_summary TO siwa_dashboard;
 GRANT SELECT, INSERT, UPDATE ON siwa.app_accounts TO siwa_worker;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
--- ===== Forwarding (SIWA_FORWARD_URL; contract section 9) =====================================
--- One row per effect forwarded to the app (Standard Webhooks), queued by the worker in the
+-- ===== Forwarding (SIWA_FORWARD_URL; contract section 9) ==============================-- One row per effect forwarded to the app (Standard Webhooks), queued by the worker in the
 -- transaction that applied the event: never lost, never queued for an effect that rolled back.
 -- `id` is the `webhook-id` (the same on every attempt). `seq` is the order the effects took
 -- effect: a sub's forward is sent only when no earlier one of that sub is pending or failed
@@ -457,5 +456,58 @@ CREATE OR REPLACE VIEW siwa.dead_forwards AS
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.forwards TO siwa_worker;
 GRANT SELECT ON siwa.forward_backlog, siwa.dead_forwards TO siwa_dashboard, siwa_worker;
 -- ===== end of forwarding ======================================================================
+-- ───── App transfer between teams (contract §11; Apple TN3159) ─────
+-- Sending team (`transfer export`): one row per user and recipient team, `sub` → `transfer_sub`,
+-- for the team to re-key its own export. Receiving team (`transfer import`): one row per transfer
+-- identifier received; `new_sub` and `migrated_at` once Apple (or a sign-in whose id_token
+-- carries `transfer_sub`) told which user it is. `team_id` is the recipient team on export and
+-- this team on import.
+CREATE TABLE IF NOT EXISTS siwa.transfers (
+    id           bigserial PRIMARY KEY,
+    direction    text        NOT NULL,
+    team_id      text        NOT NULL,
+    client_id    text        NOT NULL,
+    sub          text COLLATE "C",
+    transfer_sub text COLLATE "C" NOT NULL,
+    new_sub      text COLLATE "C",
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    migrated_at  timestamptz,
+    CONSTRAINT transfers_direction_check CHECK (direction IN ('export', 'import')),
+    CONSTRAINT transfers_export_sub_check CHECK (direction <> 'export' OR sub IS NOT NULL)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS transfers_export_idx ON siwa.transfers (team_id, sub) WHERE direction = 'export';
+CREATE UNIQUE INDEX IF NOT EXISTS transfers_import_idx ON siwa.transfers (transfer_sub) WHERE direction = 'import';
+CREATE INDEX IF NOT EXISTS transfers_new_sub_idx ON siwa.transfers (new_sub) WHERE direction = 'import';
+
+-- A sign-in whose id_token carries `transfer_sub` (for 60 days after an app transfer) is that
+-- identifier's user: mapped as `transfer import` does (its unmapped row, or a new one); one
+-- already mapped is kept. Callable by the API's role. Returns true when it mapped now.
+CREATE OR REPLACE FUNCTION siwa.map_transfer(transfer_sub text, new_sub text, team_id text, client_id text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    mapped integer;
+BEGIN
+    INSERT INTO siwa.transfers AS t (direction, team_id, client_id, transfer_sub, new_sub, migrated_at)
+    VALUES ('import', map_transfer.team_id, map_transfer.client_id, map_transfer.transfer_sub, map_transfer.new_sub, now())
+    ON CONFLICT (transfer_sub) WHERE direction = 'import'
+    DO UPDATE SET new_sub = excluded.new_sub, migrated_at = excluded.migrated_at WHERE t.new_sub IS NULL;
+    GET DIAGNOSTICS mapped = ROW_COUNT;
+    RETURN mapped > 0;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.map_transfer(text, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION siwa.map_transfer(text, text, text, text) TO siwa_api;  -- the sign-in path (the API)
+
+-- ───── Reconciliation (contract §10) ─────
+-- When each stored refresh token was last validated at Apple, when it is next due, and how many
+-- transient failures in a row it has had (reset by an answer).
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validated_at timestamptz;
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS next_validation_at timestamptz;
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validation_failures integer NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_validation_at);
+CREATE INDEX IF NOT EXISTS apple_tokens_unscheduled_idx ON siwa.apple_tokens (apple_sub) WHERE next_validation_at IS NULL;
+-- A grant found gone is queued as a consent-revoked event (jti 'siwa-reconcile-<uuid>').
+GRANT INSERT ON siwa.events TO siwa_worker;
 
 COMMIT;

@@ -37,6 +37,7 @@ public final class Application: Sendable {
         public var forwarding = ForwardSender.Options()
         /// The migration at start (lock timeout, retries).
         public var migration = Migrator.Options()
+        public var reconciler = Reconciler.Options()
         public init() {}
     }
 
@@ -233,6 +234,14 @@ public final class Application: Sendable {
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
             try startForwarding(conninfo: conninfo, in: group)
+
+            // Reconciliation (contract §10): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
+            if let revocation, config.reconcileEvery > 0 {
+                try group.start(
+                    Reconciler(
+                        conninfo: conninfo, interval: Double(config.reconcileEvery), revocation: revocation,
+                        options: options.reconciler, logger: logger, metrics: metrics))
+            }
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
     }

@@ -14,6 +14,8 @@ public enum DurationText {
         case UInt8(ascii: "d"): factor = 86_400
         default: return nil
         }
+        // At most 12 digits: a duration of a trillion units is a typo, not a setting.
+        guard bytes.count <= 13 else { return nil }
         var n = 0
         for b in bytes.dropLast() {
             guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b) else { return nil }

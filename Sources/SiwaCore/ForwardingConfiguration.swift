@@ -26,7 +26,7 @@ public struct ForwardingConfiguration: Sendable, Equatable {
     static func load(_ value: (String) -> String?) throws(ConfigurationError) -> ForwardingConfiguration? {
         var retryFor = defaultRetryForSeconds
         if let text = value("SIWA_FORWARD_RETRY_FOR") {
-            guard let seconds = DurationParser.seconds(text), retryForRange.contains(seconds) else {
+            guard let seconds = DurationText.seconds(text), retryForRange.contains(seconds) else {
                 throw ConfigurationError(
                     variable: "SIWA_FORWARD_RETRY_FOR",
                     problem: "must be a duration with a unit (s, m, h or d, e.g. 3d or 36h) between 1m and 30d")

@@ -66,6 +66,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var apiConcurrency: Int
     /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
     public var revokeRetryFor: Int
+    /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
+    /// most once per this interval (contract §10; on with in-app deletion). Default 86400 (24h);
+    /// 0 is off; otherwise 1s...365d.
+    public var reconcileEvery: Int = 86_400
 
     /// Every variable `load` reads, in the README's order (a test checks the README's table and
     /// the command-line flags against this list).
@@ -77,6 +81,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
         "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
         "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
+        "SIWA_RECONCILE_EVERY",
     ]
 
     /// Audience always accepted in dev mode.
@@ -140,14 +145,6 @@ public struct ServerConfiguration: Sendable, Equatable {
             guard let text = value(name) else { return def }
             guard let n = Int(text), range.contains(n) else {
                 throw ConfigurationError(variable: name, problem: "must be an integer between \(range.lowerBound) and \(range.upperBound)")
-            }
-            return n
-        }
-        func duration(_ name: String, _ range: ClosedRange<Int>, default def: Int) throws(ConfigurationError) -> Int {
-            guard let text = value(name) else { return def }
-            guard let n = DurationText.seconds(text), range.contains(n) else {
-                let bounds = "\(DurationText.format(range.lowerBound)) to \(DurationText.format(range.upperBound))"
-                throw ConfigurationError(variable: name, problem: "must be a duration with a unit (s, m, h, d) from \(bounds)")
             }
             return n
         }
@@ -230,8 +227,12 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.appleAPI = try AppleAPIConfiguration.load(value)
         config.apiTokenFile = value("SIWA_API_TOKEN_FILE")
         config.apiConcurrency = try integer("SIWA_API_CONCURRENCY", 1...1024, default: config.apiConcurrency)
-        config.revokeRetryFor = try duration("SIWA_REVOKE_RETRY_FOR", 60...(365 * 86_400), default: config.revokeRetryFor)
+        config.revokeRetryFor = try Self.duration(
+            "SIWA_REVOKE_RETRY_FOR", value("SIWA_REVOKE_RETRY_FOR"), range: 60...(365 * 86_400), default: config.revokeRetryFor)
         config.forwarding = try ForwardingConfiguration.load(value)
+        config.reconcileEvery = try Self.duration(
+            "SIWA_RECONCILE_EVERY", value("SIWA_RECONCILE_EVERY"), range: 1...(365 * 86_400), allowZero: true,
+            default: config.reconcileEvery)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

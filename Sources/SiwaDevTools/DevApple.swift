@@ -32,6 +32,8 @@ public final class DevApple: Sendable {
         public var nonce: String?
         /// When set, the exchange must send this `redirect_uri`.
         public var redirectURI: String?
+        /// `transfer_sub` in the id_token: the user's identifier from the team the app came from.
+        public var transferSub: String? = nil
 
         public init(
             sub: String, email: String? = nil, isPrivateEmail: Bool? = nil, emailVerified: Bool? = true,
@@ -113,6 +115,9 @@ public final class DevApple: Sendable {
         /// The user of a code that was not registered with `addCode`; nil refuses it
         /// (`invalid_grant`). Default nil.
         public var unknownCode: (@Sendable (String) -> User?)?
+        /// The owner (`sub`) of a refresh token this fake never issued, for validation; nil (the
+        /// default) answers `invalid_grant` for every unknown token. For load tests.
+        public var unknownRefreshToken: (@Sendable (String) -> String?)?
         /// Called after every recorded call (from a listener thread). Default nil.
         public var onCall: (@Sendable (Call) -> Void)?
         /// Where transfer identifiers minted by a sending team are found by the receiving team;
@@ -382,6 +387,7 @@ extension DevApple {
             if let p = user.isPrivateEmail { claims["is_private_email"] = .string(p ? "true" : "false") }
             if let v = user.emailVerified { claims["email_verified"] = .bool(v) }
             if let nonce = user.nonce { claims["nonce"] = .string(nonce) }
+            if let transferSub = user.transferSub { claims["transfer_sub"] = .string(transferSub) }
             return try configuration.signer.sign(claims: claims)
         }
 
@@ -462,10 +468,11 @@ extension DevApple {
                 // Validation: alive while issued to this client id and not revoked.
                 guard let token = form["refresh_token"], !token.isEmpty else { return Self.error("invalid_request") }
                 let owner: Issued? = state.withLock { state in
-                    guard let issued = state.issued[token], issued.clientID == clientID, !state.revoked.contains(token) else {
-                        return nil
+                    guard !state.revoked.contains(token) else { return nil }
+                    guard let issued = state.issued[token] else {
+                        return configuration.unknownRefreshToken?(token).map { Issued(clientID: clientID, sub: $0) }
                     }
-                    return issued
+                    return issued.clientID == clientID ? issued : nil
                 }
                 guard let owner else { return Self.error("invalid_grant") }
                 call.sub = owner.sub

@@ -71,6 +71,8 @@ struct ConfigurationOptions: ParsableArguments {
     var forwardSecretFile: String?
     @Option(name: .customLong("forward-retry-for"), help: "How long a forward is retried before it is dead (SIWA_FORWARD_RETRY_FOR, default 3d).")
     var forwardRetryFor: String?
+    @Option(name: .customLong("reconcile-every"), help: "Validate stored refresh tokens this often (SIWA_RECONCILE_EVERY, default 24h, 0 off).")
+    var reconcileEvery: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -106,6 +108,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_FORWARD_URL"] = forwardURL
         o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile
         o["SIWA_FORWARD_RETRY_FOR"] = forwardRetryFor
+        o["SIWA_RECONCILE_EVERY"] = reconcileEvery
         return o
     }
 

@@ -35,6 +35,10 @@ struct DevAppleCommand: ParsableCommand {
     var receivingTeam: String?
     @Option(help: "Loopback port of the receiving team's fake (with --receiving-team). Default 9181.")
     var receivingPort: UInt16 = 9181
+    @Option(help: "Refresh tokens starting with this prefix validate although this fake never issued them (load tests).")
+    var acceptRefreshTokens: String?
+    @Flag(help: "Do not print a line per call (load tests).")
+    var quiet = false
     @OptionGroup var options: ConfigurationOptions
 
     func run() throws {
@@ -70,7 +74,10 @@ struct DevAppleCommand: ParsableCommand {
                 sub: user, email: fixedEmail ?? "\(hash)@privaterelay.appleid.com",
                 isPrivateEmail: fixedEmail == nil, emailVerified: true, nonce: fixedNonce)
         }
-        configuration.onCall = { call in Self.say(Self.describe(call)) }
+        if !quiet { configuration.onCall = { call in Self.say(Self.describe(call)) } }
+        if let prefix = acceptRefreshTokens {
+            configuration.unknownRefreshToken = { token in token.hasPrefix(prefix) ? DevApple.devSub(forCode: token) : nil }
+        }
         let server: DevApple
         do {
             server = try DevApple(configuration)
@@ -144,7 +151,7 @@ struct DevAppleCommand: ParsableCommand {
             teamID: team, keyID: keyID, secretKey: key.publicKey, clientIDs: nil, signer: sending.signer)
         configuration.port = receivingPort
         configuration.transfers = sending.transfers
-        configuration.onCall = { call in Self.say("[\(team)] " + Self.describe(call)) }
+        if !quiet { configuration.onCall = { call in Self.say("[\(team)] " + Self.describe(call)) } }
         let server: DevApple
         do {
             server = try DevApple(configuration)

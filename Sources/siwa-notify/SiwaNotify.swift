@@ -8,7 +8,7 @@ struct SiwaNotify: ParsableCommand {
         discussion: "Configuration comes from SIWA_* environment variables; a flag of the same name overrides one.",
         subcommands: [
             Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, Revoke.self,
-            Rekey.self, DevAppleCommand.self, ForwardTest.self,
+            Rekey.self, DevAppleCommand.self, ForwardTest.self, TransferCommand.self,
         ],
         defaultSubcommand: Serve.self
     )

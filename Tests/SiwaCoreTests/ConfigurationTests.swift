@@ -270,13 +270,13 @@ import Testing
 
     @Test("durations take one unit: s, m, h, d")
     func durations() {
-        #expect(DurationParser.seconds("90s") == 90)
-        #expect(DurationParser.seconds("15m") == 900)
-        #expect(DurationParser.seconds("24h") == 86_400)
-        #expect(DurationParser.seconds("7d") == 604_800)
-        #expect(DurationParser.seconds("0s") == 0)
+        #expect(DurationText.seconds("90s") == 90)
+        #expect(DurationText.seconds("15m") == 900)
+        #expect(DurationText.seconds("24h") == 86_400)
+        #expect(DurationText.seconds("7d") == 604_800)
+        #expect(DurationText.seconds("0s") == 0)
         for bad in ["", "s", "7", "7D", "7 d", " 7d", "+7d", "-7d", "1.5h", "7dd", "１d", "9999999999999d", "9999999999999s"] {
-            #expect(DurationParser.seconds(bad) == nil, "\(bad)")
+            #expect(DurationText.seconds(bad) == nil, "\(bad)")
         }
     }
 }

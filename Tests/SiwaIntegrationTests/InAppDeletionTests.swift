@@ -182,6 +182,24 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "h@privaterelay.appleid.com")
     }
 
+    @Test("a sign-in whose id_token carries transfer_sub maps that identifier to the user (siwa.transfers)")
+    func signInMapsTransferSub() throws {
+        let h = try H()
+        defer { h.stop() }
+        let code = Self.code()
+        var user = DevApple.User(sub: "001234.moved.0001", email: "m@privaterelay.appleid.com", isPrivateEmail: true)
+        user.transferSub = "000999.old-team.0001"
+        h.fake.addCode(code, user: user)
+        #expect(try h.exchange(code: code).status == 200)
+        let row = try h.query(
+            "SELECT direction, new_sub, migrated_at IS NOT NULL AS mapped FROM siwa.transfers WHERE transfer_sub = $1",
+            [
+                "000999.old-team.0001"
+            ])
+        #expect(row.rows.count == 1 && row.value(0, "direction") == "import")
+        #expect(row.value(0, "new_sub") == "001234.moved.0001" && row.value(0, "mapped") == "t")
+    }
+
     // MARK: b. Deletion: local first, revocation for days
 
     @Test("Apple down: the user is deleted locally at once; the revocation retries, then succeeds and erases the token")

@@ -50,7 +50,7 @@ struct LeastPrivilegeTests {
         "siwa_worker UPDATE forwards", "siwa_worker DELETE forwards", "siwa_worker SELECT forward_backlog",
         "siwa_worker SELECT dead_forwards", "siwa_dashboard SELECT forward_backlog", "siwa_dashboard SELECT dead_forwards",
         "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
-        "siwa_dashboard SELECT app_account_status_summary",
+        "siwa_dashboard SELECT app_account_status_summary", "siwa_api EXECUTE map_transfer", "siwa_worker INSERT events",
     ]
 
     @Test("each role's grants are exactly the README's; PUBLIC executes nothing of siwa's; the receiver only inserts events")

@@ -168,7 +168,16 @@ public final class TokenExchange: Sendable {
             let signIn = DeletionStatements.SignIn(
                 sub: claims.sub, clientID: clientID, token: sealed, email: claims.email,
                 isPrivateEmail: claims.isPrivateEmail, signedInAt: claims.signedInAt)
-            guard let stored = try pool.withConnection(timeout: 5, { c in try c.row(DeletionStatements.storeToken, signIn) }) else {
+            let teamID = apple.client.configuration.teamID
+            let stored = try pool.withConnection(timeout: 5) { c -> DeletionStatements.TokenStored? in
+                // For 60 days after an app transfer the id_token names the user's identifier from
+                // the old team: that identifier is this user (`siwa.transfers`, as `transfer import`).
+                if let transferSub = claims.transferSub {
+                    _ = try c.row(TransferStatements.mapOnSignIn, (transferSub, claims.sub, teamID, clientID))
+                }
+                return try c.row(DeletionStatements.storeToken, signIn)
+            }
+            guard let stored else {
                 return .failure(.error(503, "database_unavailable", retryAfter: 5))
             }
             logger.info(

@@ -27,6 +27,7 @@ public final class Metrics: Sendable {
         var commit = Histogram()
         var forwards: [String: UInt64] = [:]  // "outcome|type"
         var forwardDelivery = Histogram()
+        var reconcile: [String: UInt64] = [:]  // "outcome"
     }
 
     private let state = Mutex(State())
@@ -49,6 +50,11 @@ public final class Metrics: Sendable {
 
     public func keyRefresh(succeeded: Bool) {
         state.withLock { $0.keyRefreshes[succeeded ? "success" : "failure", default: 0] += 1 }
+    }
+
+    /// A reconciliation validation: `valid`, `grant_gone` or `error` (429, 5xx, network, a key).
+    public func reconcile(outcome: String) {
+        state.withLock { $0.reconcile[outcome, default: 0] += 1 }
     }
 
     public func observeVerification(seconds: Double) {
@@ -94,6 +100,11 @@ public final class Metrics: Sendable {
         out += "# TYPE siwa_revocations_total counter\n"
         for key in s.revocations.keys.sorted() {
             out += "siwa_revocations_total{outcome=\"\(key)\"} \(s.revocations[key]!)\n"
+        }
+        out += "# HELP siwa_reconcile_total Stored refresh tokens validated at Apple by reconciliation, by outcome.\n"
+        out += "# TYPE siwa_reconcile_total counter\n"
+        for outcome in ["valid", "grant_gone", "error"] {
+            out += "siwa_reconcile_total{outcome=\"\(outcome)\"} \(s.reconcile[outcome, default: 0])\n"
         }
         out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
         out += Self.render(name: "siwa_commit_seconds", help: "Time to commit a notification to the outbox.", s.commit)

@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 import SiwaPostgres
 
 /// Operator queries on the outbox: `replay` and `status`.
@@ -78,6 +79,27 @@ public enum OutboxAdmin {
         public var forwards: Forwards?
         /// Users per app and status (`siwa.app_account_status_summary`).
         public var apps: [AppCount]? = nil
+        /// App transfer (`siwa.transfers`): identifiers exported; received and mapped to a user,
+        /// received and not yet; whole days left of Apple's 60-day window, counted from the first
+        /// identifier received (nil before any).
+        public var transfers: Transfers? = nil
+        /// Reconciliation (`SIWA_RECONCILE_EVERY`): stored tokens validated at Apple at least
+        /// once, grants found gone (consent-revoked queued, while their events are kept), tokens
+        /// whose last validation failed (retried with backoff).
+        public var reconciliation: Reconciliation? = nil
+
+        public struct Reconciliation: Sendable, Codable, Equatable {
+            public var validated: Int
+            public var grantsGone: Int
+            public var failing: Int
+        }
+
+        public struct Transfers: Sendable, Codable, Equatable {
+            public var exported: Int
+            public var mapped: Int
+            public var unmapped: Int
+            public var daysLeft: Int?
+        }
     }
 
     public struct AppCount: Sendable, Codable, Equatable {
@@ -120,13 +142,22 @@ public enum OutboxAdmin {
                 oldestWaitingAgeSeconds: f.oldestWaitingAgeSeconds, deliveredLastHour: l.deliveredLastHour,
                 deliveryP50Millis: l.p50Millis, deliveryP99Millis: l.p99Millis)
         }
-        return Report(
+        var report = Report(
             pending: backlog.pending, failed: backlog.failed, dead: backlog.dead,
             oldestPendingAgeSeconds: backlog.oldestPendingAgeSeconds,
             keySetAgeSeconds: keyAge, counts: counts, recent: recent, inAppDeletion: inAppDeletion,
             revocationsWaiting: ["pending", "running", "failed"].reduce(0) { $0 + (revocations[$1] ?? 0) },
             revocationsDone: revocations["done"] ?? 0, revocationsDead: revocations["dead"] ?? 0,
             revocationsNoToken: revocations["no_token"] ?? 0, forwarding: forwarding, forwards: forwards, apps: apps)
+        report.transfers = try c.row(TransferStatements.counts).map { t in
+            Report.Transfers(
+                exported: t.exported, mapped: t.mapped, unmapped: t.unmapped,
+                daysLeft: t.importStarted.map { TransferWindow.daysLeft(start: $0, now: Date().timeIntervalSince1970) })
+        }
+        report.reconciliation = try c.row(ReconcileStatements.counts).map {
+            Report.Reconciliation(validated: $0.validated, grantsGone: $0.gone, failing: $0.failing)
+        }
+        return report
     }
 
     /// The report as a readable table.
@@ -148,7 +179,7 @@ public enum OutboxAdmin {
                 ["revocations done", String(r.revocationsDone ?? 0)],
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
-            ] + forwardRows(r))
+            ] + forwardRows(r) + reconciliationRows(r.reconciliation) + transferRows(r.transfers))
         out +=
             "\n"
             + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
@@ -178,6 +209,28 @@ public enum OutboxAdmin {
             ["forwards delivered (1h)", String(f?.deliveredLastHour ?? 0)],
             ["forward latency p50/p99", "\(ms(f?.deliveryP50Millis)) / \(ms(f?.deliveryP99Millis))"],
         ]
+    }
+
+    static func reconciliationRows(_ r: Report.Reconciliation?) -> [[String]] {
+        guard let r else { return [] }
+        return [
+            ["reconcile: tokens validated", String(r.validated)],
+            ["reconcile: grants gone", String(r.grantsGone)],
+            ["reconcile: failing (will retry)", String(r.failing)],
+        ]
+    }
+
+    /// The transfer lines of the first table, when a transfer was ever run here.
+    static func transferRows(_ t: Report.Transfers?) -> [[String]] {
+        guard let t, t.exported + t.mapped + t.unmapped > 0 else { return [] }
+        var rows: [[String]] = []
+        if t.exported > 0 { rows.append(["transfer: exported", String(t.exported)]) }
+        if t.mapped + t.unmapped > 0 {
+            rows.append(["transfer: mapped", String(t.mapped)])
+            rows.append(["transfer: unmapped", String(t.unmapped)])
+            rows.append(["transfer: days left (of 60)", t.daysLeft.map(String.init) ?? "-"])
+        }
+        return rows
     }
 
     static func duration(_ seconds: Double) -> String {

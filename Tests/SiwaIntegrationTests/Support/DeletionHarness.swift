@@ -33,7 +33,7 @@ final class DeletionHarness: Sendable {
     ///   - fake: an Apple to use (default: a new one, stopped by `stop`).
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
-        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16
+        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -65,11 +65,16 @@ final class DeletionHarness: Sendable {
         config.maxAttempts = maxAttempts
         config.apiTokenFile = apiTokenFile
         config.apiConcurrency = apiConcurrency
+        if let reconcileEvery { config.reconcileEvery = reconcileEvery }
+        var options = TestHarness.options(retryBaseDelay: retryBaseDelay)
+        options.reconciler.idleWait = 0.2
+        options.reconciler.recount = 0.2
+        options.reconciler.maximumSpacing = 2
         config.appleAPI = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
             tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
         app = Application(
-            configuration: config, roles: roles, options: TestHarness.options(retryBaseDelay: retryBaseDelay),
+            configuration: config, roles: roles, options: options,
             logger: TestHarness.logger(into: logs))
         do {
             try app.start()

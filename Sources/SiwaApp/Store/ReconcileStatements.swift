@@ -1,0 +1,121 @@
+import SiwaPostgres
+
+/// Reconciliation (contract §10): which stored refresh token Apple validates next, and what its
+/// answer changes. Every statement stands alone (autocommit): nothing is held open while Apple
+/// is called.
+enum ReconcileStatements {
+    /// Tokens first seen get their first due time (one interval after they were stored); returns
+    /// how many tokens are stored.
+    static let schedule = Statement<Double, Int>(
+        "reconcile_schedule",
+        """
+        WITH scheduled AS (
+            UPDATE siwa.apple_tokens SET next_validation_at = updated_at + make_interval(secs => $1)
+            WHERE next_validation_at IS NULL RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM siwa.apple_tokens) + 0 * (SELECT count(*) FROM scheduled) AS tokens
+        """,
+        bind: { [String($0)] },
+        decode: { row throws(PostgresError) in try row.int("tokens") })
+
+    /// Seconds until the earliest token is due (negative: overdue); nil when none is stored.
+    static let earliestDue = Statement<Void, Double?>(
+        "reconcile_earliest_due",
+        "SELECT extract(epoch FROM min(next_validation_at) - now())::float8 AS seconds FROM siwa.apple_tokens",
+        decode: { row throws(PostgresError) in try row.optionalDouble("seconds") })
+
+    struct Claimed: Sendable {
+        var sub: String
+        var clientID: String
+        var token: DeletionStatements.StoredToken
+        /// The row's `updated_at` as text: the answer is recorded only if the token was not
+        /// replaced meanwhile (a new sign-in).
+        var version: String
+        /// Transient failures in a row so far (the backoff's exponent).
+        var failures: Int
+    }
+
+    /// Takes the `limit` most overdue tokens, leasing them for `lease` seconds (another process
+    /// skips them meanwhile).
+    static let claim = Statement<(lease: Double, limit: Int), Claimed>(
+        "reconcile_claim",
+        """
+        WITH due AS (
+            SELECT apple_sub, client_id FROM siwa.apple_tokens
+            WHERE next_validation_at <= now() ORDER BY next_validation_at LIMIT $2 FOR UPDATE SKIP LOCKED
+        )
+        UPDATE siwa.apple_tokens t SET next_validation_at = now() + make_interval(secs => $1)
+        FROM due WHERE t.apple_sub = due.apple_sub AND t.client_id = due.client_id
+        RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures
+        """,
+        bind: { [String($0.lease), String($0.limit)] },
+        decode: { row throws(PostgresError) in
+            Claimed(
+                sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
+                token: DeletionStatements.StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")),
+                version: try row.text("version"), failures: try row.int("validation_failures"))
+        })
+
+    /// Apple validated these tokens: each due again one interval after its validation (`$3`,
+    /// Unix seconds).
+    static let recordValid = Statement<(tokens: [(sub: String, clientID: String, at: Double)], interval: Double), Void>(
+        "reconcile_record_valid",
+        """
+        UPDATE siwa.apple_tokens t SET validated_at = to_timestamp(v.at),
+               next_validation_at = to_timestamp(v.at) + make_interval(secs => $4), validation_failures = 0
+        FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, at)
+        WHERE t.apple_sub = v.apple_sub AND t.client_id = v.client_id
+        """,
+        bind: {
+            [
+                SQLEncoding.array($0.tokens.map(\.sub)), SQLEncoding.array($0.tokens.map(\.clientID)),
+                SQLEncoding.array($0.tokens.map { String($0.at) }), String($0.interval),
+            ]
+        })
+
+    /// The validation failed (429, 5xx, network, a key that does not open it): tried again in `$3` seconds.
+    static let recordFailure = Statement<(sub: String, clientID: String, retryIn: Double), Void>(
+        "reconcile_record_failure",
+        """
+        UPDATE siwa.apple_tokens SET next_validation_at = now() + make_interval(secs => $3),
+               validation_failures = validation_failures + 1
+        WHERE apple_sub = $1 AND client_id = $2
+        """,
+        bind: { [$0.sub, $0.clientID, String($0.retryIn)] })
+
+    /// Apple answered `invalid_grant`: the user's grant for that app is gone (a missed
+    /// `consent-revoked`). If the token is still the one validated (not replaced by a sign-in
+    /// since), it is erased (it is dead, and a `consent-revoked` erases it anyway) and a
+    /// `consent-revoked` of that app is queued in the outbox, applied by the worker with the same
+    /// rules as Apple's. Returns 1 when queued, 0 when the token changed meanwhile.
+    static let recordGone = Statement<(sub: String, clientID: String, version: String), Int>(
+        "reconcile_record_gone",
+        """
+        WITH token AS (
+            DELETE FROM siwa.apple_tokens
+            WHERE apple_sub = $1 AND client_id = $2 AND updated_at::text = $3
+            RETURNING apple_sub, client_id
+        ), queued AS (
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims)
+            SELECT 'siwa-reconcile-' || gen_random_uuid(), client_id, apple_sub, 'consent-revoked', now(),
+                   jsonb_build_object('source', 'reconcile', 'client_id', client_id)
+            FROM token
+            ON CONFLICT DO NOTHING
+            RETURNING 1
+        )
+        SELECT count(*) AS queued FROM queued
+        """,
+        bind: { [$0.sub, $0.clientID, $0.version] },
+        decode: { row throws(PostgresError) in try row.int("queued") })
+
+    /// What `status` shows: tokens validated at least once, grants found gone (events still kept),
+    /// tokens whose last validation failed.
+    static let counts = Statement<Void, (validated: Int, gone: Int, failing: Int)>(
+        "reconcile_counts",
+        """
+        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL) AS validated,
+               (SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%') AS gone,
+               (SELECT count(*) FROM siwa.apple_tokens WHERE validation_failures > 0) AS failing
+        """,
+        decode: { row throws(PostgresError) in (try row.int("validated"), try row.int("gone"), try row.int("failing")) })
+}
