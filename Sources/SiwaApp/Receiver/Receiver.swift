@@ -142,7 +142,7 @@ public final class Receiver: HTTPHandler {
                     "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
                     "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
                 ])
-            return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
+            return Self.committedResponse(outcome)
         }
     }
 
@@ -165,6 +165,19 @@ public final class Receiver: HTTPHandler {
 
     private func nextRequestID() -> UInt64 {
         requestCounter.add(1, ordering: .relaxed).newValue
+    }
+
+    /// The 200 answers, built once (a writer answers a whole batch in a row).
+    static let accepted = HTTPResponse.json(200, #"{"status":"accepted"}"#)
+    static let duplicate = HTTPResponse.json(200, #"{"status":"duplicate"}"#)
+    static let ignored = HTTPResponse.json(200, #"{"status":"ignored"}"#)
+
+    static func committedResponse(_ outcome: InsertOutcome) -> HTTPResponse {
+        switch outcome {
+        case .accepted: return accepted
+        case .duplicate: return duplicate
+        case .ignored: return ignored
+        }
     }
 
     static func seconds(since start: DispatchTime) -> Double {
