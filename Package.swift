@@ -31,7 +31,7 @@ let package = Package(
 
         // Thin Swift wrappers, one per C library.
         .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
-        .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD"]),
+        .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD", "SiwaCore"]),
         .target(name: "SiwaPostgres", dependencies: ["CPostgres"]),
         .target(name: "SiwaFetch", dependencies: ["CCurl"]),
 

@@ -222,6 +222,91 @@ class RSSSampler(threading.Thread):
 
 
 # ---------------------------------------------------------------------------------------------
+# CPU accounting (every ingest run): machine idle % and CPU per event of each process group
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid, children=False):
+    """User + system CPU seconds of `pid` (with `children`: plus its reaped children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+        if children:
+            ticks += int(fields[13]) + int(fields[14])
+        return ticks / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def postgres_cpu():
+    """CPU seconds of this run's PostgreSQL: the postmaster (with its exited backends, which it
+    reaped) plus every live child. Other clusters on the machine are not counted."""
+    try:
+        with open(os.path.join(TMP, "data", "postmaster.pid")) as f:
+            master = int(f.readline())
+    except (OSError, ValueError):
+        return None
+    total = proc_cpu(master, children=True) or 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) == master:
+                total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def machine_cpu():
+    """(busy, idle) seconds of all CPUs so far (/proc/stat; iowait counts as idle, steal as busy)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / CLK_TCK, idle / CLK_TCK
+
+
+class CPUMeter:
+    """CPU while a load runs: machine idle %, and µs per event of the server, this run's
+    PostgreSQL, the load generator and everything else on the machine (other users' builds)."""
+
+    def __init__(self, server):
+        self.server = server
+        self.start = self.snapshot(None)
+
+    def snapshot(self, load_pid):
+        busy, idle = machine_cpu()
+        return {"busy": busy, "idle": idle, "server": self.server.cpu_seconds() if self.server else None,
+                "postgres": postgres_cpu(), "load": proc_cpu(load_pid) if load_pid else None,
+                "wall": time.perf_counter()}
+
+    def finish(self, events, load_cpu_seconds=None, end=None):
+        end = end or self.snapshot(None)
+        a = self.start
+        busy, idle = end["busy"] - a["busy"], end["idle"] - a["idle"]
+
+        def per_event(seconds):
+            return round(seconds * 1e6 / events, 1) if events and seconds is not None else None
+
+        server = end["server"] - a["server"] if end["server"] is not None and a["server"] is not None else None
+        pg = end["postgres"] - a["postgres"] if end["postgres"] is not None and a["postgres"] is not None else None
+        other = busy - sum(x for x in (server, pg, load_cpu_seconds) if x is not None)
+        return {"idle_pct": round(100 * idle / max(1e-9, busy + idle), 1),
+                "seconds": round(end["wall"] - a["wall"], 2),
+                "us_per_event": {"siwa-notify": per_event(server), "postgres": per_event(pg),
+                                 "load_generator": per_event(load_cpu_seconds), "other": per_event(other)}}
+
+    def line(self, cpu):
+        u = cpu["us_per_event"]
+        return (f"CPU idle {cpu['idle_pct']}%, µs/event: siwa-notify {u['siwa-notify']}, postgres {u['postgres']}, "
+                f"load {u['load_generator']}, other {u['other']}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Bodies
 
 def presign(kind, count):
@@ -310,7 +395,7 @@ def perf_finish(handle):
 # ---------------------------------------------------------------------------------------------
 # Mode: throughput (wrk against `receive`)
 
-def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0):
+def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0, meter=None):
     done_dir = os.path.join(TMP, f"wrk-done-{time.time_ns()}")
     os.makedirs(done_dir)
     env = dict(os.environ, BENCH_BODIES=bodies_path, BENCH_WRK_THREADS=str(threads), BENCH_PATH=PATH,
@@ -320,9 +405,11 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + seconds + 30
     rows, still_since = None, None
+    end = None
     while proc.poll() is None and time.time() < deadline:
         markers = os.listdir(done_dir)
         if sum(m.startswith("thread-") for m in markers) >= threads:
+            end = meter.snapshot(proc.pid) if meter else None
             proc.send_signal(signal.SIGINT)  # every slice answered: let wrk report now
             break
         if sum(m.startswith("sent-") for m in markers) >= threads:
@@ -332,6 +419,7 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0)
                 rows, still_since = now_rows, time.time()
             elif time.time() - still_since > 3:
                 log("wrk: every body sent, some never answered (socket errors); stopping wrk")
+                end = meter.snapshot(proc.pid) if meter else None
                 proc.send_signal(signal.SIGINT)
                 break
             time.sleep(0.25)
@@ -346,6 +434,7 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0)
         raise RuntimeError(f"wrk gave no result: {stdout}\n{stderr}")
     result = json.loads(line[len("BENCH_JSON "):])
     result["wrk_text"] = "\n".join(l for l in stdout.splitlines() if not l.startswith("BENCH_JSON "))
+    result["cpu_end"] = end
     return result
 
 
@@ -366,7 +455,8 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         sampler.start()
         perf = perf_start(min(10, seconds)) if profile else None
         cpu_before = server.cpu_seconds()
-        w = run_wrk(server, bodies, n, seconds, wrk_threads, connections)
+        meter = CPUMeter(server)
+        w = run_wrk(server, bodies, n, seconds, wrk_threads, connections, meter=meter)
         cpu_after = server.cpu_seconds()
         memory = sampler.finish()
         report = perf_finish(perf)
@@ -383,6 +473,8 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
     non2xx = sum(v for k, v in counts.items() if k not in ("accepted", "duplicate", "ok_other"))
     elapsed = max(1e-9, w["last_recv"] - w["first_send"])
     pcts = w["latency_us"]["percentiles"]
+    end = w.get("cpu_end")
+    cpu = meter.finish(accepted, end["load"] if end else None, end)
     run = {
         "role": role, "http_threads": http_threads,
         "bodies": n, "sent": w["sent"], "answered": w["received"], "counts": counts,
@@ -397,6 +489,8 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         # The server's user + system CPU per accepted event while wrk ran (serve: its worker too).
         "cpu_us_per_event": round((cpu_after - cpu_before) * 1e6 / accepted, 1)
         if accepted and cpu_before is not None and cpu_after is not None else None,
+        # Machine idle % and CPU µs per accepted event of each process while wrk ran.
+        "cpu": cpu,
         # ok: every answered "accepted" is stored, and any extra row belongs to a request whose
         # answer wrk did not record (in flight when wrk was stopped) — never a row from nowhere.
         "verify": {"accepted_answers": accepted, "rows_before": before, "rows_after": after,
@@ -414,6 +508,7 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         f"p99 {run['latency_ms']['99']} ms, non-2xx {non2xx}"
         + (f", {run['ratio_to_pgbench']}x pgbench" if baseline_tps else "")
         + f", RSS peak {memory['rss_peak_sampled_mb']} MB, CPU {run['cpu_us_per_event']} µs/event")
+    log(f"ingest ({role}): " + meter.line(cpu))
     return run
 
 
@@ -434,6 +529,7 @@ def throughput():
                         "non_2xx": best["non_2xx"], "pgbench_tps": baseline["tps"],
                         "ratio_to_pgbench": best["ratio_to_pgbench"],
                         "rss_peak_mb": best["memory"]["rss_peak_sampled_mb"],
+                        "cpu_idle_pct": best["cpu"]["idle_pct"], "cpu_us_per_event": best["cpu"]["us_per_event"],
                         "verified": all(r["verify"]["ok"] for r in runs),
                         "aims": {"events_per_s": 20000, "ratio_to_pgbench": 1.1, "rss_mb": 40}}}
 
@@ -1141,6 +1237,16 @@ def compare():
     return {"baseline_pgbench": baseline, "latency": latency(), "scale": scale()}
 
 
+def cpu_note(run):
+    """`; idle 26%, µs/event siwa-notify 106 / postgres 40 / wrk 20` for an ingest run."""
+    cpu = run.get("cpu")
+    if not cpu:
+        return ""
+    u = cpu["us_per_event"]
+    return (f"; CPU idle {cpu['idle_pct']}%, µs/event siwa-notify {u['siwa-notify']} / postgres {u['postgres']}"
+            f" / wrk {u['load_generator']} / other {u['other']}")
+
+
 def compare_table(baseline, lat, sc):
     """One markdown table: the issue's aims next to what this run measured."""
     tps = baseline["tps"]
@@ -1167,9 +1273,9 @@ def compare_table(baseline, lat, sc):
         ("pgbench, 16 clients, single-row `INSERT … ON CONFLICT DO NOTHING` (same run, same database)", "baseline",
          f"{tps:,.0f} tps", "—"),
         ("`receive` verified events/s (wrk, empty database)", f"≥ 1.5× pgbench ({1.5 * tps:,.0f})",
-         f"{recv:,.0f} ({recv / tps:.2f}×)", yes(recv >= 1.5 * tps)),
+         f"{recv:,.0f} ({recv / tps:.2f}×){cpu_note(e['receive'])}", yes(recv >= 1.5 * tps)),
         ("`serve` verified events/s (wrk, empty database)", f"≥ 1.1× pgbench ({1.1 * tps:,.0f})",
-         f"{serve:,.0f} ({serve / tps:.2f}×)", yes(serve >= 1.1 * tps)),
+         f"{serve:,.0f} ({serve / tps:.2f}×){cpu_note(e['serve'])}", yes(serve >= 1.1 * tps)),
     ]
     if lat:
         rows.append((f"p99 at {lat['target_rate']:,} requests/s (`{lat['role']}`, open loop)", "≤ 5 ms",

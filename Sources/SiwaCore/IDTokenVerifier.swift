@@ -77,9 +77,9 @@ public struct IDTokenClaims: Sendable, Equatable {
 
 /// Verifies the `id_token` Apple returns from `/auth/token`.
 ///
-/// Checks, first failure wins: structure, `alg` == RS256, `kid`, signature (the caller's closure,
-/// the same one `NotificationVerifier` takes: called once, after the earlier checks), no `crit`,
-/// `iss`, `aud` == the client id (byte-exact) and one the key may sign for (`keyAudiences`), `exp` (required, with skew), `iat` (required, not in
+/// Checks, first failure wins: the `SignedJWS` prelude shared with `NotificationVerifier`
+/// (structure, `alg` == RS256, `kid`, signature, no `crit`, `iss`), then `aud` == the client id
+/// (byte-exact) and one the key may sign for (`keyAudiences`), `exp` (required, with skew), `iat` (required, not in
 /// the future beyond skew), `nonce` (when one is expected), `sub`, then the e-mail claims.
 public struct IDTokenVerifier: Sendable {
     /// The expected `iss`. Default `https://appleid.apple.com`.
@@ -109,42 +109,41 @@ public struct IDTokenVerifier: Sendable {
         checkSignature: (_ kid: String, _ signingInput: [UInt8], _ signature: [UInt8]) -> SignatureCheck
     ) throws(IDTokenError) -> IDTokenClaims {
         let jws: CompactJWS
+        let kid: String
         do {
-            jws = try CompactJWS.parse(token)
+            let signed = try SignedJWS.verify(token: token, issuer: issuer, checkSignature: checkSignature)
+            (jws, kid) = (signed.jws, signed.kid)
         } catch {
-            throw .malformedToken
+            switch error {
+            case .structure, .crit: throw .malformedToken
+            case .algorithm: throw .unsupportedAlgorithm
+            case .missingKid: throw .missingKid
+            case .signature(_, .invalid): throw .badSignature
+            case .signature(_, .unknownKey): throw .unknownKid
+            case .signature(_, .keysUnavailable), .signature(_, .valid): throw .keysUnavailable
+            case .issuer: throw .wrongIssuer
+            }
         }
-        guard jws.header["alg"]?.stringValue == "RS256" else { throw .unsupportedAlgorithm }
-        guard let kid = jws.header["kid"]?.stringValue, !kid.isEmpty else { throw .missingKid }
-        switch checkSignature(kid, jws.signingInput, jws.signature) {
-        case .valid: break
-        case .invalid: throw .badSignature
-        case .unknownKey: throw .unknownKid
-        case .keysUnavailable: throw .keysUnavailable
-        }
-        guard jws.header["crit"] == nil else { throw .malformedToken }
-
         let claims = jws.claims
-        guard let iss = claims["iss"]?.stringValue, iss.utf8.elementsEqual(issuer.utf8) else { throw .wrongIssuer }
         guard let aud = claims["aud"]?.stringValue, aud.utf8.elementsEqual(clientID.utf8) else { throw .wrongAudience }
         guard VerificationPolicy.key(kid, maySignFor: aud, in: keyAudiences) else { throw .wrongAudience }
         guard let exp = claims["exp"]?.int64Value else { throw .missingExpiry }
-        guard now <= NotificationVerifier.saturatingAdd(exp, clockSkewSeconds) else { throw .expired }
+        guard now <= TokenLimits.saturatingAdd(exp, clockSkewSeconds) else { throw .expired }
         guard let iat = claims["iat"]?.int64Value else { throw .missingIssuedAt }
-        guard iat <= NotificationVerifier.saturatingAdd(now, clockSkewSeconds) else { throw .issuedInFuture }
+        guard iat <= TokenLimits.saturatingAdd(now, clockSkewSeconds) else { throw .issuedInFuture }
         if let maxAgeSeconds {
-            guard NotificationVerifier.saturatingAdd(iat, maxAgeSeconds) >= now else { throw .tooOld }
+            guard TokenLimits.saturatingAdd(iat, maxAgeSeconds) >= now else { throw .tooOld }
         }
         if let nonce {
             guard let got = claims["nonce"]?.stringValue, got.utf8.elementsEqual(nonce.utf8) else { throw .nonceMismatch }
         }
         guard let sub = claims["sub"]?.stringValue, !sub.isEmpty,
-            sub.unicodeScalars.count <= NotificationVerifier.maxSubLength
+            sub.unicodeScalars.count <= TokenLimits.maxSubLength
         else { throw .missingSub }
 
         var email: String?
         if let value = claims["email"], value != .null {
-            guard let s = value.stringValue, s.unicodeScalars.count <= NotificationVerifier.maxEmailLength else {
+            guard let s = value.stringValue, s.unicodeScalars.count <= TokenLimits.maxEmailLength else {
                 throw .malformedClaims
             }
             email = s
@@ -156,7 +155,7 @@ public struct IDTokenVerifier: Sendable {
         }
         var transferSub: String?
         if let value = claims["transfer_sub"], value != .null {
-            guard let t = value.stringValue, !t.isEmpty, t.unicodeScalars.count <= NotificationVerifier.maxSubLength else {
+            guard let t = value.stringValue, !t.isEmpty, t.unicodeScalars.count <= TokenLimits.maxSubLength else {
                 throw .malformedClaims
             }
             transferSub = t

@@ -17,14 +17,11 @@
 public struct NotificationVerifier: Sendable {
     public var policy: VerificationPolicy
 
-    /// Maximum length (Unicode scalars) of `jti`.
-    public static let maxJTILength = 255
-    /// Maximum length (Unicode scalars) of the event's `sub`.
-    public static let maxSubLength = 255
-    /// Maximum length (Unicode scalars) of the event's `type`.
-    public static let maxTypeLength = 64
-    /// Maximum length (Unicode scalars) of the event's `email`.
-    public static let maxEmailLength = 320
+    /// Lengths: `TokenLimits`, shared with `IDTokenVerifier`.
+    public static let maxJTILength = TokenLimits.maxJTILength
+    public static let maxSubLength = TokenLimits.maxSubLength
+    public static let maxTypeLength = TokenLimits.maxTypeLength
+    public static let maxEmailLength = TokenLimits.maxEmailLength
     /// Lifetime of a token without `exp`, counted from `iat`, in seconds (86,400: Apple's tokens
     /// carry `exp` = `iat` + 86,400).
     public static let defaultLifetimeSeconds: Int64 = 86_400
@@ -97,51 +94,24 @@ public struct NotificationVerifier: Sendable {
     ) throws(RejectReason) -> VerifiedNotification {
         let r = Recorder(record: record)
 
-        // (1) structure
-        let jws: CompactJWS
+        // (1)-(5): structure, alg, kid, signature, crit, issuer: the prelude shared with id_tokens.
+        let signed: SignedJWS
         do {
-            jws = try CompactJWS.parse(token)
+            signed = try SignedJWS.verify(token: token, issuer: policy.issuer, checkSignature: checkSignature) { step in
+                switch step {
+                case .structure(let bytes):
+                    r.pass("structure", "3 segments; header and claims are JSON objects; signature \(bytes) bytes")
+                case .algorithm: r.pass("header", "alg is \"RS256\"")
+                case .key(let kid): r.pass("key", "kid \(JSONValue.quoted(kid)) is a known key")
+                case .signature: r.pass("signature", "RS256 signature is valid")
+                case .issuer(let issuer): r.pass("issuer", "iss is \(JSONValue.quoted(issuer))")
+                }
+            }
         } catch {
-            throw r.fail("structure", error, error.summary)
+            throw fail(error, r)
         }
-        r.pass("structure", "3 segments; header and claims are JSON objects; signature \(jws.signature.count) bytes")
-
-        // (2) header: alg
-        guard let alg = jws.header["alg"]?.stringValue, alg == "RS256" else {
-            throw r.fail("header", .unsupportedAlgorithm, "alg is \(Self.describe(jws.header["alg"])), expected \"RS256\"")
-        }
-        r.pass("header", "alg is \"RS256\"")
-
-        // (3) kid, (4) signature
-        guard let kid = jws.header["kid"]?.stringValue, !kid.isEmpty else {
-            throw r.fail("key", .missingKid, "kid is \(Self.describe(jws.header["kid"])), expected a non-empty string")
-        }
-        switch checkSignature(kid, jws.signingInput, jws.signature) {
-        case .valid:
-            r.pass("key", "kid \(JSONValue.quoted(kid)) is a known key")
-            r.pass("signature", "RS256 signature is valid")
-        case .invalid:
-            r.pass("key", "kid \(JSONValue.quoted(kid)) is a known key")
-            throw r.fail("signature", .badSignature, "RS256 signature does not verify with key \(JSONValue.quoted(kid))")
-        case .unknownKey:
-            throw r.fail("key", .unknownKid, "no known key has kid \(JSONValue.quoted(kid))")
-        case .keysUnavailable:
-            throw r.fail("key", .keysUnavailable, "the key set is unavailable")
-        }
-        // RFC 7515 §4.1.11: a `crit` extension we do not understand must be refused (we
-        // understand none). Checked after the signature, so a forged token still reads as forged.
-        if jws.header["crit"] != nil {
-            throw r.fail("header", .malformedHeader, "crit lists extensions this receiver does not understand")
-        }
-
+        let jws = signed.jws, kid = signed.kid, issuer = signed.issuer
         let claims = jws.claims
-
-        // (5) issuer
-        // Byte-exact comparisons (RFC 7519 §2: no canonicalization), not Swift's Unicode-aware ==.
-        guard let issuer = claims["iss"]?.stringValue, issuer.utf8.elementsEqual(policy.issuer.utf8) else {
-            throw r.fail("issuer", .wrongIssuer, "iss is \(Self.describe(claims["iss"])), expected \(JSONValue.quoted(policy.issuer))")
-        }
-        r.pass("issuer", "iss is \(JSONValue.quoted(issuer))")
 
         // (6) audience
         guard let audience = claims["aud"]?.stringValue,
@@ -225,6 +195,28 @@ public struct NotificationVerifier: Sendable {
             jti: jti, issuer: issuer, audience: audience,
             issuedAt: issuedAt, expiresAt: expiresAt, event: event,
             claimsJSON: jws.claimsText.isEmpty ? JSONValue.object(claims).serialized() : jws.claimsText)
+    }
+
+    /// The reason and inspection step of a prelude failure.
+    private func fail(_ failure: SignedJWS.Failure, _ r: Recorder) -> RejectReason {
+        switch failure {
+        case .structure(let reason):
+            return r.fail("structure", reason, reason.summary)
+        case .algorithm(let alg):
+            return r.fail("header", .unsupportedAlgorithm, "alg is \(Self.describe(alg)), expected \"RS256\"")
+        case .missingKid(let kid):
+            return r.fail("key", .missingKid, "kid is \(Self.describe(kid)), expected a non-empty string")
+        case .signature(let kid, .invalid):
+            return r.fail("signature", .badSignature, "RS256 signature does not verify with key \(JSONValue.quoted(kid))")
+        case .signature(let kid, .unknownKey):
+            return r.fail("key", .unknownKid, "no known key has kid \(JSONValue.quoted(kid))")
+        case .signature(_, .keysUnavailable), .signature(_, .valid):
+            return r.fail("key", .keysUnavailable, "the key set is unavailable")
+        case .crit:
+            return r.fail("header", .malformedHeader, "crit lists extensions this receiver does not understand")
+        case .issuer(let iss):
+            return r.fail("issuer", .wrongIssuer, "iss is \(Self.describe(iss)), expected \(JSONValue.quoted(policy.issuer))")
+        }
     }
 
     /// Parses the `events` claim (an object, or a string holding a JSON object) and checks its
@@ -326,11 +318,7 @@ public struct NotificationVerifier: Sendable {
 
     // MARK: - Helpers
 
-    static func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 {
-        let (sum, overflow) = a.addingReportingOverflow(b)
-        if overflow { return b > 0 ? .max : .min }
-        return sum
-    }
+    static func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 { TokenLimits.saturatingAdd(a, b) }
 
     /// A short human description of a claim value (strings shown quoted, truncated to `limit` characters).
     static func describe(_ value: JSONValue?, limit: Int = 100) -> String {

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import Dispatch
 import Foundation
+import SiwaCore
 import Synchronization
 
 /// A libmicrohttpd listener: epoll, a thread pool, a connection timeout and limit, a body cap,
@@ -10,7 +11,7 @@ public final class HTTPServer: Sendable {
     /// The bound port (differs from the configured one when that was 0).
     public let port: UInt16
     private let context: ServerContext
-    private let daemon: Mutex<DaemonHandle?>
+    private let daemon: Mutex<DaemonLifecycle>
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPHandler) throws(HTTPServerError) {
         let address = "\(configuration.host):\(configuration.port)"
@@ -37,43 +38,79 @@ public final class HTTPServer: Sendable {
         }
         self.configuration = configuration
         self.context = context
-        self.daemon = Mutex(DaemonHandle(pointer: started))
+        self.daemon = Mutex(.running(DaemonHandle(pointer: started)))
         self.port = siwa_mhd_bound_port(started)
         context.startSweeper()
     }
 
-    /// Stops accepting new connections, waits up to `grace` seconds for in-flight requests,
-    /// then stops the daemon. Safe to call more than once.
-    public func shutdown(grace: Double = 10) {
-        let handle = daemon.withLock { d -> DaemonHandle? in
-            let current = d
-            d = nil
-            return current
+    /// Where the listener is in its life. `shutdown` moves it from `running` to `stopping` once
+    /// (a second call returns at once), then to `stopped`, or to `abandoned` when a connection
+    /// could not be released in time: libmicrohttpd aborts the process when stopped with a
+    /// suspended connection, so the quiesced daemon is then left to the process's exit (and its
+    /// context kept alive for it) rather than stopped or waited for without end.
+    public enum State: Sendable, Equatable {
+        case running
+        case stopping
+        case stopped
+        case abandoned
+    }
+
+    /// How long answered connections get to leave libmicrohttpd's suspended list after the
+    /// shutdown deadline (they need a turn of their polling thread).
+    public static let releaseBudget = 2.0
+
+    public var state: State {
+        daemon.withLock { lifecycle in
+            switch lifecycle {
+            case .running: return .running
+            case .stopping: return .stopping
+            case .stopped: return .stopped
+            case .abandoned: return .abandoned
+            }
         }
-        guard let current = handle?.pointer else { return }
+    }
+
+    /// `shutdown(deadline:)` with a budget in seconds.
+    @discardableResult
+    public func shutdown(grace: Double = 10) -> State {
+        shutdown(deadline: Deadline(secondsFromNow: grace))
+    }
+
+    /// Stops accepting new connections, lets in-flight requests finish until `deadline`, answers
+    /// those still waiting `503 shutting_down`, then stops the daemon. Returns within `deadline`
+    /// plus `releaseBudget` whatever the handler does. Safe to call more than once.
+    @discardableResult
+    public func shutdown(deadline: Deadline) -> State {
+        let handle = daemon.withLock { lifecycle -> DaemonHandle? in
+            guard case .running(let handle) = lifecycle else { return nil }
+            lifecycle = .stopping
+            return handle
+        }
+        guard let current = handle?.pointer else { return state }
         let fd = MHD_quiesce_daemon(current)
         if fd >= 0 { close(fd) }
         defer { context.stopSweeper() }
-        context.waitUntilIdle(timeout: grace)
-        var waited = 0.0
-        // Still waiting for an answer after the grace period: answer 503 (the client retries),
-        // then give the polling threads a moment to send it — stopping with a suspended
-        // connection would abort the process.
+        context.waitUntilIdle(until: deadline)
+        // Still waiting for an answer: answer 503 (the client retries) and give the polling
+        // threads a moment to send it. A handler thread that was about to suspend when the
+        // registry stopped may add itself after an `answerAll`: answer again until none is left.
         context.suspended.stop()
-        waited = 0
-        while (context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty) && waited < 2 {
+        let released = Deadline.now.adding(seconds: Self.releaseBudget)
+        while context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty {
             context.suspended.answerAll(SuspendedConnections.shutdownResponse)
-            usleep(10_000)
-            waited += 0.01
-        }
-        // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next
-        // turn: wait until none is left before stopping.
-        while !context.suspended.isEmpty {
-            context.suspended.answerAll(SuspendedConnections.shutdownResponse)
+            if released.hasPassed(at: .now) { break }
             usleep(10_000)
         }
+        guard context.suspended.isEmpty else {
+            _ = Unmanaged.passRetained(context)  // the daemon's threads may still call into it
+            daemon.withLock { $0 = .abandoned }
+            return .abandoned
+        }
+        // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next turn.
         usleep(50_000)
         MHD_stop_daemon(current)
+        daemon.withLock { $0 = .stopped }
+        return .stopped
     }
 
     deinit {
@@ -81,8 +118,15 @@ public final class HTTPServer: Sendable {
     }
 }
 
-/// The `MHD_Daemon*`; libmicrohttpd's daemon calls are thread-safe, and `HTTPServer` hands the
-/// pointer out once (to shut down) under its mutex.
+/// The `MHD_Daemon*` and where it is in its life; libmicrohttpd's daemon calls are thread-safe,
+/// and `HTTPServer` hands the pointer out once (to shut down) under its mutex.
+enum DaemonLifecycle: @unchecked Sendable {
+    case running(DaemonHandle)
+    case stopping
+    case stopped
+    case abandoned
+}
+
 struct DaemonHandle: @unchecked Sendable {
     let pointer: OpaquePointer
 }
@@ -120,13 +164,12 @@ final class ServerContext: Sendable {
         }
     }
 
-    /// Waits until no request is in flight, or `timeout` seconds.
-    func waitUntilIdle(timeout: Double) {
-        let deadline = Date().addingTimeInterval(max(0, timeout))
+    /// Waits until no request is in flight, or until `deadline`.
+    func waitUntilIdle(until deadline: Deadline) {
         idle.lock()
         defer { idle.unlock() }
         while inFlight.load(ordering: .acquiring) > 0 {
-            if !idle.wait(until: deadline) { return }
+            if !idle.wait(until: Date(timeIntervalSinceNow: deadline.remaining)) { return }
         }
     }
 

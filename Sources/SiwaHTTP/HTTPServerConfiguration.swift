@@ -11,7 +11,7 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     /// Concurrent connections accepted; more are refused. Default `1024`.
     public var connectionLimit: Int
     /// Per-connection memory for headers and upload chunks. Default 16 KiB (libmicrohttpd clears
-    /// it for every request: 32 KiB cost ~3% of the receiver's CPU; a notification with its
+    /// it for every request, so more costs CPU (bench/README.md); a notification with its
     /// headers is under 2 KiB, and bodies are streamed through it in chunks). Request headers
     /// larger than about half of it are refused by libmicrohttpd (431).
     public var connectionMemoryLimit: Int

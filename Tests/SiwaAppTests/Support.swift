@@ -14,7 +14,7 @@ import Synchronization
 final class MemorySink: OutboxSink {
     enum Behaviour: Sendable {
         /// Calls the completion at once, on the submitting thread, with this result.
-        case answer(OutboxWriter.Result)
+        case answer(OutboxResult)
         /// Keeps the completion until `complete(_:)`.
         case hold
         /// Returns false: the queue is full (or the writer is not running).
@@ -23,7 +23,7 @@ final class MemorySink: OutboxSink {
 
     struct Submission: Sendable {
         var notification: VerifiedNotification
-        var deadline: UInt64
+        var deadline: Deadline
     }
 
     private struct State {
@@ -39,7 +39,7 @@ final class MemorySink: OutboxSink {
     }
 
     func submit(
-        _ notification: VerifiedNotification, deadline: UInt64,
+        _ notification: VerifiedNotification, deadline: Deadline,
         completion: @escaping OutboxWriter.Completion
     ) -> Bool {
         let behaviour = state.withLock { s -> Behaviour in
@@ -64,7 +64,7 @@ final class MemorySink: OutboxSink {
     var heldCount: Int { state.withLock { $0.held.count } }
 
     /// Answers every held submission with `result`.
-    func complete(_ result: OutboxWriter.Result) {
+    func complete(_ result: OutboxResult) {
         let held = state.withLock { s -> [OutboxWriter.Completion] in
             defer { s.held = [] }
             return s.held

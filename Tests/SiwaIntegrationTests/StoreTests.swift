@@ -42,12 +42,12 @@ struct StoreTests {
         writer.start()
         for (i, n) in batch.enumerated() {
             group.enter()
-            let deadline = DispatchTime.now().uptimeNanoseconds + 10_000_000_000
+            let deadline = Deadline(secondsFromNow: 10)
             _ = writer.submit(n, deadline: deadline) { result in
                 let text: String
                 switch result {
                 case .committed(let outcome): text = outcome.rawValue
-                case .failed(let error): text = "failed \(error)"
+                case .unavailable(let detail), .refused(let detail): text = "failed \(detail)"
                 case .timedOut: text = "timed out"
                 }
                 results.withLock { $0[i] = text }
@@ -55,7 +55,7 @@ struct StoreTests {
             }
         }
         group.wait()
-        writer.stop(timeout: 10)
+        writer.stop(deadline: Deadline(secondsFromNow: 10))
         return results.withLock { r in batch.indices.map { r[$0] ?? "none" } }
     }
 

@@ -36,6 +36,6 @@ public final class ListenerService: Service {
             s = nil
             return c
         }
-        current?.shutdown(grace: deadline.remaining)
+        current?.shutdown(deadline: deadline)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 
 /// A long-running part of the process (a listener, the outbox writer, the worker, the key
 /// refresher, retention, LISTEN wake-ups, the embedded database). Every one has the same shape:
@@ -18,19 +19,7 @@ extension Service {
 }
 
 /// The end of the graceful-shutdown budget (`SIWA_SHUTDOWN_TIMEOUT`), shared by every service.
-public struct ShutdownDeadline: Sendable {
-    public let uptimeNanoseconds: UInt64
-
-    public init(secondsFromNow seconds: Double) {
-        uptimeNanoseconds = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, seconds) * 1e9)
-    }
-
-    /// Seconds left (0 once passed).
-    public var remaining: Double {
-        let now = DispatchTime.now().uptimeNanoseconds
-        return now >= uptimeNanoseconds ? 0 : Double(uptimeNanoseconds - now) / 1e9
-    }
-}
+public typealias ShutdownDeadline = Deadline
 
 /// A service made of closures, for parts that are a thread and a stop call.
 public final class ClosureService: Service {

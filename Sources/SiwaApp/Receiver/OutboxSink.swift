@@ -4,11 +4,11 @@ import SiwaCore
 /// the server; an in-memory sink when the receiver's decisions are tested in-process.
 public protocol OutboxSink: Sendable {
     /// Queues `notification`; `completion` is called exactly once, from any thread, with what
-    /// became of it — by `deadline` (`DispatchTime.uptimeNanoseconds`) at the latest.
+    /// became of it — by `deadline` at the latest.
     /// Returns `false` (and never calls `completion`) when it is refused: the queue is full
     /// or the sink is not running; the request is then answered 503.
     func submit(
-        _ notification: VerifiedNotification, deadline: UInt64,
+        _ notification: VerifiedNotification, deadline: Deadline,
         completion: @escaping OutboxWriter.Completion
     ) -> Bool
 }

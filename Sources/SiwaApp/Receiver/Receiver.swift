@@ -62,16 +62,17 @@ public final class Receiver: HTTPHandler {
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         process(
-            request.body, arrivedAt: keys.now(), arrival: DispatchTime.now().uptimeNanoseconds, mayWait: true,
+            request.body, arrivedAt: keys.now(), deadline: Deadline.now.adding(seconds: commitTimeout), mayWait: true,
             requestID: nextRequestID(), responder: responder)
     }
 
     /// Verifies and submits. An unknown `kid` may make the request wait (suspended, holding no
     /// thread) for the key fetch it triggered; it is then processed again with `mayWait: false`
     /// from the thread that finished the fetch.
-    /// `arrival` (`DispatchTime.uptimeNanoseconds`) starts the commit timeout.
+    /// `deadline` is the request's arrival plus the commit timeout: the key wait and the commit
+    /// both end there.
     private func process(
-        _ body: [UInt8], arrivedAt: Double, arrival: UInt64, mayWait: Bool, requestID: UInt64,
+        _ body: [UInt8], arrivedAt: Double, deadline: Deadline, mayWait: Bool, requestID: UInt64,
         responder: HTTPResponder
     ) {
         let started = DispatchTime.now()
@@ -93,11 +94,8 @@ public final class Receiver: HTTPHandler {
             }
         } catch {
             if let ticket {
-                let left =
-                    Double(arrival + UInt64(commitTimeout * 1e9) - min(arrival + UInt64(commitTimeout * 1e9), DispatchTime.now().uptimeNanoseconds))
-                    / 1e9
-                keys.wait(ticket, timeout: min(keyWaitLimit, left)) { [self] in
-                    process(body, arrivedAt: arrivedAt, arrival: arrival, mayWait: false, requestID: requestID, responder: responder)
+                keys.wait(ticket, timeout: min(keyWaitLimit, deadline.remaining)) { [self] in
+                    process(body, arrivedAt: arrivedAt, deadline: deadline, mayWait: false, requestID: requestID, responder: responder)
                 }
                 return
             }
@@ -109,7 +107,6 @@ public final class Receiver: HTTPHandler {
 
         // Answered from a writer thread once the row is committed (the connection waits suspended).
         let committing = DispatchTime.now()
-        let deadline = arrival + UInt64(commitTimeout * 1e9)
         let submitted = writer.submit(notification, deadline: deadline) { [self] result in
             responder.respond(answer(result, notification: notification, requestID: requestID, since: committing))
         }
@@ -119,7 +116,7 @@ public final class Receiver: HTTPHandler {
     }
 
     private func answer(
-        _ result: OutboxWriter.Result, notification: VerifiedNotification,
+        _ result: OutboxResult, notification: VerifiedNotification,
         requestID: UInt64, since committing: DispatchTime
     ) -> HTTPResponse {
         switch result {
@@ -130,14 +127,12 @@ public final class Receiver: HTTPHandler {
                     "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout)",
                 ])
             return reject(.databaseUnavailable, requestID: requestID)
-        case .failed(let error):
+        case .unavailable(let detail), .refused(let detail):
             logger.error(
                 "outbox insert failed",
-                metadata: [
-                    "request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(error)",
-                    "detail": "\(error.serverMessage.prefix(200))",
-                ])
-            return reject(error.isTransient ? .databaseUnavailable : .internalError, requestID: requestID)
+                metadata: ["request_id": "\(requestID)", "jti": "\(notification.jti)", "error": "\(detail)"])
+            if case .unavailable = result { return reject(.databaseUnavailable, requestID: requestID) }
+            return reject(.internalError, requestID: requestID)
         case .committed(let outcome):
             metrics.observeCommit(seconds: Self.seconds(since: committing))
             metrics.request(status: 200, reason: outcome.rawValue)
@@ -147,7 +142,7 @@ public final class Receiver: HTTPHandler {
                     "request_id": "\(requestID)", "outcome": "\(outcome.rawValue)", "jti": "\(notification.jti)",
                     "type": "\(notification.event.type.rawValue.prefix(64))", "sub_hash": "\(SubjectHash.of(notification.event.sub))",
                 ])
-            return .json(200, "{\"status\":\"\(outcome.rawValue)\"}")
+            return Self.committedResponse(outcome)
         }
     }
 
@@ -170,6 +165,19 @@ public final class Receiver: HTTPHandler {
 
     private func nextRequestID() -> UInt64 {
         requestCounter.add(1, ordering: .relaxed).newValue
+    }
+
+    /// The 200 answers, built once (a writer answers a whole batch in a row).
+    static let accepted = HTTPResponse.json(200, #"{"status":"accepted"}"#)
+    static let duplicate = HTTPResponse.json(200, #"{"status":"duplicate"}"#)
+    static let ignored = HTTPResponse.json(200, #"{"status":"ignored"}"#)
+
+    static func committedResponse(_ outcome: InsertOutcome) -> HTTPResponse {
+        switch outcome {
+        case .accepted: return accepted
+        case .duplicate: return duplicate
+        case .ignored: return ignored
+        }
     }
 
     static func seconds(since start: DispatchTime) -> Double {

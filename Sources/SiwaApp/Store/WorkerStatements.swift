@@ -39,9 +39,9 @@ enum WorkerStatements {
     /// The worker's own statements look rows up by key: never a sequential scan, hash or merge
     /// join over a whole table; no bitmap scan, so the claim reads the due index in its order
     /// and stops at the batch size (on a table that was never analyzed, a bitmap scan and a
-    /// sort of the whole backlog looked cheaper: 150–200 ms per claim of a 100k backlog); and
-    /// no JIT compilation (without statistics the row estimates cross `jit_above_cost`:
-    /// compiling took ~350 ms per statement that runs in a few ms). All transaction-local.
+    /// sort of the whole backlog looked cheaper); and no JIT compilation (without statistics the
+    /// row estimates cross `jit_above_cost`, and compiling cost far more than the statement).
+    /// All transaction-local; the measurements are in bench/README.md.
     static let keyLookupsOnly = Statement<Void, Void>(
         "key_lookups_only",
         """

@@ -42,8 +42,7 @@ public final class Worker: Service {
     /// Wakes the helper loops (all but the first): a loop claimed a full batch, so a backlog is
     /// waiting. Helpers never wait on `wakeups`: at a trickle one loop applies everything, and
     /// a second one would only double the small transactions (and commits) competing with the
-    /// receiver's (p99 at 2,000 requests/s in `serve`: 13 ms with one loop, 39 ms with two
-    /// both woken by every notification).
+    /// receiver's (it tripled the p99 of `serve`; bench/README.md).
     private let backlog = WakeSignal()
     /// Set by `stop`: what a loop's error backoff waits on (a helper woken by every full batch
     /// of another loop would otherwise retry a failing connection at once).
