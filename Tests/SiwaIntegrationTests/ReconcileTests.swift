@@ -158,4 +158,35 @@ struct ReconcileTests {
             #expect(fake.calls(to: "/auth/token").count == 1)
         }
     }
+
+    @Test("a work process killed -9 while Apple holds a validation: the lease runs out, the next process validates it")
+    func killedMidway() throws {
+        let harness = try DeletionHarness(roles: .receive, reconcileEvery: 0)
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        _ = try Self.storeToken("001.killed", fake: harness.fake, vault: vault, conninfo: harness.conninfo)
+        harness.fake.answerToken(.hang)
+        try Self.due(harness.conninfo)
+        var env = harness.environment
+        env["SIWA_RECONCILE_EVERY"] = "60s"
+        let first = try ServerProcess(["work"], environment: env)
+        let held = eventually(timeout: 30) { harness.fake.calls(to: "/auth/token").contains { $0.form?["grant_type"] == "refresh_token" } }
+        #expect(held, "\(first.log)")
+        first.kill9()
+        // Leased, never validated: another process skips it until the lease runs out.
+        #expect(
+            try Self.value(
+                harness.conninfo, "SELECT validated_at IS NULL AND next_validation_at > now() FROM siwa.apple_tokens WHERE apple_sub = '001.killed'")
+                == "t")
+        harness.fake.answerToken(.normal)
+        _ = try TestDatabase.query(harness.conninfo, "UPDATE siwa.apple_tokens SET next_validation_at = now()")  // the lease ran out
+        let second = try ServerProcess(["work"], environment: env)
+        defer { _ = second.terminate() }
+        let validated = try eventually(timeout: 30) {
+            try Self.value(harness.conninfo, "SELECT validated_at IS NOT NULL FROM siwa.apple_tokens WHERE apple_sub = '001.killed'") == "t"
+        }
+        #expect(validated, "\(second.log)")
+        #expect(harness.fake.calls(to: "/auth/token").filter { $0.form?["grant_type"] == "refresh_token" }.count == 2)
+        #expect(try Self.value(harness.conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = '001.killed'") == "active")
+    }
 }
