@@ -19,10 +19,25 @@ public enum Fetcher {
     /// handle. TLS peer and host verification stay at curl's defaults (on),
     /// redirects are not followed, and only `request.allowedSchemes` may be used.
     public static func perform(_ request: FetchRequest) throws(FetchError) -> FetchResponse {
+        try checkGlobalInit()
+        guard let curl = curl_easy_init() else {
+            throw FetchError(code: .transferFailed, curlCode: Int32(CURLE_FAILED_INIT.rawValue))
+        }
+        defer { curl_easy_cleanup(curl) }
+        return try perform(request, on: curl)
+    }
+
+    static func checkGlobalInit() throws(FetchError) {
         initialize()
         guard globalInitResult == CURLE_OK.rawValue else {
             throw FetchError(code: .transferFailed, curlCode: Int32(bitPattern: globalInitResult))
         }
+    }
+
+    /// One transfer on `curl`, an easy handle in its default state; every option is reset when
+    /// it returns (`curl_easy_reset` keeps the handle's open connections for the next one).
+    static func perform(_ request: FetchRequest, on curl: UnsafeMutableRawPointer) throws(FetchError) -> FetchResponse {
+        try checkGlobalInit()
 
         // --- Validate everything that does not need curl. ---------------------
         let url = request.url
@@ -54,7 +69,7 @@ public enum Fetcher {
         }
 
         // Everything curl points at is set up first so that (defers running in
-        // reverse order) it is released only after `curl_easy_cleanup`.
+        // reverse order) it is released only after `curl_easy_reset` below.
         let state = TransferState(maxBodyBytes: request.maxResponseBytes, maxHeaderBytes: maxHeaderBytes)
         // Balanced: one retain here, one release when `perform` returns.
         let userdata = Unmanaged.passRetained(state)
@@ -63,11 +78,8 @@ public enum Fetcher {
         var headerList: UnsafeMutablePointer<curl_slist>? = nil
         defer { curl_slist_free_all(headerList) }
 
-        // --- Easy handle: created and destroyed here, never escapes. ----------
-        guard let curl = curl_easy_init() else {
-            throw FetchError(code: .transferFailed, curlCode: Int32(CURLE_FAILED_INIT.rawValue))
-        }
-        defer { curl_easy_cleanup(curl) }
+        // --- Easy handle: back to its defaults (no pointer to the above) on return.
+        defer { curl_easy_reset(curl) }
 
         func check(_ rc: CURLcode) throws(FetchError) {
             guard rc == CURLE_OK else {

@@ -322,3 +322,47 @@ func expectFetchError(
         #expect(server.requests.count == 16)
     }
 }
+
+@Suite struct FetchSessionTests {
+    @Test func keepsTheConnectionOpenBetweenTransfers() throws {
+        let server = try LoopbackServer(keepAlive: true) { _ in httpResponse(status: "204 No Content", keepAlive: true) }
+        defer { server.stop() }
+        let session = FetchSession()
+        for i in 0..<3 {
+            let r = try session.perform(
+                FetchRequest(
+                    url: server.baseURL + "/hook", method: "POST", headers: ["X-N: \(i)"], body: Array("\(i)".utf8),
+                    allowedSchemes: [.http]))
+            #expect(r.status == 204)
+        }
+        #expect(server.requests.count == 3)
+        #expect(server.connections == 1)
+        // Every transfer sets its own options: the second request carried only its own header and body.
+        let second = try #require(HTTPRequest(server.requests[1]))
+        #expect(second.header("x-n") == "1" && second.body == Array("1".utf8))
+    }
+
+    @Test func connectsAgainWhenTheServerClosedTheConnection() throws {
+        let server = try LoopbackServer { _ in httpResponse(body: Array("ok".utf8)) }  // Connection: close
+        defer { server.stop() }
+        let session = FetchSession()
+        for _ in 0..<2 {
+            let r = try session.perform(FetchRequest(url: server.baseURL + "/x", allowedSchemes: [.http]))
+            #expect(r.status == 200 && r.body == Array("ok".utf8))
+        }
+        #expect(server.connections == 2)
+    }
+
+    @Test func aFailedTransferLeavesTheSessionUsable() throws {
+        let server = try LoopbackServer(keepAlive: true) { _ in httpResponse(body: Array("ok".utf8), keepAlive: true) }
+        defer { server.stop() }
+        let session = FetchSession()
+        // Rejected before curl runs, then refused by the policy, then a good one on the same handle.
+        #expect(throws: FetchError.self) { try session.perform(FetchRequest(url: server.baseURL + "/x")) }
+        #expect(throws: FetchError.self) {
+            try session.perform(FetchRequest(url: server.baseURL + "/x", maxResponseBytes: 1, allowedSchemes: [.http]))
+        }
+        let r = try session.perform(FetchRequest(url: server.baseURL + "/x", allowedSchemes: [.http]))
+        #expect(r.status == 200 && r.body == Array("ok".utf8))
+    }
+}

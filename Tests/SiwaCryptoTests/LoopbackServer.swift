@@ -20,14 +20,18 @@ final class LoopbackServer: @unchecked Sendable {
     private var stopped = false
     private let acceptExited = DispatchSemaphore(value: 0)
     private let respond: @Sendable ([UInt8]) -> [UInt8]?
+    /// Answers requests on one connection until the client closes it (or is idle 300 ms).
+    private let keepAlive: Bool
+    private var accepted = 0
 
     struct SocketError: Error {
         let what: String
         let errno: Int32
     }
 
-    init(respond: @escaping @Sendable ([UInt8]) -> [UInt8]?) throws {
+    init(keepAlive: Bool = false, respond: @escaping @Sendable ([UInt8]) -> [UInt8]?) throws {
         self.respond = respond
+        self.keepAlive = keepAlive
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw SocketError(what: "socket", errno: errno) }
         var addr = sockaddr_in()
@@ -67,6 +71,9 @@ final class LoopbackServer: @unchecked Sendable {
     /// Raw bytes of every request received so far.
     var requests: [[UInt8]] { lock.withLock { received } }
 
+    /// Connections accepted so far.
+    var connections: Int { lock.withLock { accepted } }
+
     func stop() {
         let held: [Int32]? = lock.withLock {
             if stopped { return nil }
@@ -94,7 +101,8 @@ final class LoopbackServer: @unchecked Sendable {
                 close(conn)
                 return
             }
-            let thread = Thread { [self] in handle(conn) }
+            lock.withLock { accepted += 1 }
+            let thread = Thread { [self] in keepAlive ? serveKeepAlive(conn) : handle(conn) }
             thread.start()
         }
     }
@@ -124,6 +132,21 @@ final class LoopbackServer: @unchecked Sendable {
         // Drain briefly so the client sees a clean close rather than a reset.
         var sink = [UInt8](repeating: 0, count: 4096)
         _ = recv(conn, &sink, sink.count, 0)
+        close(conn)
+    }
+
+    private func serveKeepAlive(_ conn: Int32) {
+        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
+        setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        while true {
+            let request = readRequest(conn)
+            guard !request.isEmpty, let response = respond(request) else { break }
+            lock.withLock { received.append(request) }
+            let sent = response.withUnsafeBytes { raw in
+                send(conn, raw.baseAddress!, raw.count, Int32(MSG_NOSIGNAL)) == raw.count
+            }
+            if !sent { break }
+        }
         close(conn)
     }
 
@@ -173,12 +196,12 @@ struct HTTPRequest {
 
 func httpResponse(
     status: String = "200 OK", headers: [String] = [], body: [UInt8] = [],
-    contentLength: Bool = true
+    contentLength: Bool = true, keepAlive: Bool = false
 ) -> [UInt8] {
     var head = "HTTP/1.1 \(status)\r\n"
     for h in headers { head += h + "\r\n" }
     if contentLength { head += "Content-Length: \(body.count)\r\n" }
-    head += "Connection: close\r\n\r\n"
+    head += keepAlive ? "\r\n" : "Connection: close\r\n\r\n"
     return Array(head.utf8) + body
 }
 

@@ -62,12 +62,13 @@ public struct ForwardDelivery: Sendable {
             allowedSchemes: FetchScheme(url: url) == .http ? [.http] : [.https])
     }
 
-    /// One attempt: a `2xx` within the timeout is delivered; anything else is not.
-    public func send(_ message: ForwardMessage) -> Attempt {
+    /// One attempt: a `2xx` within the timeout is delivered; anything else is not. With a
+    /// `session` (one per sender thread), the connection of its last attempt is used again.
+    public func send(_ message: ForwardMessage, session: FetchSession? = nil) -> Attempt {
         let started = DispatchTime.now().uptimeNanoseconds
         let request = request(message, timestamp: Int64(Date().timeIntervalSince1970))
         do {
-            let response = try Fetcher.perform(request)
+            let response = try session.map { s throws(FetchError) in try s.perform(request) } ?? Fetcher.perform(request)
             let ok = (200...299).contains(response.status)
             return Attempt(status: response.status, error: ok ? nil : "http \(response.status)", startedAt: started)
         } catch {

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaCore
+import SiwaFetch
 import SiwaPostgres
 import Synchronization
 
@@ -9,7 +10,8 @@ import Synchronization
 /// transaction), hands them to `Options.concurrency` sender threads that POST them outside any
 /// transaction, and records what they answered (another short transaction). So at most
 /// `concurrency` calls are in flight, and a slow or dead receiver never holds a lock or a
-/// transaction. A sender killed mid-call leaves its lease to expire: the forward is sent again
+/// transaction. Each sender thread keeps its connection to the receiver open between POSTs
+/// (`FetchSession`). A sender killed mid-call leaves its lease to expire: the forward is sent again
 /// (same `webhook-id`). Per sub, only the earliest waiting forward is ever due
 /// (`ForwardStatements.claim`).
 public final class ForwardSender: Service {
@@ -58,8 +60,9 @@ public final class ForwardSender: Service {
     public func start() {
         for k in 0..<max(1, options.concurrency) {
             let thread = Thread { [self] in
+                let session = FetchSession()  // this thread's connection, kept open between POSTs
                 while let item = queue.take() {
-                    let attempt = delivery.send(item.message)
+                    let attempt = delivery.send(item.message, session: session)
                     answers.withLock { $0.append((item, attempt)) }
                     wakeups.wake()
                 }
