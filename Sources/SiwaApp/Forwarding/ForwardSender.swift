@@ -115,10 +115,8 @@ public final class ForwardSender: Service {
                 var claimed = 0
                 let free = options.concurrency - inFlight
                 if !stopping && free > 0 {
-                    let limit = min(free, options.batchSize)
-                    let items = try connection!.transaction(begin: Self.beginUnflushed) { c throws(PostgresError) in
-                        try c.rows(ForwardStatements.claim, .init(limit: limit, leaseSeconds: leaseSeconds))
-                    }
+                    let items = try connection!.rows(
+                        ForwardStatements.claim, .init(limit: min(free, options.batchSize), leaseSeconds: leaseSeconds))
                     claimed = items.count
                     inFlight += claimed
                     queue.put(items)
@@ -142,12 +140,6 @@ public final class ForwardSender: Service {
         }
         logger.info("forward sender stopped")
     }
-
-    /// The sender's own transactions (leases, outcomes) do not wait for their WAL to reach disk:
-    /// lost in a PostgreSQL crash, they only make a forward go out again, which at-least-once
-    /// delivery (same `webhook-id`) allows. The forwards themselves are queued by the worker's
-    /// transaction, durably. Transaction-local: nothing lingers on a pooled connection.
-    static let beginUnflushed = "BEGIN; SET LOCAL synchronous_commit = off"
 
     /// Records answers in one short transaction, then counts and logs them.
     private func record(_ done: [(ClaimedForward, ForwardDelivery.Attempt)], on c: PostgresConnection) throws(PostgresError) {
@@ -173,9 +165,7 @@ public final class ForwardSender: Service {
         for (i, (_, attempt)) in done.enumerated() where attempt.delivered {
             outcomes[i].deliveryMillis = Int((now - attempt.startedAt) / 1_000_000)
         }
-        _ = try c.transaction(begin: Self.beginUnflushed) { c throws(PostgresError) in
-            try c.affected(ForwardStatements.recordOutcomes, outcomes)
-        }
+        try c.affected(ForwardStatements.recordOutcomes, outcomes)  // one statement: its own short transaction
         let committed = DispatchTime.now().uptimeNanoseconds
         for ((item, attempt), verdict) in zip(done, verdicts) {
             let type = item.message.type.rawValue
