@@ -16,8 +16,8 @@ import Synchronization
 /// (`ForwardStatements.claim`).
 public final class ForwardSender: Service {
     public struct Options: Sendable {
-        /// POSTs in flight at most (sender threads). Default 8.
-        public var concurrency: Int = 8
+        /// POSTs in flight at most (sender threads). Default 32.
+        public var concurrency: Int = 32
         /// Most forwards leased per claim. Default 100.
         public var batchSize: Int = 100
         /// Seconds between polls when no NOTIFY arrives (retries fall due without one). Default 1.
