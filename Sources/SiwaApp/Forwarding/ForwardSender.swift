@@ -107,16 +107,16 @@ public final class ForwardSender: Service {
                 if connection == nil || !(connection!.isHealthy) {
                     connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
                 }
-                if !pending.isEmpty {
-                    try record(pending, on: connection!)
+                // Answers recorded and the next forwards claimed in one transaction: one commit a cycle.
+                let free = options.concurrency - (inFlight - pending.count)
+                let limit = stopping ? 0 : min(max(0, free), options.batchSize)
+                var claimed = 0
+                if !pending.isEmpty || limit > 0 {
+                    let recorded = Recorded(pending, schedule: schedule)
+                    let items = try cycle(recorded, claimLimit: limit, on: connection!)
+                    report(recorded)
                     inFlight -= pending.count
                     pending = []
-                }
-                var claimed = 0
-                let free = options.concurrency - inFlight
-                if !stopping && free > 0 {
-                    let items = try connection!.rows(
-                        ForwardStatements.claim, .init(limit: min(free, options.batchSize), leaseSeconds: leaseSeconds))
                     claimed = items.count
                     inFlight += claimed
                     queue.put(items)
@@ -141,33 +141,51 @@ public final class ForwardSender: Service {
         logger.info("forward sender stopped")
     }
 
-    /// Records answers in one short transaction, then counts and logs them.
-    private func record(_ done: [(ClaimedForward, ForwardDelivery.Attempt)], on c: PostgresConnection) throws(PostgresError) {
+    /// What the sender threads answered, as the outcomes to record and what each one means.
+    struct Recorded {
+        var done: [(ClaimedForward, ForwardDelivery.Attempt)]
         var outcomes: [ForwardStatements.Outcome] = []
         var verdicts: [ForwardSchedule.Next?] = []
-        for (item, attempt) in done {
-            if attempt.delivered {
-                outcomes.append(.init(id: item.message.id, status: "delivered", error: nil, retryInSeconds: 0, deliveryMillis: nil))
-                verdicts.append(nil)
-            } else {
-                let next = schedule.next(afterAttempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: Double.random(in: 0..<1))
-                let delay: Double
-                if case .retry(let d) = next { delay = d } else { delay = 0 }
-                outcomes.append(
-                    .init(
-                        id: item.message.id, status: next == .dead ? "dead" : "failed", error: attempt.error, retryInSeconds: delay,
-                        deliveryMillis: nil))
-                verdicts.append(next)
+
+        init(_ done: [(ClaimedForward, ForwardDelivery.Attempt)], schedule: ForwardSchedule) {
+            self.done = done
+            for (item, attempt) in done {
+                if attempt.delivered {
+                    outcomes.append(.init(id: item.message.id, status: "delivered", error: nil, retryInSeconds: 0, deliveryMillis: nil))
+                    verdicts.append(nil)
+                } else {
+                    let next = schedule.next(afterAttempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: Double.random(in: 0..<1))
+                    let delay: Double
+                    if case .retry(let d) = next { delay = d } else { delay = 0 }
+                    outcomes.append(
+                        .init(
+                            id: item.message.id, status: next == .dead ? "dead" : "failed", error: attempt.error, retryInSeconds: delay,
+                            deliveryMillis: nil))
+                    verdicts.append(next)
+                }
             }
         }
+    }
+
+    /// Records the answers and claims up to `claimLimit` due forwards, in one short transaction.
+    private func cycle(_ recorded: Recorded, claimLimit: Int, on c: PostgresConnection) throws(PostgresError) -> [ClaimedForward] {
+        var outcomes = recorded.outcomes
         // The delivering attempts' latency runs until this commit: measured just before it.
         let now = DispatchTime.now().uptimeNanoseconds
-        for (i, (_, attempt)) in done.enumerated() where attempt.delivered {
+        for (i, (_, attempt)) in recorded.done.enumerated() where attempt.delivered {
             outcomes[i].deliveryMillis = Int((now - attempt.startedAt) / 1_000_000)
         }
-        try c.affected(ForwardStatements.recordOutcomes, outcomes)  // one statement: its own short transaction
+        return try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
+            if !outcomes.isEmpty { try c.affected(ForwardStatements.recordOutcomes, outcomes) }
+            guard claimLimit > 0 else { return [] }
+            return try c.rows(ForwardStatements.claim, .init(limit: claimLimit, leaseSeconds: leaseSeconds))
+        }
+    }
+
+    /// Counts and logs answers once they are committed.
+    private func report(_ recorded: Recorded) {
         let committed = DispatchTime.now().uptimeNanoseconds
-        for ((item, attempt), verdict) in zip(done, verdicts) {
+        for ((item, attempt), verdict) in zip(recorded.done, recorded.verdicts) {
             let type = item.message.type.rawValue
             let subHash = SubjectHash.of(item.message.sub)
             switch verdict {
