@@ -107,6 +107,12 @@ CREATE TABLE IF NOT EXISTS siwa.sessions (
 -- The newest verified sign-in (code exchange or hand-over) applied to the account: events older
 -- than it never undo it (a late account-delete does not delete the account the user came back to).
 ALTER TABLE siwa.accounts ADD COLUMN IF NOT EXISTS signed_in_at timestamptz;
+-- The event that set email/is_private_email, when it is not email_event_time's (a sign-in's
+-- id_token): an older email event arriving later does not undo it. NULL: email_event_time.
+ALTER TABLE siwa.accounts ADD COLUMN IF NOT EXISTS address_event_time timestamptz;
+-- When the current account began after a deletion (the sign-in that came back): events older
+-- than it were the deleted account's and change nothing, whatever app they are for.
+ALTER TABLE siwa.accounts ADD COLUMN IF NOT EXISTS account_since timestamptz;
 
 CREATE INDEX IF NOT EXISTS sessions_live_idx ON siwa.sessions (apple_sub, created_at) WHERE revoked_at IS NULL;
 -- The app a session belongs to (optional): Apple's consent-revoked of one app revokes that app's
@@ -147,6 +153,8 @@ BEGIN
 END
 $$;
 CREATE INDEX IF NOT EXISTS app_accounts_status_idx ON siwa.app_accounts (aud, status, email_forwarding);
+-- As siwa.accounts.address_event_time, for the app's address.
+ALTER TABLE siwa.app_accounts ADD COLUMN IF NOT EXISTS address_event_time timestamptz;
 
 -- The last good key set of each JWKS URL, so a restart while Apple's endpoint is unreachable
 -- still verifies.

@@ -32,9 +32,14 @@ public struct UserDecision: Sendable, Equatable {
 /// account for consent, email and sign-in (ordered per (sub, aud)), and per user for deletion
 /// (ordered per sub), then derive the user's row so that it keeps its meaning for one-app teams:
 /// - `status` is `consent_revoked` when every app account of the user is, `deleted` when the user is;
-/// - the email columns follow the newest email event of any app;
+/// - the email columns follow the newest email event (or sign-in with an address) of any app;
 /// - a `consent-revoked` revokes the sessions of that app (and those without an app);
-/// - a deletion deletes the user and every app account; a sign-in newer than it starts a new account.
+/// - a deletion deletes the user and every app account; a sign-in newer than it starts a new
+///   account, and events older than that sign-in (`accountSince`) change nothing, whatever app
+///   they are for and whenever they arrive. A deletion that arrives after the sign-in that came
+///   back erases what every account holds from before that sign-in.
+/// A deleted app account of a user who came back is no account: an event newer than the
+/// comeback starts that app's account afresh, as for an app never seen.
 /// A user known before app accounts existed (a row, no app account) lends its state to the first
 /// app account of each app, so an upgrade changes nothing for them.
 public enum AppAccountRules {
@@ -48,10 +53,13 @@ public enum AppAccountRules {
             return UserDecision(user: userDecision)
 
         case .accountDelete, .deletionRequested:
+            if userDecision.outcome == .stale && !user.predates(t) {
+                return cameBackSince(deletionAt: t, audience: audience, userDecision: userDecision, current)
+            }
             guard userDecision.outcome == .applied, userDecision.newState.status == .deleted else {
                 // Not applied (final, or older than a comeback): each app account decides alone.
                 var apps: [String: AccountState] = [:]
-                for (aud, app) in current.apps {
+                for (aud, app) in current.apps where !user.predates(t) {
                     let d = EventRules.apply(event, to: app)
                     if d.newState != app { apps[aud] = d.newState }
                 }
@@ -72,8 +80,17 @@ public enum AppAccountRules {
             }
             let comingBack = user.status == .deleted  // a sign-in newer than the deletion
             // The app account as it stands: after a deletion the old ones do not count.
-            let app: AccountState? =
-                comingBack ? nil : current.apps[audience] ?? (current.apps.isEmpty ? current.user : nil)
+            var existing = current.apps[audience]
+            if user.predates(t) || existing.map({ $0.status == .deleted && $0.predates(t) }) == true {
+                // The deleted account's event: nothing changes (a consent-revoked still revokes).
+                let revokes = event.type == .consentRevoked
+                let decision = AccountDecision(
+                    newState: user, accountChanged: false, revokeSessions: revokes ? .createdAtOrBefore(t) : .none,
+                    revokeReason: revokes ? "consent-revoked" : nil, outcome: .stale)
+                return UserDecision(user: decision, revokeAudience: audience)
+            }
+            if existing?.status == .deleted { existing = nil }  // deleted before the comeback: no account
+            let app: AccountState? = comingBack ? nil : existing ?? (current.apps.isEmpty ? current.user : nil)
             let appDecision = EventRules.apply(event, to: app)
             var apps = current.apps
             if comingBack {
@@ -82,7 +99,7 @@ public enum AppAccountRules {
             var appState = appDecision.newState
             if comingBack {
                 // Events older than the sign-in belong to the old account.
-                appState.emailEventTime = max(appState.emailEventTime ?? t, t)
+                appState.setEmailEventTime(max(appState.emailEventTime ?? t, t))
                 appState.statusEventTime = max(appState.statusEventTime ?? t, t)
             }
             apps[audience] = appState
@@ -92,22 +109,20 @@ public enum AppAccountRules {
             // The user's row, derived.
             var newUser = comingBack ? userDecision.newState : user
             if !comingBack {
-                if event.type == .emailDisabled || event.type == .emailEnabled {
-                    // The email columns follow the newest email event of any app.
-                    let emailDecision = EventRules.apply(event, to: current.user)
-                    if emailDecision.outcome == .applied { newUser = emailDecision.newState }
+                if event.type == .emailDisabled || event.type == .emailEnabled || event.type == .signIn {
+                    // The email columns follow the newest email event (or sign-in's address) of any app.
+                    let emailState = userDecision.newState
+                    newUser.email = emailState.email
+                    newUser.isPrivateEmail = emailState.isPrivateEmail
+                    newUser.emailForwarding = emailState.emailForwarding
+                    newUser.emailEventTime = emailState.emailEventTime
+                    newUser.addressEventTime = emailState.addressEventTime
+                    if userDecision.outcome == .applied { newUser.lastEventTime = max(user.lastEventTime ?? t, t) }
                 }
                 if appDecision.outcome == .applied {
-                    let live = apps.values.filter { $0.status != .deleted }
-                    newUser.status = !live.isEmpty && live.allSatisfy { $0.status == .consentRevoked } ? .consentRevoked : .active
+                    newUser.status = derivedStatus(apps)
                     if event.type != .emailDisabled && event.type != .emailEnabled {
                         newUser.statusEventTime = max(user.statusEventTime ?? t, t)
-                    }
-                    if event.type == .signIn {
-                        if event.email != nil, (user.emailEventTime ?? Int64.min) <= t {
-                            newUser.email = event.email
-                            newUser.isPrivateEmail = event.isPrivateEmail ?? user.isPrivateEmail
-                        }
                     }
                     newUser.lastEventTime = max(user.lastEventTime ?? t, t)
                 }
@@ -122,14 +137,43 @@ public enum AppAccountRules {
         }
     }
 
+    /// A deletion at `t` older than a sign-in that already happened: the user was deleted at `t`
+    /// and came back at the first sign-in after it, taken as the oldest of the apps' newest
+    /// sign-ins after `t`. Every account loses what it holds from before that sign-in; an app
+    /// account with nothing newer is deleted; the user stays (`.stale`: only the sessions created
+    /// at or before the deletion are revoked).
+    static func cameBackSince(deletionAt t: Int64, audience: String, userDecision: AccountDecision, _ current: UserState) -> UserDecision {
+        let user = current.user ?? .new
+        let signIns = current.apps.values.compactMap { $0.status == .deleted ? nil : $0.signedInAt }.filter { $0 > t }
+        let since = signIns.min() ?? user.signedInAt ?? t
+        var apps: [String: AccountState] = [:]
+        for (aud, app) in current.apps where app.status != .deleted {
+            let erased = app.erased(before: since, deletedAt: t)
+            if erased != app { apps[aud] = erased }
+        }
+        // The app that told us had an account then (deleted), even if it was never seen.
+        if !audience.isEmpty && current.apps[audience] == nil { apps[audience] = AccountState.new.deleted(at: t) }
+        var newUser = user.erased(before: since, deletedAt: t)
+        newUser.status = user.status
+        newUser.statusEventTime = user.statusEventTime
+        newUser.signedInAt = user.signedInAt
+        newUser.accountSince = max(user.accountSince ?? since, since)
+        let merged = current.apps.merging(apps) { $1 }
+        if !merged.isEmpty { newUser.status = derivedStatus(merged) }
+        var decision = userDecision
+        decision.newState = newUser
+        decision.accountChanged = newUser != user
+        return UserDecision(user: decision, apps: apps)
+    }
+
+    /// The user's status from the app accounts: `consent_revoked` when every live one is.
+    static func derivedStatus(_ apps: [String: AccountState]) -> AccountStatus {
+        let live = apps.values.filter { $0.status != .deleted }
+        return !live.isEmpty && live.allSatisfy { $0.status == .consentRevoked } ? .consentRevoked : .active
+    }
+
     /// `app` deleted with its user at `t` (ms).
     static func deleted(_ app: AccountState, at t: Int64) -> AccountState {
-        var state = app
-        state.status = .deleted
-        state.email = nil
-        state.isPrivateEmail = nil
-        state.emailForwarding = nil
-        state.statusEventTime = max(app.statusEventTime ?? t, t)
-        return state
+        app.status == .deleted ? app : app.deleted(at: t)
     }
 }

@@ -268,6 +268,28 @@ import Testing
         #expect(work.forwarding?.url == "https://a.example/h")
     }
 
+    @Test("SIWA_REVOKE_RETRY_FOR: a duration with a unit, 1m to 365d, default 7d; a bad one names the variable")
+    func revokeRetryFor() throws {
+        #expect(ServerConfiguration().revokeRetryFor == 604_800)
+        #expect(try load(base).revokeRetryFor == 604_800)
+        for (text, seconds) in [("90s", 90), ("24h", 86_400), ("7d", 604_800), ("1m", 60), ("365d", 31_536_000), (" 36h ", 129_600)] {
+            #expect(try load(with("SIWA_REVOKE_RETRY_FOR", text)).revokeRetryFor == seconds, "\(text)")
+        }
+        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "7d"), overrides: ["SIWA_REVOKE_RETRY_FOR": "2h"]).revokeRetryFor == 7200)
+        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "")).revokeRetryFor == 604_800, "empty counts as unset")
+        for bad in ["604800", "7", "0", "59s", "366d", "1.5d", "7 d", "-1d", "7w", "7D", "d", "soon"] {
+            let e = error(with("SIWA_REVOKE_RETRY_FOR", bad))
+            #expect(e?.variable == "SIWA_REVOKE_RETRY_FOR", "\(bad)")
+            #expect(e?.description == "SIWA_REVOKE_RETRY_FOR: must be a duration with a unit (s, m, h, d) between 1m and 365d", "\(bad)")
+        }
+        // The flag is checked like the environment.
+        #expect(error(base, overrides: ["SIWA_REVOKE_RETRY_FOR": "3"])?.variable == "SIWA_REVOKE_RETRY_FOR")
+        // The schedule takes the configured window: 90 s after queueing the revocation is dead.
+        let schedule = RevocationSchedule(retryFor: Double(try load(with("SIWA_REVOKE_RETRY_FOR", "90s")).revokeRetryFor))
+        #expect(schedule.next(afterAttempts: 1, ageSeconds: 89, retryAfter: nil, jitter: 0) == .retry(inSeconds: 0.5))
+        #expect(schedule.next(afterAttempts: 1, ageSeconds: 90, retryAfter: nil, jitter: 0) == .dead)
+    }
+
     @Test("durations take one unit: s, m, h, d")
     func durations() {
         #expect(DurationText.seconds("90s") == 90)

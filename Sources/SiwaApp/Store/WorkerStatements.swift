@@ -127,7 +127,9 @@ enum WorkerStatements {
                \(SQLEncoding.millis("last_event_time")) AS last_ms,
                \(SQLEncoding.millis("email_event_time")) AS email_ms,
                \(SQLEncoding.millis("status_event_time")) AS status_ms,
-               \(SQLEncoding.millis("signed_in_at")) AS signed_ms
+               \(SQLEncoding.millis("signed_in_at")) AS signed_ms,
+               \(SQLEncoding.millis("address_event_time")) AS address_ms,
+               \(SQLEncoding.millis("account_since")) AS since_ms
         FROM siwa.accounts WHERE apple_sub = ANY($1::text[]) ORDER BY apple_sub FOR UPDATE
         """,
         bind: { [SQLEncoding.array($0)] },
@@ -139,7 +141,8 @@ enum WorkerStatements {
                     isPrivateEmail: try row.optionalBool("is_private_email"),
                     emailForwarding: try row.optionalBool("email_forwarding"),
                     lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
-                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"))
+                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"),
+                    addressEventTime: try row.optionalInt64("address_ms"), accountSince: try row.optionalInt64("since_ms"))
             )
         })
 
@@ -153,10 +156,13 @@ enum WorkerStatements {
             email_event_time = \(SQLEncoding.timestamp(millis: "u.email_ms")),
             status_event_time = \(SQLEncoding.timestamp(millis: "u.status_ms")),
             signed_in_at = \(SQLEncoding.timestamp(millis: "u.signed_ms")),
+            address_event_time = \(SQLEncoding.timestamp(millis: "u.address_ms")),
+            account_since = \(SQLEncoding.timestamp(millis: "u.since_ms")),
             updated_at = now(),
             deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) END
         FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
-                    $8::bigint[], $9::bigint[]) AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms)
+                    $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+             AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms, since_ms)
         WHERE a.apple_sub = u.sub
         """,
         bind: { rows in
@@ -165,7 +171,8 @@ enum WorkerStatements {
                 SQLEncoding.array(rows.map { $0.state.email }), SQLEncoding.array(rows.map { $0.state.isPrivateEmail }),
                 SQLEncoding.array(rows.map { $0.state.emailForwarding }), SQLEncoding.array(rows.map { $0.state.lastEventTime }),
                 SQLEncoding.array(rows.map { $0.state.emailEventTime }), SQLEncoding.array(rows.map { $0.state.statusEventTime }),
-                SQLEncoding.array(rows.map { $0.state.signedInAt }),
+                SQLEncoding.array(rows.map { $0.state.signedInAt }), SQLEncoding.array(rows.map { $0.state.addressEventTime }),
+                SQLEncoding.array(rows.map { $0.state.accountSince }),
             ]
         })
 
@@ -177,7 +184,8 @@ enum WorkerStatements {
                \(SQLEncoding.millis("last_event_time")) AS last_ms,
                \(SQLEncoding.millis("email_event_time")) AS email_ms,
                \(SQLEncoding.millis("status_event_time")) AS status_ms,
-               \(SQLEncoding.millis("signed_in_at")) AS signed_ms
+               \(SQLEncoding.millis("signed_in_at")) AS signed_ms,
+               \(SQLEncoding.millis("address_event_time")) AS address_ms
         FROM siwa.app_accounts WHERE apple_sub = ANY($1::text[]) ORDER BY apple_sub, aud FOR UPDATE
         """,
         bind: { [SQLEncoding.array($0)] },
@@ -189,7 +197,8 @@ enum WorkerStatements {
                     isPrivateEmail: try row.optionalBool("is_private_email"),
                     emailForwarding: try row.optionalBool("email_forwarding"),
                     lastEventTime: try row.optionalInt64("last_ms"), emailEventTime: try row.optionalInt64("email_ms"),
-                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"))
+                    statusEventTime: try row.optionalInt64("status_ms"), signedInAt: try row.optionalInt64("signed_ms"),
+                    addressEventTime: try row.optionalInt64("address_ms"))
             )
         })
 
@@ -198,17 +207,20 @@ enum WorkerStatements {
         "write_app_accounts",
         """
         INSERT INTO siwa.app_accounts AS a (apple_sub, aud, status, email, is_private_email, email_forwarding,
-                                            last_event_time, email_event_time, status_event_time, signed_in_at)
+                                            last_event_time, email_event_time, status_event_time, signed_in_at,
+                                            address_event_time)
         SELECT u.sub, u.aud, u.status, u.email, u.priv, u.fwd, \(SQLEncoding.timestamp(millis: "u.last_ms")),
                \(SQLEncoding.timestamp(millis: "u.email_ms")), \(SQLEncoding.timestamp(millis: "u.status_ms")),
-               \(SQLEncoding.timestamp(millis: "u.signed_ms"))
+               \(SQLEncoding.timestamp(millis: "u.signed_ms")), \(SQLEncoding.timestamp(millis: "u.address_ms"))
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::boolean[], $7::bigint[], $8::bigint[],
-                    $9::bigint[], $10::bigint[]) AS u(sub, aud, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms)
+                    $9::bigint[], $10::bigint[], $11::bigint[])
+             AS u(sub, aud, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms)
         ORDER BY u.sub COLLATE "C", u.aud
         ON CONFLICT (apple_sub, aud) DO UPDATE SET status = excluded.status, email = excluded.email,
             is_private_email = excluded.is_private_email, email_forwarding = excluded.email_forwarding,
             last_event_time = excluded.last_event_time, email_event_time = excluded.email_event_time,
-            status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at, updated_at = now()
+            status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at,
+            address_event_time = excluded.address_event_time, updated_at = now()
         """,
         bind: { rows in
             [
@@ -217,6 +229,7 @@ enum WorkerStatements {
                 SQLEncoding.array(rows.map { $0.state.isPrivateEmail }), SQLEncoding.array(rows.map { $0.state.emailForwarding }),
                 SQLEncoding.array(rows.map { $0.state.lastEventTime }), SQLEncoding.array(rows.map { $0.state.emailEventTime }),
                 SQLEncoding.array(rows.map { $0.state.statusEventTime }), SQLEncoding.array(rows.map { $0.state.signedInAt }),
+                SQLEncoding.array(rows.map { $0.state.addressEventTime }),
             ]
         })
 
