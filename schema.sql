@@ -268,6 +268,43 @@ END
 $$;
 REVOKE ALL ON FUNCTION siwa.request_deletion(text, text) FROM PUBLIC;
 
+-- An event of an unknown type is stored 'ignored' and never applied, so the worker's erasure of a
+-- deleted user's history (which runs when a deletion applies) cannot reach one that arrives
+-- later: it loses its email as it is inserted when its user is deleted (column and claims, as the
+-- worker erases them). The account row is read with FOR KEY SHARE: an insert racing with the
+-- worker's batch that applies the deletion waits for that batch and sees its outcome, and that
+-- batch, if it locks the row after this insert, waits for its commit and then erases the row
+-- itself. A user who signed in again after the deletion has an active account: kept. The WHEN
+-- clause keeps every other insert (Apple's four types, sign-ins, deletions) free of it.
+CREATE OR REPLACE FUNCTION siwa.erase_ignored_email() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    account_status text;
+BEGIN
+    IF NEW.email IS NULL AND coalesce(NEW.claims ->> 'events', '') NOT LIKE '%"email"%' THEN
+        RETURN NEW;
+    END IF;
+    SELECT a.status INTO account_status FROM siwa.accounts a WHERE a.apple_sub = NEW.sub FOR KEY SHARE;
+    IF account_status = 'deleted' THEN
+        NEW.email := NULL;
+        NEW.claims := CASE jsonb_typeof(NEW.claims -> 'events')
+            WHEN 'string' THEN jsonb_set(NEW.claims, '{events}', to_jsonb((((NEW.claims ->> 'events')::jsonb) - 'email')::text))
+            WHEN 'object' THEN jsonb_set(NEW.claims, '{events}', (NEW.claims -> 'events') - 'email')
+            ELSE NEW.claims END;
+    END IF;
+    RETURN NEW;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.erase_ignored_email() FROM PUBLIC;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_erase_ignored_email' AND tgrelid = 'siwa.events'::regclass) THEN
+        CREATE TRIGGER events_erase_ignored_email BEFORE INSERT ON siwa.events
+            FOR EACH ROW WHEN (NEW.status = 'ignored') EXECUTE FUNCTION siwa.erase_ignored_email();
+    END IF;
+END
+$$;
+
 -- Wake the workers: one NOTIFY per inserting statement (deduplicated per transaction).
 CREATE OR REPLACE FUNCTION siwa.notify_new_events() RETURNS trigger
 LANGUAGE plpgsql AS $$

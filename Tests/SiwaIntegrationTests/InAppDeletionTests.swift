@@ -301,6 +301,60 @@ struct InAppDeletionTests {
         _ = new
     }
 
+    @Test(
+        "an ignored event (unknown type) keeps no email once its user is deleted: stored before the deletion, or arriving after it; after a new sign-in it keeps it"
+    )
+    func ignoredEventsOfDeletedUsers() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.ignored.0001"
+        let before = "before@example.com", after = "after@example.com", back = "back@example.com"
+        /// Events of `sub` holding `email`, in the column or in the claims.
+        func holding(_ email: String) throws -> Int {
+            Int(
+                try h.scalar(
+                    "SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email = $2 OR position($2 IN claims::text) > 0)", [sub, email])
+                    ?? "-1") ?? -1
+        }
+        /// Waits for a batch of the worker that began after this call (another user's event applied).
+        func nextBatch() throws {
+            let other = "001234.ignored.other." + NotificationSigner.newJTI()
+            #expect(try h.notify(type: "consent-revoked", sub: other).status == 200)
+            #expect(try h.eventually { try h.accountStatus(other) == "consent_revoked" })
+        }
+        /// An event of a type siwa-notify does not know, carrying `email` (its own event time:
+        /// the same one twice would be a duplicate); the receiver's answer.
+        var sent = 0
+        func ignored(_ email: String) throws -> String? {
+            sent += 1
+            let at = Int64(Date().timeIntervalSince1970 * 1000) + Int64(sent)
+            return try h.notify(type: "future-type", sub: sub, email: email, eventTimeMillis: at).json?["status"]?.stringValue
+        }
+        try h.signIn(sub: sub)
+        #expect(try h.eventually { try h.accountStatus(sub) == "active" })
+        #expect(try ignored(before) == "ignored")
+        #expect(try holding(before) == 1)
+
+        // Stored before the deletion: erased when it applies.
+        _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
+        #expect(try h.eventually { try h.accountStatus(sub) == "deleted" })
+        #expect(try holding(before) == 0)
+        // Arriving after it: never applied, erased all the same (no later than the next batch).
+        #expect(try ignored(after) == "ignored")
+        try nextBatch()
+        #expect(try holding(after) == 0, "an ignored event of a deleted user kept its email")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND status = 'ignored'", [sub]) == "2")
+
+        // A sign-in newer than the deletion is a new account: its ignored events keep their email.
+        Thread.sleep(forTimeInterval: 1.1)  // the id_token's auth_time has one-second precision
+        try h.signIn(sub: sub)
+        #expect(try h.eventually { try h.accountStatus(sub) == "active" })
+        #expect(try ignored(back) == "ignored")
+        try nextBatch()
+        #expect(try h.scalar("SELECT email FROM siwa.events WHERE sub = $1 AND status = 'ignored' ORDER BY id DESC LIMIT 1", [sub]) == back)
+        #expect(try holding(back) == 1)
+    }
+
     @Test("a sign-in stored before the deletion took effect is revoked with it")
     func signInBeforeDeletionIsRevoked() throws {
         let h = try H(roles: .receive)  // no worker yet: the deletion takes effect when one starts
