@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
@@ -145,6 +146,56 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = '001234.nonce.0001'") == "0")
 
         Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code, wrongNonce], subs: [sub], emails: [email])
+    }
+
+    @Test("keys unavailable after Apple redeemed the code: 503 keys_unavailable, and the issued refresh token is queued and revoked")
+    func exchangeKeysUnavailable() throws {
+        // The key set the app trusts holds another key, and fetching it again fails: the
+        // id_token's kid (the fake's) cannot be checked.
+        let other = NotificationSigner(key: try RSAPrivateKey.generate(bits: 2048), kid: "some-other-key")
+        let keys = try JWKSServer(body: other.jwks)
+        defer { keys.stop() }
+        let h = try H(jwksURL: keys.url)
+        defer { h.stop() }
+        keys.set { $0.status = 503 }
+        let sub = "001234.nokeys.0001"
+        let code = Self.code()
+        h.fake.addCode(code, user: .init(sub: sub, email: "k@example.com"))
+        let reply = try h.exchange(code: code)
+        #expect(reply.status == 503 && reply.error == "keys_unavailable", "\(reply.status) \(reply.body)")
+        let issued = try #require(h.fake.issuedRefreshTokens.first?.key, "Apple redeemed the code")
+        // Never dropped: queued in siwa.revocations (encrypted), then revoked at Apple.
+        #expect(try h.scalar("SELECT reason FROM siwa.revocations WHERE apple_sub = $1", [sub]) == "exchange-failed")
+        #expect(try h.eventually { try h.revocations(sub) == ["done"] })
+        #expect(h.fake.revokedTokens == [issued])
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens") == "0")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.accounts") == "0", "nothing of the user was stored")
+        Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code], subs: [sub], emails: ["k@example.com"])
+    }
+
+    @Test("the database down when the redeemed code's token is stored: 503 database_unavailable, the token revoked at Apple at once")
+    func exchangeDatabaseDown() throws {
+        try TestDatabase.withEmbedded("storefails") { database in
+            let h = try H(conninfo: database.conninfo)
+            defer { h.stop() }
+            try h.signIn(sub: "001234.storefails.warmup")  // the key set is loaded, the path works
+            database.stop()  // down: connections are refused
+
+            let sub = "001234.storefails.0001"
+            let code = Self.code()
+            h.fake.addCode(code, user: .init(sub: sub))
+            let before = Set(h.fake.issuedRefreshTokens.keys)
+            let started = Date()
+            let reply = try h.exchange(code: code)
+            let seconds = Date().timeIntervalSince(started)
+            #expect(reply.status == 503 && reply.error == "database_unavailable", "\(reply.status) \(reply.body)")
+            let issued = try #require(Set(h.fake.issuedRefreshTokens.keys).subtracting(before).first, "Apple redeemed the code")
+            // Nowhere to queue it: revoked at Apple before the answer.
+            #expect(h.fake.revokedTokens == [issued])
+            #expect(h.logText.contains("revoked at Apple directly"))
+            print("exchange with the database down: 503 after \(String(format: "%.2f", seconds)) s, the issued token revoked at Apple at once")
+            Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code], subs: [sub])
+        }
     }
 
     @Test("POST /apple/refresh-tokens believes Apple, not the caller: id_token verified, token validated at Apple")
