@@ -247,10 +247,18 @@ public final class Application: Sendable {
     }
 
     /// Re-reads `SIWA_API_TOKEN_FILE` (SIGHUP): returns how many tokens are in use now, nil when
-    /// the API is off. On error the tokens in use stay.
+    /// the API is off. On error the tokens in use stay. Either way one log line says what happened.
+    @discardableResult
     public func reloadAPITokens() throws -> Int? {
         guard let tokens = apiTokenSource.withLock({ $0 }) else { return nil }
-        return try tokens.reload()
+        do {
+            let count = try tokens.reload()
+            logger.notice("API tokens reloaded", metadata: ["tokens": "\(count)"])
+            return count
+        } catch {
+            logger.error("API tokens not reloaded; the previous ones stay", metadata: ["error": "\(error)"])
+            throw error
+        }
     }
 
     /// The API's bearer tokens: `SIWA_API_TOKEN_FILE`; in `--dev` without one, a development token

@@ -59,6 +59,19 @@ struct InAppDeletionTests {
         try (h.apiToken + "\n" + second + "\n").write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
         #expect(try h.app.reloadAPITokens() == 2)
         #expect(try H.post(url, json: "{", token: second).error == "malformed_json")
+        #expect(h.logText.contains("API tokens reloaded"))
+        // A file that became invalid is refused, with a line saying so; the tokens in use stay.
+        try "too-short\n".write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        #expect(throws: (any Error).self) { try h.app.reloadAPITokens() }
+        #expect(h.logText.contains("API tokens not reloaded; the previous ones stay"))
+        #expect(try H.post(url, json: "{", token: second).error == "malformed_json")
+        #expect(try H.post(url, json: "{", token: "too-short").status == 401)
+        // Another method: 405 with Allow: POST (whatever the token).
+        for token in [h.apiToken, "none"] {
+            let get = try Fetcher.perform(FetchRequest(url: url, headers: ["Authorization: Bearer \(token)"], allowedSchemes: [.http]))
+            #expect(get.status == 405 && get.headers["allow"] == "POST", "\(get.status) \(get.headers)")
+            #expect(String(decoding: get.body, as: UTF8.self) == #"{"error":"method_not_allowed"}"#)
+        }
 
         // Without SIWA_API_TOKEN_FILE the API does not exist.
         var config = ServerConfiguration()
@@ -75,6 +88,34 @@ struct InAppDeletionTests {
         let offURL = "http://127.0.0.1:\(off.adminPort ?? 0)"
         #expect(try H.post(offURL + "/apple/tokens", json: body, token: h.apiToken).status == 404)
         #expect(try H.post(offURL + "/apple/refresh-tokens", json: body, token: h.apiToken).status == 404)
+    }
+
+    @Test("SIGHUP makes a running `serve` re-read SIWA_API_TOKEN_FILE; an invalid file keeps the tokens in use, with a line saying so")
+    func apiTokensReloadOnSIGHUP() throws {
+        let h = try H(roles: .receive)
+        defer { h.stop() }
+        let adminPort = ServerProcess.freePort()
+        let server = try ServerProcess(["serve"], environment: h.environment.merging(["SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)"]) { _, n in n })
+        defer { _ = server.terminate() }
+        #expect(server.waitForLog("worker started"), "\(server.log)")
+        let url = "http://127.0.0.1:\(adminPort)/apple/tokens"
+        /// 400 malformed_json: admitted; 401: refused.
+        func status(_ token: String) throws -> Int { try H.post(url, json: "{", token: token).status }
+        let rotated = "rotated_" + SHA256.hex(SecureRandom.bytes(16))
+        #expect(try status(h.apiToken) == 400 && status(rotated) == 401)
+
+        try (rotated + "\n").write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        server.signal(SIGHUP)
+        #expect(server.waitForLog("API tokens reloaded"), "\(server.log)")
+        #expect(try status(rotated) == 400 && status(h.apiToken) == 401)
+
+        try "too-short\n".write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        server.signal(SIGHUP)
+        #expect(server.waitForLog("API tokens not reloaded; the previous ones stay"), "\(server.log)")
+        #expect(server.log.contains("too_short") || server.log.contains("at least 16"), "the line says why")
+        #expect(try status(rotated) == 400 && status("too-short") == 401)
+        #expect(!server.log.contains(rotated) && !server.log.contains(h.apiToken), "no token in the log")
+        #expect(server.terminate() == 0)
     }
 
     @Test("the API's own executor: beyond SIWA_API_CONCURRENCY calls in flight, 503 busy with Retry-After")
