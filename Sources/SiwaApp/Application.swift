@@ -38,6 +38,8 @@ public final class Application: Sendable {
         /// The migration at start (lock timeout, retries).
         public var migration = Migrator.Options()
         public var reconciler = Reconciler.Options()
+        /// Seconds between two refreshes of the database gauges of `/metrics`. Default 5.
+        public var metricsRefreshInterval: Double = 5
         public init() {}
     }
 
@@ -150,7 +152,8 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
-        let probe = AdminProbe(conninfo: conninfo, forwarding: config.forwarding != nil)
+        let probe = AdminProbe(
+            conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
