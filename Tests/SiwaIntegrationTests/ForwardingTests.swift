@@ -25,6 +25,43 @@ struct ForwardingTests {
             forwarding: ForwardingConfiguration(url: url, secretFile: file), forwardOptions: options)
     }
 
+    @Test("every siwa_ metric that deploy/prometheus-alerts.yml uses is exported by /metrics (forwarding on)")
+    func alertRulesUseExportedMetrics() throws {
+        let receiver = try WebhookReceiver(secrets: [Self.secret])
+        defer { receiver.stop() }
+        let h = try Self.harness(url: receiver.url)
+        defer { h.stop() }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let rules = try String(contentsOf: root.appendingPathComponent("deploy/prometheus-alerts.yml"), encoding: .utf8)
+        // The metric names in the rules' expressions.
+        let expressions = rules.split(separator: "\n").filter { $0.trimmingCharacters(in: .whitespaces).hasPrefix("expr:") }
+        var used: Set<String> = []
+        for line in expressions {
+            var name = ""
+            for c in line + " " {
+                if c.isLetter || c.isNumber || c == "_" {
+                    name.append(c)
+                } else {
+                    if name.hasPrefix("siwa_") { used.insert(name) }
+                    name = ""
+                }
+            }
+        }
+        #expect(used.count >= 10, "\(used.sorted())")
+        // What /metrics declares (`# TYPE name kind`; a histogram's samples are name_bucket, _sum, _count).
+        var exported: Set<String> = []
+        #expect(eventually { (try? h.admin("/metrics"))?.body.contains("siwa_forward_backlog ") == true })
+        for line in try h.admin("/metrics").body.split(separator: "\n") where line.hasPrefix("# TYPE ") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 4 else { continue }
+            exported.insert(String(parts[2]))
+            if parts[3] == "histogram" { exported.formUnion(["_bucket", "_sum", "_count"].map { parts[2] + $0 }) }
+        }
+        let missing = used.subtracting(exported)
+        #expect(missing.isEmpty, "alert rules use metrics /metrics does not export: \(missing.sorted())")
+        print("alert rules: \(used.count) siwa_ metrics used, all among the \(exported.count) /metrics declares")
+    }
+
     static func forwards(
         _ h: TestHarness, _ sql: String = "SELECT id, status, attempts, coalesce(email, '') FROM siwa.forwards ORDER BY seq"
     ) throws

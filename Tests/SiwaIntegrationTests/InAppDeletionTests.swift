@@ -347,6 +347,10 @@ struct InAppDeletionTests {
         let report = try OutboxAdmin.status(conninfo: h.conninfo, inAppDeletion: true)
         #expect(report.revocationsNoToken == 1 && report.revocationsDead == 0)
         #expect(h.fake.calls(to: "/auth/revoke").isEmpty)
+        // /metrics counts it apart from failures (its gauges are a snapshot: refreshed within 0.2 s here).
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_no_token 1\n") == true })
+        let metrics = try h.admin("/metrics").body
+        #expect(metrics.contains("\nsiwa_revocations_dead 0\n") && metrics.contains("\nsiwa_revocations_waiting 0\n"), "\(metrics)")
     }
 
     @Test("revocation retries past its window end dead; replay --revocations brings it back")
@@ -362,9 +366,13 @@ struct InAppDeletionTests {
         _ = try h.query("UPDATE siwa.revocations SET created_at = now() - interval '8 days', next_attempt_at = now()")
         #expect(try h.eventually { try h.revocations(sub) == ["dead"] })
         #expect(try OutboxAdmin.status(conninfo: h.conninfo).revocationsDead == 1)
+        // The gauge the SiwaRevocationsDead alert reads.
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_dead 1\n") == true })
+        #expect(try h.admin("/metrics").body.contains("\nsiwa_revocations_no_token 0\n"))
         h.fake.answerRevoke(.normal)
         #expect(try OutboxAdmin.replayRevocations(conninfo: h.conninfo) == 1)
         #expect(try h.eventually { try h.revocations(sub) == ["done"] })
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_dead 0\n") == true })
     }
 
     @Test("a sign-in after the deletion is the user coming back: a new account that keeps its token; the old grant is still revoked")
