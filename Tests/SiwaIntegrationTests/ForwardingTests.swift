@@ -25,6 +25,41 @@ struct ForwardingTests {
             forwarding: ForwardingConfiguration(url: url, secretFile: file), forwardOptions: options)
     }
 
+    @Test("forward-test: a signed sample the reference verifier accepts with every secret (exit 0); a 500 or nobody listening: exit 1 with one line")
+    func forwardTestCommand() throws {
+        let receiver = try WebhookReceiver(secrets: [Self.secret, Self.secondSecret])
+        defer { receiver.stop() }
+        let file = NSTemporaryDirectory() + "siwa-forward-test-\(UInt64.random(in: 0...UInt64.max))"
+        try (Self.secret + "\n" + Self.secondSecret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let env = ["SIWA_FORWARD_URL": receiver.url, "SIWA_FORWARD_SECRET_FILE": file, "SIWA_AUDIENCES": "com.example.app"]
+        func lines(_ output: String) -> [Substring] { output.split(separator: "\n") }
+
+        let ok = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(ok.status == 0 && lines(ok.output).count == 1, "\(ok.output)")
+        let d = try #require(receiver.deliveries.first)
+        #expect(receiver.deliveries.count == 1)
+        #expect(d.verified == [true, true], "signed with both secrets, each verified by the spec's algorithm")
+        let id = try #require(d.id)
+        #expect(id.hasPrefix("msg_test_") && ok.output.contains(id) && ok.output.contains("200"), "\(ok.output)")
+        let json = try #require(d.json)
+        #expect(json["type"]?.stringValue == "consent-revoked" && json["data"]?["aud"]?.stringValue == "com.example.app")
+        #expect(json["data"]?["sub"]?.stringValue != nil && json["data"]?["event_time"]?.int64Value != nil)
+
+        receiver.answer { _, _ in .status(500) }
+        let refused = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(refused.status != 0 && lines(refused.output).count == 1 && refused.output.contains("500"), "\(refused.output)")
+        #expect(receiver.deliveries.count == 2)
+
+        receiver.stop()
+        let down = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(down.status != 0 && lines(down.output).count == 1, "\(down.output)")
+        #expect(down.output.contains("no answer"), "\(down.output)")
+        print(
+            "forward-test: \(ok.output.trimmingCharacters(in: .newlines)) | \(refused.output.trimmingCharacters(in: .newlines)) | \(down.output.trimmingCharacters(in: .newlines))"
+        )
+    }
+
     @Test("every siwa_ metric that deploy/prometheus-alerts.yml uses is exported by /metrics (forwarding on)")
     func alertRulesUseExportedMetrics() throws {
         let receiver = try WebhookReceiver(secrets: [Self.secret])
