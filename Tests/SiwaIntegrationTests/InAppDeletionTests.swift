@@ -456,6 +456,45 @@ struct InAppDeletionTests {
         #expect(try holding(back) == 1)
     }
 
+    @Test(
+        "consent-revoked for app A, then a newer sign-in to A: A active again (B never touched); an older consent-revoked arriving later changes nothing"
+    )
+    func signInAfterConsentRevoked() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.consent.0001"
+        func app(_ aud: String) throws -> String? {
+            try h.scalar("SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, aud])
+        }
+        try h.signIn(sub: sub, clientID: S.clientID)
+        try h.signIn(sub: sub, clientID: S.otherClientID)
+        #expect(try h.eventually { try app(S.clientID) == "active" && app(S.otherClientID) == "active" })
+
+        // Apple: the user stopped using Apple sign-in with app A.
+        let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try h.notify(type: "consent-revoked", sub: sub, eventTimeMillis: revokedAt).status == 200)
+        #expect(try h.eventually { try app(S.clientID) == "consent_revoked" })
+        #expect(try app(S.otherClientID) == "active" && h.accountStatus(sub) == "active", "app B and the user are untouched")
+
+        // The user signs in to app A again (auth_time has one-second precision: a later second).
+        Thread.sleep(forTimeInterval: 1.1)
+        try h.signIn(sub: sub, clientID: S.clientID)
+        #expect(try h.eventually { try app(S.clientID) == "active" })
+        let session = try h.scalar("INSERT INTO siwa.sessions (apple_sub, aud) VALUES ($1, $2) RETURNING id", [sub, S.clientID])
+
+        // An older consent-revoked of app A (a delayed retry of Apple's) arrives after the sign-in.
+        #expect(try h.notify(type: "consent-revoked", sub: sub, eventTimeMillis: revokedAt - 500).status == 200)
+        #expect(
+            try h.eventually {
+                try h.scalar("SELECT status FROM siwa.events WHERE type = 'consent-revoked' AND sub = $1 ORDER BY id DESC LIMIT 1", [sub]) == "done"
+            })
+        #expect(
+            try h.scalar("SELECT outcome FROM siwa.events WHERE type = 'consent-revoked' AND sub = $1 ORDER BY id DESC LIMIT 1", [sub]) == "stale")
+        #expect(try app(S.clientID) == "active" && app(S.otherClientID) == "active" && h.accountStatus(sub) == "active")
+        #expect(try h.scalar("SELECT revoked_at IS NULL FROM siwa.sessions WHERE id = $1", [session]) == "t", "the new session survives")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "2", "both apps' grants kept")
+    }
+
     @Test("a sign-in stored before the deletion took effect is revoked with it")
     func signInBeforeDeletionIsRevoked() throws {
         let h = try H(roles: .receive)  // no worker yet: the deletion takes effect when one starts
