@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaPostgres
 import SiwaTestSupport
 import Testing
 
@@ -154,6 +155,21 @@ struct ForwardingTests {
         #expect(eventually { (try? h.admin("/metrics"))?.body.contains("siwa_forward_backlog 0") == true })
         let report = try OutboxAdmin.status(conninfo: h.conninfo, forwarding: true)
         #expect(report.forwards?.deliveredLastHour == 1)
+        // The dashboard view, read as siwa_dashboard: the delivery latency of the last hour.
+        let dashboard = try PostgresConnection(conninfo: h.conninfo, applicationName: "dashboard")
+        try dashboard.execute("SET ROLE siwa_dashboard")
+        let view = try dashboard.execute(
+            """
+            SELECT pending, dead, delivered_last_hour, delivery_latency_p50_seconds AS p50, delivery_latency_p99_seconds AS p99
+            FROM siwa.forward_backlog
+            """)
+        #expect(view.rows.first.map { Array($0.prefix(3)) } == ["0", "0", "1"], "\(view.rows)")
+        let p50 = view.value(0, "p50").flatMap(Double.init), p99 = view.value(0, "p99").flatMap(Double.init)
+        // One delivery: p50 = p99 = its queued-to-delivered time (which siwa_dashboard may not read itself).
+        let latency = try h.scalar("SELECT extract(epoch FROM delivered_at - created_at)::double precision FROM siwa.forwards").flatMap(Double.init)
+        #expect(p50 != nil && p50 == p99 && p50 == latency, "\(view.rows) \(latency ?? -1)")
+        #expect(throws: PostgresError.self) { try dashboard.execute("SELECT count(*) FROM siwa.forwards") }
+        print("forward_backlog as siwa_dashboard: delivered_last_hour 1, latency p50 \(p50 ?? -1) s, p99 \(p99 ?? -1) s")
         #expect(report.forwards?.deliveryP99Millis != nil)
         #expect(OutboxAdmin.render(report).contains("forwards delivered (1h)"))
     }
