@@ -38,6 +38,8 @@ public final class Application: Sendable {
         /// The migration at start (lock timeout, retries).
         public var migration = Migrator.Options()
         public var reconciler = Reconciler.Options()
+        /// Seconds between two refreshes of the database gauges of `/metrics`. Default 5.
+        public var metricsRefreshInterval: Double = 5
         public init() {}
     }
 
@@ -150,7 +152,8 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
-        let probe = AdminProbe(conninfo: conninfo, forwarding: config.forwarding != nil)
+        let probe = AdminProbe(
+            conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
@@ -247,10 +250,18 @@ public final class Application: Sendable {
     }
 
     /// Re-reads `SIWA_API_TOKEN_FILE` (SIGHUP): returns how many tokens are in use now, nil when
-    /// the API is off. On error the tokens in use stay.
+    /// the API is off. On error the tokens in use stay. Either way one log line says what happened.
+    @discardableResult
     public func reloadAPITokens() throws -> Int? {
         guard let tokens = apiTokenSource.withLock({ $0 }) else { return nil }
-        return try tokens.reload()
+        do {
+            let count = try tokens.reload()
+            logger.notice("API tokens reloaded", metadata: ["tokens": "\(count)"])
+            return count
+        } catch {
+            logger.error("API tokens not reloaded; the previous ones stay", metadata: ["error": "\(error)"])
+            throw error
+        }
     }
 
     /// The API's bearer tokens: `SIWA_API_TOKEN_FILE`; in `--dev` without one, a development token

@@ -98,15 +98,8 @@ enum Runner {
         // SIGHUP re-reads SIWA_API_TOKEN_FILE (rotation without a restart).
         signal(SIGHUP, SIG_IGN)
         let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
-        hangup.setEventHandler {
-            do {
-                if let count = try app.reloadAPITokens() {
-                    logger.notice("API tokens reloaded", metadata: ["tokens": "\(count)"])
-                }
-            } catch {
-                logger.error("API tokens not reloaded; the previous ones stay", metadata: ["error": "\(error)"])
-            }
-        }
+        // The application logs the outcome (the tokens in use stay when the file is invalid).
+        hangup.setEventHandler { _ = try? app.reloadAPITokens() }
         hangup.resume()
         defer { hangup.cancel() }
         termination.wait()

@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaPostgres
 import SiwaTestSupport
 import Testing
 
@@ -23,6 +24,78 @@ struct ForwardingTests {
         options.timeout = timeout
         return try TestHarness(
             forwarding: ForwardingConfiguration(url: url, secretFile: file), forwardOptions: options)
+    }
+
+    @Test("forward-test: a signed sample the reference verifier accepts with every secret (exit 0); a 500 or nobody listening: exit 1 with one line")
+    func forwardTestCommand() throws {
+        let receiver = try WebhookReceiver(secrets: [Self.secret, Self.secondSecret])
+        defer { receiver.stop() }
+        let file = NSTemporaryDirectory() + "siwa-forward-test-\(UInt64.random(in: 0...UInt64.max))"
+        try (Self.secret + "\n" + Self.secondSecret + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let env = ["SIWA_FORWARD_URL": receiver.url, "SIWA_FORWARD_SECRET_FILE": file, "SIWA_AUDIENCES": "com.example.app"]
+        func lines(_ output: String) -> [Substring] { output.split(separator: "\n") }
+
+        let ok = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(ok.status == 0 && lines(ok.output).count == 1, "\(ok.output)")
+        let d = try #require(receiver.deliveries.first)
+        #expect(receiver.deliveries.count == 1)
+        #expect(d.verified == [true, true], "signed with both secrets, each verified by the spec's algorithm")
+        let id = try #require(d.id)
+        #expect(id.hasPrefix("msg_test_") && ok.output.contains(id) && ok.output.contains("200"), "\(ok.output)")
+        let json = try #require(d.json)
+        #expect(json["type"]?.stringValue == "consent-revoked" && json["data"]?["aud"]?.stringValue == "com.example.app")
+        #expect(json["data"]?["sub"]?.stringValue != nil && json["data"]?["event_time"]?.int64Value != nil)
+
+        receiver.answer { _, _ in .status(500) }
+        let refused = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(refused.status != 0 && lines(refused.output).count == 1 && refused.output.contains("500"), "\(refused.output)")
+        #expect(receiver.deliveries.count == 2)
+
+        receiver.stop()
+        let down = try OperatorCommandTests.run(["forward-test"], environment: env)
+        #expect(down.status != 0 && lines(down.output).count == 1, "\(down.output)")
+        #expect(down.output.contains("no answer"), "\(down.output)")
+        print(
+            "forward-test: \(ok.output.trimmingCharacters(in: .newlines)) | \(refused.output.trimmingCharacters(in: .newlines)) | \(down.output.trimmingCharacters(in: .newlines))"
+        )
+    }
+
+    @Test("every siwa_ metric that deploy/prometheus-alerts.yml uses is exported by /metrics (forwarding on)")
+    func alertRulesUseExportedMetrics() throws {
+        let receiver = try WebhookReceiver(secrets: [Self.secret])
+        defer { receiver.stop() }
+        let h = try Self.harness(url: receiver.url)
+        defer { h.stop() }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let rules = try String(contentsOf: root.appendingPathComponent("deploy/prometheus-alerts.yml"), encoding: .utf8)
+        // The metric names in the rules' expressions.
+        let expressions = rules.split(separator: "\n").filter { $0.trimmingCharacters(in: .whitespaces).hasPrefix("expr:") }
+        var used: Set<String> = []
+        for line in expressions {
+            var name = ""
+            for c in line + " " {
+                if c.isLetter || c.isNumber || c == "_" {
+                    name.append(c)
+                } else {
+                    if name.hasPrefix("siwa_") { used.insert(name) }
+                    name = ""
+                }
+            }
+        }
+        #expect(used.count >= 10, "\(used.sorted())")
+        // What /metrics declares (`# TYPE name kind`; a histogram's samples are name_bucket, _sum, _count).
+        var exported: Set<String> = []
+        #expect(eventually { (try? h.admin("/metrics"))?.body.contains("siwa_forward_backlog ") == true })
+        for line in try h.admin("/metrics").body.split(separator: "\n") where line.hasPrefix("# TYPE ") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 4 else { continue }
+            exported.insert(String(parts[2]))
+            if parts[3] == "histogram" { exported.formUnion(["_bucket", "_sum", "_count"].map { parts[2] + $0 }) }
+        }
+        let missing = used.subtracting(exported)
+        #expect(missing.isEmpty, "alert rules use metrics /metrics does not export: \(missing.sorted())")
+        print("alert rules: \(used.count) siwa_ metrics used, all among the \(exported.count) /metrics declares")
     }
 
     static func forwards(
@@ -78,9 +151,25 @@ struct ForwardingTests {
         let metrics = try h.admin("/metrics").body
         #expect(metrics.contains("siwa_forwards_total{outcome=\"delivered\",type=\"email-disabled\"} 1"))
         #expect(metrics.contains("siwa_forward_delivery_seconds_count 1"))
-        #expect(metrics.contains("siwa_forward_backlog 0"))
+        // The database gauges are a snapshot refreshed in the background.
+        #expect(eventually { (try? h.admin("/metrics"))?.body.contains("siwa_forward_backlog 0") == true })
         let report = try OutboxAdmin.status(conninfo: h.conninfo, forwarding: true)
         #expect(report.forwards?.deliveredLastHour == 1)
+        // The dashboard view, read as siwa_dashboard: the delivery latency of the last hour.
+        let dashboard = try PostgresConnection(conninfo: h.conninfo, applicationName: "dashboard")
+        try dashboard.execute("SET ROLE siwa_dashboard")
+        let view = try dashboard.execute(
+            """
+            SELECT pending, dead, delivered_last_hour, delivery_latency_p50_seconds AS p50, delivery_latency_p99_seconds AS p99
+            FROM siwa.forward_backlog
+            """)
+        #expect(view.rows.first.map { Array($0.prefix(3)) } == ["0", "0", "1"], "\(view.rows)")
+        let p50 = view.value(0, "p50").flatMap(Double.init), p99 = view.value(0, "p99").flatMap(Double.init)
+        // One delivery: p50 = p99 = its queued-to-delivered time (which siwa_dashboard may not read itself).
+        let latency = try h.scalar("SELECT extract(epoch FROM delivered_at - created_at)::double precision FROM siwa.forwards").flatMap(Double.init)
+        #expect(p50 != nil && p50 == p99 && p50 == latency, "\(view.rows) \(latency ?? -1)")
+        #expect(throws: PostgresError.self) { try dashboard.execute("SELECT count(*) FROM siwa.forwards") }
+        print("forward_backlog as siwa_dashboard: delivered_last_hour 1, latency p50 \(p50 ?? -1) s, p99 \(p99 ?? -1) s")
         #expect(report.forwards?.deliveryP99Millis != nil)
         #expect(OutboxAdmin.render(report).contains("forwards delivered (1h)"))
     }
@@ -156,7 +245,7 @@ struct ForwardingTests {
         _ = try h.query("UPDATE siwa.forwards SET retry_since = now() - interval '3 days 1 minute'")
         #expect(eventually { (try? h.scalar("SELECT status FROM siwa.forwards")) == "dead" })
         #expect(try h.scalar("SELECT count(*) FROM siwa.dead_forwards") == "1")
-        #expect(try h.admin("/metrics").body.contains("siwa_forward_dead 1"))
+        #expect(eventually { (try? h.admin("/metrics"))?.body.contains("siwa_forward_dead 1") == true })
         #expect(try OutboxAdmin.replayForwards(type: nil, conninfo: h.conninfo) == 1)
         #expect(try h.scalar("SELECT status || ' ' || attempts FROM siwa.forwards") != "dead 0")
         #expect(eventually { closing.closedConnections >= 4 })

@@ -105,7 +105,7 @@ struct HungDatabaseTests {
     }
 
     @Test(
-        "PostgreSQL hung (SIGSTOP): /healthz 200 in < 100 ms, /readyz 503 and /metrics within 2 s, hammered concurrently for 6 s; /readyz 200 again after SIGCONT"
+        "PostgreSQL hung (SIGSTOP): /healthz 200 in < 100 ms, /readyz 503 and /metrics (its snapshot, with its age) within 2 s, hammered concurrently for 6 s; /readyz 200 again after SIGCONT"
     )
     func adminListenerNeverHangs() throws {
         try Self.withFreezableDatabase { (h: TestHarness, processes: PostgresProcesses) throws in
@@ -113,6 +113,7 @@ struct HungDatabaseTests {
             #expect(try h.admin("/metrics").body.contains("siwa_outbox_backlog "))
 
             #expect(processes.freeze() >= 2)
+            let frozenAt = Date()
             let exchanges = TimedExchanges()
             @Sendable func timed(_ path: String) {
                 let started = Date()
@@ -137,6 +138,7 @@ struct HungDatabaseTests {
                 Thread.sleep(forTimeInterval: 0.05)
             }
             #expect(clients.allSatisfy { $0.wait(timeout: 30) }, "admin clients still blocked 30 s after the hang window")
+            let hang = Date().timeIntervalSince(frozenAt)
             processes.thaw()
 
             let all = exchanges.all
@@ -151,16 +153,31 @@ struct HungDatabaseTests {
             #expect(badReady.isEmpty, "readyz: \(badReady.map { "\($0.status.map(String.init) ?? "none") \($0.seconds) s" })")
             let badMetrics = metrics.filter { $0.status != 200 || $0.seconds >= 2 || !$0.body.contains("siwa_requests_total") }
             #expect(badMetrics.isEmpty, "metrics: \(badMetrics.map { "\($0.status.map(String.init) ?? "none") \($0.seconds) s" })")
-            // No stale backlog is passed off as current while the database does not answer.
-            #expect(metrics.allSatisfy { !$0.body.contains("siwa_outbox_backlog ") })
-            // The database is back: ready again.
+            // /metrics serves the last snapshot at once, and says how old it is: no stale backlog is
+            // passed off as current. The snapshot ages through the hang (refreshed every 0.2 s before it).
+            let ages = metrics.compactMap { Self.snapshotAge($0.body) }
+            #expect(ages.count == metrics.count, "every /metrics answer carries siwa_metrics_snapshot_age_seconds")
+            #expect(metrics.allSatisfy { $0.body.contains("siwa_outbox_backlog ") })
+            let oldest = ages.max() ?? 0
+            #expect(oldest >= hang - 1.5 && oldest <= hang + 1.5, "snapshot age \(oldest) s after a \(hang) s hang")
+            // The database is back: ready again, and the snapshot fresh again.
             #expect(eventually(timeout: 10) { (try? h.admin("/readyz"))?.status == 200 })
-            #expect(try h.admin("/metrics").body.contains("siwa_outbox_backlog "))
+            #expect(eventually(timeout: 10) { ((try? h.admin("/metrics")).flatMap { Self.snapshotAge($0.body) } ?? 99) < 1 })
+            let sorted = metrics.map(\.seconds).sorted()
             print(
                 "hung database, admin listener: \(health.count) healthz (max \(String(format: "%.3f", health.map(\.seconds).max() ?? 0)) s), "
                     + "\(ready.count) readyz (max \(String(format: "%.3f", ready.map(\.seconds).max() ?? 0)) s), "
-                    + "\(metrics.count) metrics (max \(String(format: "%.3f", metrics.map(\.seconds).max() ?? 0)) s)")
+                    + "\(metrics.count) metrics (median \(String(format: "%.4f", sorted.isEmpty ? 0 : sorted[sorted.count / 2])) s, "
+                    + "max \(String(format: "%.4f", sorted.last ?? 0)) s, from a snapshot aged up to \(String(format: "%.1f", oldest)) s)")
         }
+    }
+}
+
+extension HungDatabaseTests {
+    /// `siwa_metrics_snapshot_age_seconds` in a /metrics answer.
+    static func snapshotAge(_ body: String) -> Double? {
+        body.split(separator: "\n").first { $0.hasPrefix("siwa_metrics_snapshot_age_seconds ") }
+            .flatMap { Double($0.split(separator: " ").last ?? "") }
     }
 }
 

@@ -1,10 +1,12 @@
 import Foundation
+import Logging
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaDevTools
 import SiwaFetch
 import SiwaPostgres
+import Synchronization
 import Testing
 
 /// App-initiated deletion end to end: the code exchange on the admin listener, `request_deletion`,
@@ -58,6 +60,19 @@ struct InAppDeletionTests {
         try (h.apiToken + "\n" + second + "\n").write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
         #expect(try h.app.reloadAPITokens() == 2)
         #expect(try H.post(url, json: "{", token: second).error == "malformed_json")
+        #expect(h.logText.contains("API tokens reloaded"))
+        // A file that became invalid is refused, with a line saying so; the tokens in use stay.
+        try "too-short\n".write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        #expect(throws: (any Error).self) { try h.app.reloadAPITokens() }
+        #expect(h.logText.contains("API tokens not reloaded; the previous ones stay"))
+        #expect(try H.post(url, json: "{", token: second).error == "malformed_json")
+        #expect(try H.post(url, json: "{", token: "too-short").status == 401)
+        // Another method: 405 with Allow: POST (whatever the token).
+        for token in [h.apiToken, "none"] {
+            let get = try Fetcher.perform(FetchRequest(url: url, headers: ["Authorization: Bearer \(token)"], allowedSchemes: [.http]))
+            #expect(get.status == 405 && get.headers["allow"] == "POST", "\(get.status) \(get.headers)")
+            #expect(String(decoding: get.body, as: UTF8.self) == #"{"error":"method_not_allowed"}"#)
+        }
 
         // Without SIWA_API_TOKEN_FILE the API does not exist.
         var config = ServerConfiguration()
@@ -74,6 +89,34 @@ struct InAppDeletionTests {
         let offURL = "http://127.0.0.1:\(off.adminPort ?? 0)"
         #expect(try H.post(offURL + "/apple/tokens", json: body, token: h.apiToken).status == 404)
         #expect(try H.post(offURL + "/apple/refresh-tokens", json: body, token: h.apiToken).status == 404)
+    }
+
+    @Test("SIGHUP makes a running `serve` re-read SIWA_API_TOKEN_FILE; an invalid file keeps the tokens in use, with a line saying so")
+    func apiTokensReloadOnSIGHUP() throws {
+        let h = try H(roles: .receive)
+        defer { h.stop() }
+        let adminPort = ServerProcess.freePort()
+        let server = try ServerProcess(["serve"], environment: h.environment.merging(["SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)"]) { _, n in n })
+        defer { _ = server.terminate() }
+        #expect(server.waitForLog("worker started"), "\(server.log)")
+        let url = "http://127.0.0.1:\(adminPort)/apple/tokens"
+        /// 400 malformed_json: admitted; 401: refused.
+        func status(_ token: String) throws -> Int { try H.post(url, json: "{", token: token).status }
+        let rotated = "rotated_" + SHA256.hex(SecureRandom.bytes(16))
+        #expect(try status(h.apiToken) == 400 && status(rotated) == 401)
+
+        try (rotated + "\n").write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        server.signal(SIGHUP)
+        #expect(server.waitForLog("API tokens reloaded"), "\(server.log)")
+        #expect(try status(rotated) == 400 && status(h.apiToken) == 401)
+
+        try "too-short\n".write(toFile: h.apiTokenFile, atomically: true, encoding: .utf8)
+        server.signal(SIGHUP)
+        #expect(server.waitForLog("API tokens not reloaded; the previous ones stay"), "\(server.log)")
+        #expect(server.log.contains("too_short") || server.log.contains("at least 16"), "the line says why")
+        #expect(try status(rotated) == 400 && status("too-short") == 401)
+        #expect(!server.log.contains(rotated) && !server.log.contains(h.apiToken), "no token in the log")
+        #expect(server.terminate() == 0)
     }
 
     @Test("the API's own executor: beyond SIWA_API_CONCURRENCY calls in flight, 503 busy with Retry-After")
@@ -145,6 +188,56 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = '001234.nonce.0001'") == "0")
 
         Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code, wrongNonce], subs: [sub], emails: [email])
+    }
+
+    @Test("keys unavailable after Apple redeemed the code: 503 keys_unavailable, and the issued refresh token is queued and revoked")
+    func exchangeKeysUnavailable() throws {
+        // The key set the app trusts holds another key, and fetching it again fails: the
+        // id_token's kid (the fake's) cannot be checked.
+        let other = NotificationSigner(key: try RSAPrivateKey.generate(bits: 2048), kid: "some-other-key")
+        let keys = try JWKSServer(body: other.jwks)
+        defer { keys.stop() }
+        let h = try H(jwksURL: keys.url)
+        defer { h.stop() }
+        keys.set { $0.status = 503 }
+        let sub = "001234.nokeys.0001"
+        let code = Self.code()
+        h.fake.addCode(code, user: .init(sub: sub, email: "k@example.com"))
+        let reply = try h.exchange(code: code)
+        #expect(reply.status == 503 && reply.error == "keys_unavailable", "\(reply.status) \(reply.body)")
+        let issued = try #require(h.fake.issuedRefreshTokens.first?.key, "Apple redeemed the code")
+        // Never dropped: queued in siwa.revocations (encrypted), then revoked at Apple.
+        #expect(try h.scalar("SELECT reason FROM siwa.revocations WHERE apple_sub = $1", [sub]) == "exchange-failed")
+        #expect(try h.eventually { try h.revocations(sub) == ["done"] })
+        #expect(h.fake.revokedTokens == [issued])
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens") == "0")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.accounts") == "0", "nothing of the user was stored")
+        Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code], subs: [sub], emails: ["k@example.com"])
+    }
+
+    @Test("the database down when the redeemed code's token is stored: 503 database_unavailable, the token revoked at Apple at once")
+    func exchangeDatabaseDown() throws {
+        try TestDatabase.withEmbedded("storefails") { database in
+            let h = try H(conninfo: database.conninfo)
+            defer { h.stop() }
+            try h.signIn(sub: "001234.storefails.warmup")  // the key set is loaded, the path works
+            database.stop()  // down: connections are refused
+
+            let sub = "001234.storefails.0001"
+            let code = Self.code()
+            h.fake.addCode(code, user: .init(sub: sub))
+            let before = Set(h.fake.issuedRefreshTokens.keys)
+            let started = Date()
+            let reply = try h.exchange(code: code)
+            let seconds = Date().timeIntervalSince(started)
+            #expect(reply.status == 503 && reply.error == "database_unavailable", "\(reply.status) \(reply.body)")
+            let issued = try #require(Set(h.fake.issuedRefreshTokens.keys).subtracting(before).first, "Apple redeemed the code")
+            // Nowhere to queue it: revoked at Apple before the answer.
+            #expect(h.fake.revokedTokens == [issued])
+            #expect(h.logText.contains("revoked at Apple directly"))
+            print("exchange with the database down: 503 after \(String(format: "%.2f", seconds)) s, the issued token revoked at Apple at once")
+            Self.expectNothingSecret(in: h.logText, fake: h.fake, codes: [code], subs: [sub])
+        }
     }
 
     @Test("POST /apple/refresh-tokens believes Apple, not the caller: id_token verified, token validated at Apple")
@@ -255,6 +348,10 @@ struct InAppDeletionTests {
         let report = try OutboxAdmin.status(conninfo: h.conninfo, inAppDeletion: true)
         #expect(report.revocationsNoToken == 1 && report.revocationsDead == 0)
         #expect(h.fake.calls(to: "/auth/revoke").isEmpty)
+        // /metrics counts it apart from failures (its gauges are a snapshot: refreshed within 0.2 s here).
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_no_token 1\n") == true })
+        let metrics = try h.admin("/metrics").body
+        #expect(metrics.contains("\nsiwa_revocations_dead 0\n") && metrics.contains("\nsiwa_revocations_waiting 0\n"), "\(metrics)")
     }
 
     @Test("revocation retries past its window end dead; replay --revocations brings it back")
@@ -270,9 +367,13 @@ struct InAppDeletionTests {
         _ = try h.query("UPDATE siwa.revocations SET created_at = now() - interval '8 days', next_attempt_at = now()")
         #expect(try h.eventually { try h.revocations(sub) == ["dead"] })
         #expect(try OutboxAdmin.status(conninfo: h.conninfo).revocationsDead == 1)
+        // The gauge the SiwaRevocationsDead alert reads.
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_dead 1\n") == true })
+        #expect(try h.admin("/metrics").body.contains("\nsiwa_revocations_no_token 0\n"))
         h.fake.answerRevoke(.normal)
         #expect(try OutboxAdmin.replayRevocations(conninfo: h.conninfo) == 1)
         #expect(try h.eventually { try h.revocations(sub) == ["done"] })
+        #expect(h.eventually { (try? h.admin("/metrics"))?.body.contains("\nsiwa_revocations_dead 0\n") == true })
     }
 
     @Test("a sign-in after the deletion is the user coming back: a new account that keeps its token; the old grant is still revoked")
@@ -299,6 +400,99 @@ struct InAppDeletionTests {
         #expect(try h.eventually { try h.scalar("SELECT outcome FROM siwa.events WHERE type = 'account-delete'") == "stale" })
         #expect(try h.accountStatus(sub) == "active")
         _ = new
+    }
+
+    @Test(
+        "an ignored event (unknown type) keeps no email once its user is deleted: stored before the deletion, or arriving after it; after a new sign-in it keeps it"
+    )
+    func ignoredEventsOfDeletedUsers() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.ignored.0001"
+        let before = "before@example.com", after = "after@example.com", back = "back@example.com"
+        /// Events of `sub` holding `email`, in the column or in the claims.
+        func holding(_ email: String) throws -> Int {
+            Int(
+                try h.scalar(
+                    "SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email = $2 OR position($2 IN claims::text) > 0)", [sub, email])
+                    ?? "-1") ?? -1
+        }
+        /// Waits for a batch of the worker that began after this call (another user's event applied).
+        func nextBatch() throws {
+            let other = "001234.ignored.other." + NotificationSigner.newJTI()
+            #expect(try h.notify(type: "consent-revoked", sub: other).status == 200)
+            #expect(try h.eventually { try h.accountStatus(other) == "consent_revoked" })
+        }
+        /// An event of a type siwa-notify does not know, carrying `email` (its own event time:
+        /// the same one twice would be a duplicate); the receiver's answer.
+        var sent = 0
+        func ignored(_ email: String) throws -> String? {
+            sent += 1
+            let at = Int64(Date().timeIntervalSince1970 * 1000) + Int64(sent)
+            return try h.notify(type: "future-type", sub: sub, email: email, eventTimeMillis: at).json?["status"]?.stringValue
+        }
+        try h.signIn(sub: sub)
+        #expect(try h.eventually { try h.accountStatus(sub) == "active" })
+        #expect(try ignored(before) == "ignored")
+        #expect(try holding(before) == 1)
+
+        // Stored before the deletion: erased when it applies.
+        _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
+        #expect(try h.eventually { try h.accountStatus(sub) == "deleted" })
+        #expect(try holding(before) == 0)
+        // Arriving after it: never applied, erased all the same (no later than the next batch).
+        #expect(try ignored(after) == "ignored")
+        try nextBatch()
+        #expect(try holding(after) == 0, "an ignored event of a deleted user kept its email")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND status = 'ignored'", [sub]) == "2")
+
+        // A sign-in newer than the deletion is a new account: its ignored events keep their email.
+        Thread.sleep(forTimeInterval: 1.1)  // the id_token's auth_time has one-second precision
+        try h.signIn(sub: sub)
+        #expect(try h.eventually { try h.accountStatus(sub) == "active" })
+        #expect(try ignored(back) == "ignored")
+        try nextBatch()
+        #expect(try h.scalar("SELECT email FROM siwa.events WHERE sub = $1 AND status = 'ignored' ORDER BY id DESC LIMIT 1", [sub]) == back)
+        #expect(try holding(back) == 1)
+    }
+
+    @Test(
+        "consent-revoked for app A, then a newer sign-in to A: A active again (B never touched); an older consent-revoked arriving later changes nothing"
+    )
+    func signInAfterConsentRevoked() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.consent.0001"
+        func app(_ aud: String) throws -> String? {
+            try h.scalar("SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, aud])
+        }
+        try h.signIn(sub: sub, clientID: S.clientID)
+        try h.signIn(sub: sub, clientID: S.otherClientID)
+        #expect(try h.eventually { try app(S.clientID) == "active" && app(S.otherClientID) == "active" })
+
+        // Apple: the user stopped using Apple sign-in with app A.
+        let revokedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try h.notify(type: "consent-revoked", sub: sub, eventTimeMillis: revokedAt).status == 200)
+        #expect(try h.eventually { try app(S.clientID) == "consent_revoked" })
+        #expect(try app(S.otherClientID) == "active" && h.accountStatus(sub) == "active", "app B and the user are untouched")
+
+        // The user signs in to app A again (auth_time has one-second precision: a later second).
+        Thread.sleep(forTimeInterval: 1.1)
+        try h.signIn(sub: sub, clientID: S.clientID)
+        #expect(try h.eventually { try app(S.clientID) == "active" })
+        let session = try h.scalar("INSERT INTO siwa.sessions (apple_sub, aud) VALUES ($1, $2) RETURNING id", [sub, S.clientID])
+
+        // An older consent-revoked of app A (a delayed retry of Apple's) arrives after the sign-in.
+        #expect(try h.notify(type: "consent-revoked", sub: sub, eventTimeMillis: revokedAt - 500).status == 200)
+        #expect(
+            try h.eventually {
+                try h.scalar("SELECT status FROM siwa.events WHERE type = 'consent-revoked' AND sub = $1 ORDER BY id DESC LIMIT 1", [sub]) == "done"
+            })
+        #expect(
+            try h.scalar("SELECT outcome FROM siwa.events WHERE type = 'consent-revoked' AND sub = $1 ORDER BY id DESC LIMIT 1", [sub]) == "stale")
+        #expect(try app(S.clientID) == "active" && app(S.otherClientID) == "active" && h.accountStatus(sub) == "active")
+        #expect(try h.scalar("SELECT revoked_at IS NULL FROM siwa.sessions WHERE id = $1", [session]) == "t", "the new session survives")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "2", "both apps' grants kept")
     }
 
     @Test("a sign-in stored before the deletion took effect is revoked with it")
@@ -329,15 +523,36 @@ struct InAppDeletionTests {
         _ = try h.query("SELECT siwa.request_deletion($1)", [sub])
         #expect(h.eventually { h.fake.hungCalls == 1 })
         let started = Date()
-        for k in 0..<1000 {
-            #expect(try h.notify(type: "consent-revoked", sub: "001234.crowd.\(k)").status == 200)
+        // Four clients, as Apple sends them (the held call times out after 10 s: the 1,000 must be in well before).
+        let accepted = Atomic<Int>(0)
+        let clients = (0..<4).map { client in
+            let done = StopSignal()
+            Thread {
+                for k in stride(from: client, to: 1000, by: 4) where (try? h.notify(type: "consent-revoked", sub: "001234.crowd.\(k)"))?.status == 200
+                {
+                    accepted.add(1, ordering: .relaxed)
+                }
+                done.stop()
+            }.start()
+            return done
         }
+        #expect(clients.allSatisfy { $0.wait(timeout: 60) })
+        #expect(accepted.load(ordering: .relaxed) == 1000)
         #expect(
             try h.eventually(30) {
                 try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'consent-revoked' AND status = 'done'") == "1000"
             })
         let seconds = Date().timeIntervalSince(started)
-        print("1,000 consent-revoked posted and applied in \(String(format: "%.2f", seconds)) s while Apple held a revocation")
+        // All applied WHILE Apple still held the revocation: the call has not been answered (nor
+        // timed out and retried) and its job is still running. A loop shared with the revocations
+        // would have applied nothing until the call's 10 s timeout.
+        let held = h.fake.hungCalls, calls = h.fake.calls(to: "/auth/revoke").count
+        let job = try h.revocations(sub)
+        #expect(held == 1 && calls == 1, "Apple held \(held) calls, \(calls) made: the call ended before the notifications were applied")
+        #expect(job == ["running"], "\(job)")
+        print(
+            "1,000 consent-revoked posted and applied in \(String(format: "%.2f", seconds)) s while Apple held a revocation "
+                + "(still held: \(held), revocation \(job.first ?? "-"))")
         // Each hung call times out after 10 s and is retried: never more than one at a time for one token.
         #expect(h.fake.hungCalls >= 1 && h.fake.calls(to: "/auth/revoke").count <= Int(Date().timeIntervalSince(started) / 10) + 2)
         #expect(try h.accountStatus(sub) == "deleted")

@@ -59,7 +59,9 @@ struct ObservabilityTests {
             var samples: [Sample] = []
             _ = try eventually(timeout: 5) {
                 samples = try Self.parse(try h.admin("/metrics").body)
+                // The database gauges are a snapshot refreshed in the background: once it saw the worker's commit.
                 return Self.value(samples, "siwa_events_total", ["outcome": "applied", "type": "consent-revoked"]) == 1
+                    && Self.value(samples, "siwa_outbox_backlog") == 0
             }
             #expect(Self.value(samples, "siwa_requests_total", ["status": "200", "reason": "accepted"]) == 1)
             #expect(Self.value(samples, "siwa_requests_total", ["status": "401", "reason": "bad_signature"]) == 1)

@@ -23,7 +23,7 @@ struct RevocationTransactionTests {
     }
 
     @Test(
-        "idle_in_transaction_session_timeout = 1s and Apple answering /auth/revoke after 3 s: the revocation ends done, no session idles in a transaction meanwhile, an open reader of siwa.accounts blocks nothing"
+        "idle_in_transaction_session_timeout = 1s and Apple answering /auth/revoke after 3 s: the revocation ends done, no session idles in a transaction meanwhile"
     )
     func slowAppleWithIdleTransactionTimeout() throws {
         let harness = try DeletionHarness(conninfo: try Self.databaseWithIdleTransactionTimeout())
@@ -32,12 +32,6 @@ struct RevocationTransactionTests {
         let sub = "000739.slowrevoke.1"
         let token = try harness.signIn(sub: sub)
         harness.fake.answerRevoke(.delay(3))
-
-        // A dashboard-like reader keeps a transaction open on siwa.accounts (exempt from the timeout).
-        let reader = try PostgresConnection(conninfo: harness.conninfo, applicationName: "reader")
-        try reader.execute("SET idle_in_transaction_session_timeout = 0")
-        try reader.execute("BEGIN")
-        _ = try reader.execute("SELECT * FROM siwa.accounts")
 
         _ = try harness.query("SELECT siwa.request_deletion($1, NULL)", [sub])
         // Apple has the call and holds its answer: no siwa-notify session is inside a transaction.
@@ -55,7 +49,68 @@ struct RevocationTransactionTests {
         #expect(try harness.accountStatus(sub) == "deleted")
         #expect(try harness.scalar("SELECT attempts FROM siwa.revocations WHERE apple_sub = $1", [sub]) == "1")
         #expect(!harness.logText.contains("idle-in-transaction") && !harness.logText.contains("revoker database error"), "\(harness.logText)")
-        try reader.execute("COMMIT")
+    }
+
+    @Test(
+        "another session holds the user's accounts row and the revocation row FOR UPDATE while Apple answers: the revoker waits no longer than its lock timeout, revokes another user's token meanwhile, notifications apply, and the outcome is recorded once the lock is released"
+    )
+    func lockedRowsNeverHoldTheRevoker() throws {
+        let h = try DeletionHarness()
+        defer { h.stop() }
+        let sub = "000739.locked.1", other = "000739.locked.2"
+        let token = try h.signIn(sub: sub)
+        let otherToken = try h.signIn(sub: other)
+        h.fake.answerRevoke(.delay(3))
+        _ = try h.query("SELECT siwa.request_deletion($1, NULL)", [sub])
+        #expect(h.eventually(15) { h.fake.calls(to: "/auth/revoke").count == 1 })
+        #expect(try h.revocations(sub) == ["running"] && h.accountStatus(sub) == "deleted")
+
+        // While Apple holds the call, an operator's session locks the user's rows and keeps them.
+        let locker = try PostgresConnection(conninfo: h.conninfo, applicationName: "locker")
+        try locker.execute("BEGIN")
+        _ = try locker.execute("SELECT status FROM siwa.accounts WHERE apple_sub = $1 FOR UPDATE", [sub])
+        _ = try locker.execute("SELECT status FROM siwa.revocations WHERE apple_sub = $1 FOR UPDATE", [sub])
+        let lockedAt = Date()
+        // Apple accepts; the outcome cannot be written while the row is locked.
+        #expect(h.eventually(10) { h.fake.revokedTokens == [token] })
+        // The revoker is not held: another user's deletion is revoked meanwhile.
+        _ = try h.query("SELECT siwa.request_deletion($1, NULL)", [other])
+        var longestLockWait = 0.0
+        let otherDone = try h.eventually(20) {
+            let waiting = try h.scalar(
+                """
+                SELECT coalesce(max(extract(epoch FROM now() - query_start)), 0) FROM pg_stat_activity
+                WHERE datname = current_database() AND application_name LIKE 'siwa-notify%' AND wait_event_type = 'Lock'
+                """)
+            longestLockWait = max(longestLockWait, Double(waiting ?? "0") ?? 0)
+            return try h.revocations(other) == ["done"]
+        }
+        #expect(otherDone, "another user's revocation waited behind a locked row")
+        #expect(h.fake.revokedTokens == [token, otherToken])
+        // Notifications of other users apply meanwhile.
+        for k in 0..<50 {
+            #expect(try h.notify(type: "consent-revoked", sub: "000739.locked.crowd.\(k)").status == 200)
+        }
+        #expect(
+            try h.eventually(10) {
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE type = 'consent-revoked' AND status = 'done'") == "50"
+            })
+        #expect(try h.revocations(sub) == ["running"], "recorded through the lock?")
+        #expect(longestLockWait < 2.5, "a siwa-notify session waited \(longestLockWait) s on a lock (lock timeout 2 s)")
+        #expect(h.logText.contains("another session holds its row locked"))
+        let held = Date().timeIntervalSince(lockedAt)
+
+        try locker.execute("ROLLBACK")
+        let releasedAt = Date()
+        #expect(try h.eventually(10) { try h.revocations(sub) == ["done"] })
+        let recorded = Date().timeIntervalSince(releasedAt)
+        // Recorded from the call that succeeded: Apple was not called again, one attempt.
+        #expect(h.fake.calls(to: "/auth/revoke").count == 2)
+        #expect(try h.scalar("SELECT attempts FROM siwa.revocations WHERE apple_sub = $1", [sub]) == "1")
+        print(
+            "rows locked \(String(format: "%.1f", held)) s: another revocation done and 50 notifications applied meanwhile, "
+                + "longest lock wait of a siwa-notify session \(String(format: "%.2f", longestLockWait)) s, "
+                + "outcome recorded \(String(format: "%.2f", recorded)) s after the release")
     }
 
     @Test(

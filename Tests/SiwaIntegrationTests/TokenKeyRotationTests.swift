@@ -244,4 +244,25 @@ struct TokenKeyRotationTests {
         app.shutdown()
         #expect(logs.lines.contains { $0.contains("stored refresh tokens open with the configured keys") && $0.contains("\(setup.new.id)=3") })
     }
+
+    @Test("a .p8 readable by the group or by others: one warning line naming the file and SIWA_PRIVATE_KEY_FILE; mode 600: none")
+    func readablePrivateKeyWarns() throws {
+        let setup = try Setup()
+        /// The warning lines of one start, with the .p8 at `mode` (the token key file at 600).
+        func warnings(p8 mode: Int) throws -> [String] {
+            try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: setup.privateKeyFile)
+            let logs = LogSink.capturing()
+            let app = setup.application(setup.oldFile, logs: logs)
+            try app.start()
+            app.shutdown()
+            return logs.lines.filter { $0.contains("key file readable by group or others") }
+        }
+        for mode in [0o640, 0o604] {
+            let lines = try warnings(p8: mode)
+            #expect(lines.count == 1, "mode \(String(mode, radix: 8)): \(lines)")
+            #expect(lines.first?.contains(setup.privateKeyFile) == true && lines.first?.contains("SIWA_PRIVATE_KEY_FILE") == true)
+            #expect(lines.first?.contains(String(mode, radix: 8)) == true, "the mode is named")
+        }
+        #expect(try warnings(p8: 0o600).isEmpty)
+    }
 }

@@ -5,8 +5,8 @@ import Synchronization
 
 /// The admin listener (never on the public port): `/healthz`, `/readyz`, `/metrics`, and the API
 /// (`APIHandler`). None of them waits on the database on a listener thread: `/healthz` touches
-/// nothing, `/readyz` and the database gauges of `/metrics` are answered by the `AdminProbe`
-/// (within its 1.5 s deadline), the API runs on its own executor.
+/// nothing, `/readyz` is answered by the `AdminProbe` (within its 1.5 s deadline), the database
+/// gauges of `/metrics` come from its snapshot (at once), the API runs on its own executor.
 public final class AdminHandler: HTTPHandler {
     private let pool: PostgresPool
     private let probe: AdminProbe
@@ -85,8 +85,10 @@ public final class AdminHandler: HTTPHandler {
         }
     }
 
-    /// The gauges; the database ones from a probe that began after the request (left out when
-    /// the database did not answer within the probe's deadline). Answered from another thread.
+    /// The gauges. The database ones come from the probe's snapshot, refreshed in the background
+    /// (served at once, with `siwa_metrics_snapshot_age_seconds`; a hung database makes it age,
+    /// never the answer wait); before the first snapshot, from a round awaited within the probe's
+    /// deadline (left out when the database did not answer). Answered from another thread.
     private func gauges(_ answer: @escaping @Sendable ([(name: String, help: String, value: Double)]) -> Void) {
         var result: [(name: String, help: String, value: Double)] = [
             ("siwa_db_pool_open", "Open database connections of the request pool.", Double(pool.openConnections)),
@@ -97,16 +99,23 @@ public final class AdminHandler: HTTPHandler {
             result.append(("siwa_writer_queue", "Verified notifications waiting for their commit.", Double(writer.queued)))
             result.append(("siwa_writer_pool_open", "Open database connections of the outbox writer.", Double(writer.openConnections)))
         }
-        let local = result
-        probe.probe { reading in
-            var result = local
-            if let backlog = reading.backlog {
-                result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
-                result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
-                result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
-            }
-            result += reading.gauges.map { ($0.name, $0.help, $0.value) }
-            answer(result)
+        if let (reading, age) = probe.snapshot() {
+            result.append(
+                ("siwa_metrics_snapshot_age_seconds", "Age of the database gauges (the probe's last answered round).", age))
+            return answer(result + Self.databaseGauges(reading))
         }
+        let local = result
+        probe.probe { reading in answer(local + Self.databaseGauges(reading)) }
+    }
+
+    /// The gauges read from the database in one probe round.
+    private static func databaseGauges(_ reading: AdminProbe.Reading) -> [(name: String, help: String, value: Double)] {
+        var result: [(name: String, help: String, value: Double)] = []
+        if let backlog = reading.backlog {
+            result.append(("siwa_outbox_backlog", "Events waiting to be applied (pending or failed).", Double(backlog.pending + backlog.failed)))
+            result.append(("siwa_outbox_dead", "Dead-lettered events.", Double(backlog.dead)))
+            result.append(("siwa_outbox_oldest_pending_age_seconds", "Age of the oldest event waiting.", backlog.oldestPendingAgeSeconds))
+        }
+        return result + reading.gauges.map { ($0.name, $0.help, $0.value) }
     }
 }

@@ -6,15 +6,18 @@ import Synchronization
 /// the admin listener never waits on PostgreSQL (its two threads stay free for `/healthz`,
 /// whatever the database does).
 ///
-/// A request asks for a probe that starts after it arrived (one round: `SELECT 1` and the
-/// backlog, on a connection of the probe's own, in a transaction with a 2 s statement and 1 s
-/// lock timeout) and is answered from a callback: when that round finishes, or at its deadline
-/// (default 1.5 s) with "the database did not answer". Rounds run one at a time; every request
-/// waiting when a round starts is answered by it. A hung database (SIGSTOP, a dead host without
-/// an RST) holds the probe thread, never a listener thread: requests are answered at their
-/// deadline meanwhile, and the probe goes on when the database does. Deadlines are kept by a
-/// thread of the probe's own, not by Dispatch: threads blocked elsewhere in the process (on that
-/// same hung database) must not delay them.
+/// A round is `SELECT 1` and the gauges (backlog, revocations, forwards) on a connection of the
+/// probe's own, in a transaction with a 2 s statement and 1 s lock timeout. Rounds run one at a
+/// time on the probe's thread: every `refreshInterval` seconds by themselves, keeping the last
+/// answered round as the snapshot `/metrics` serves at once (`snapshot()`, with its age), and on
+/// request for `/readyz` (`probe`): a request asks for a round that starts after it arrived and
+/// is answered from a callback, when that round finishes or at its deadline (default 1.5 s) with
+/// "the database did not answer"; every request waiting when a round starts is answered by it.
+/// A hung database (SIGSTOP, a dead host without an RST) holds the probe thread, never a
+/// listener thread: requests are answered at their deadline meanwhile, the snapshot ages (its
+/// age is a gauge), and the probe goes on when the database does. Deadlines are kept by a thread
+/// of the probe's own, not by Dispatch: threads blocked elsewhere in the process (on that same
+/// hung database) must not delay them.
 public final class AdminProbe: Service {
     /// What one round found.
     public struct Reading: Sendable, Equatable {
@@ -46,11 +49,15 @@ public final class AdminProbe: Service {
         var nextWaiter: UInt64 = 0
         /// Rounds started so far.
         var started: UInt64 = 0
+        /// The last round the database answered, and when it ended (monotonic seconds).
+        var snapshot: (reading: Reading, at: Double)?
     }
 
     public let name = "admin probe"
     /// Seconds a request waits for its round before it is answered without one.
     public let deadline: Double
+    /// Seconds between two rounds run by themselves (the snapshot of `/metrics`).
+    public let refreshInterval: Double
     private let pool: PostgresPool
     private let state = Mutex(State())
     private let signal = WakeSignal()
@@ -62,8 +69,9 @@ public final class AdminProbe: Service {
     /// Forwarding is on: each round also reads the forwards' backlog.
     private let forwarding: Bool
 
-    public init(conninfo: String, deadline: Double = 1.5, forwarding: Bool = false) {
+    public init(conninfo: String, deadline: Double = 1.5, refreshInterval: Double = 5, forwarding: Bool = false) {
         self.deadline = deadline
+        self.refreshInterval = refreshInterval
         self.forwarding = forwarding
         pool = PostgresPool(
             conninfo: conninfo, size: 1, connectTimeout: 2, applicationName: "siwa-notify admin probe",
@@ -72,9 +80,10 @@ public final class AdminProbe: Service {
 
     public func start() {
         let thread = Thread { [self] in
-            while !signal.wait(timeout: 3600) {
+            // A round at once (the first snapshot), then one per refresh interval or request.
+            repeat {
                 round()
-            }
+            } while !signal.wait(timeout: refreshInterval)
             finished.stop()
         }
         thread.name = "siwa-admin-probe"
@@ -107,6 +116,13 @@ public final class AdminProbe: Service {
         // A round stuck on a hung database is not waited for beyond the deadline.
         finished.wait(timeout: deadline.remaining)
         pool.close()
+    }
+
+    /// The last round the database answered and its age in seconds; nil before the first one.
+    /// Never waits.
+    public func snapshot() -> (reading: Reading, ageSeconds: Double)? {
+        guard let last = state.withLock({ $0.snapshot }) else { return nil }
+        return (last.reading, max(0, Self.now() - last.at))
     }
 
     /// Calls `answer` (from another thread, exactly once) with a round that started after this
@@ -146,6 +162,7 @@ public final class AdminProbe: Service {
             result.answered = false
         }
         let due = state.withLock { s -> [Waiter] in
+            if result.answered { s.snapshot = (result, Self.now()) }
             let ids = s.waiters.filter { $0.value.after < round }.map(\.key)
             return ids.compactMap { s.waiters.removeValue(forKey: $0) }
         }

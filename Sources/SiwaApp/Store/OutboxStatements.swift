@@ -5,7 +5,10 @@ import SiwaPostgres
 enum OutboxStatements {
     /// Inserts verified notifications (none duplicated among them) with one multi-row statement;
     /// returns the `jti` of each new row. A row whose `jti` or (`sub`, `type`, `event_time`,
-    /// `aud`) is already stored is skipped (ON CONFLICT DO NOTHING): a duplicate.
+    /// `aud`) is already stored is skipped (ON CONFLICT DO NOTHING): a duplicate. Rows go in `sub`
+    /// byte order, the order in which workers lock accounts: an `ignored` row takes a share lock on
+    /// its account (`siwa.erase_ignored_email`), and two of them in one statement never wait for a
+    /// worker in the opposite order (no deadlock).
     static let insert = Statement<[VerifiedNotification], String>(
         "insert_events",
         """
@@ -13,6 +16,7 @@ enum OutboxStatements {
         SELECT j, a, s, t, \(SQLEncoding.timestamp(millis: "ms")), e, p, st, c::jsonb
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::boolean[],
                     $8::text[], $9::text[]) AS u(j, a, s, t, ms, e, p, st, c)
+        ORDER BY s COLLATE "C"
         ON CONFLICT DO NOTHING
         RETURNING jti
         """,

@@ -4,6 +4,16 @@ import SiwaPostgres
 /// `siwa.revocations`: claimed with a lease in a short committed transaction, revoked at Apple
 /// outside any transaction, the outcome recorded in another short one.
 enum RevocationStatements {
+    /// SQLSTATE of a lock not granted within `lock_timeout`.
+    static let lockNotAvailable = "55P03"
+
+    /// Opens the revoker's short transactions (claim, outcome): a row that another session holds
+    /// (an operator's `SELECT … FOR UPDATE`, a long transaction) fails the statement after
+    /// `lockTimeoutMilliseconds` instead of holding the revoker; transaction-local (`SET LOCAL`).
+    static func begin(statementTimeoutMilliseconds: Int, lockTimeoutMilliseconds: Int) -> String {
+        AdminStatements.begin(statementTimeoutMilliseconds: statementTimeoutMilliseconds, lockTimeoutMilliseconds: lockTimeoutMilliseconds)
+    }
+
     struct Job: Sendable {
         var id: Int64
         var sub: String

@@ -19,6 +19,12 @@ public final class Revoker: Service {
         /// Seconds between polls for due jobs. Default 1.
         public var pollInterval: Double = 1
         public var schedule = RevocationSchedule()
+        /// Seconds a claim or an outcome waits for a row lock held by another session. Default 2.
+        /// An outcome whose row stays locked is kept and recorded on a later round; the loop goes
+        /// on meanwhile (other jobs are claimed and recorded).
+        public var lockTimeout: Double = 2
+        /// Seconds one of the revoker's statements may run. Default 10.
+        public var statementTimeout: Double = 10
         public init() {}
     }
 
@@ -80,7 +86,7 @@ public final class Revoker: Service {
                 let free = options.callsInFlight - inFlight.load(ordering: .relaxed)
                 var claimed: [RevocationStatements.Job] = []
                 if free > 0 {
-                    claimed = try connection!.transaction { c throws(PostgresError) in
+                    claimed = try connection!.transaction(begin: begin) { c throws(PostgresError) in
                         try c.rows(RevocationStatements.claim, (free, options.leaseSeconds))
                     }
                 }
@@ -138,32 +144,55 @@ public final class Revoker: Service {
         }
     }
 
-    /// Records the outcomes of finished calls, each in a short transaction.
+    /// The revoker's transactions: statement and lock timeouts (`Options`).
+    private var begin: String {
+        RevocationStatements.begin(
+            statementTimeoutMilliseconds: Int(options.statementTimeout * 1000), lockTimeoutMilliseconds: Int(options.lockTimeout * 1000))
+    }
+
+    /// Records the outcomes of finished calls, each in a short transaction. An outcome whose row
+    /// another session holds locked (past the lock timeout) is kept for a later round; the others
+    /// are recorded, and the loop goes on claiming.
     private func record(on connection: PostgresConnection) throws(PostgresError) {
         let done = results.withLock { r -> [(RevocationStatements.Job, Outcome)] in
             defer { r.removeAll() }
             return r
         }
+        var waiting: [(RevocationStatements.Job, Outcome)] = []
+        defer { if !waiting.isEmpty { results.withLock { $0.append(contentsOf: waiting) } } }
         for (index, (job, outcome)) in done.enumerated() {
             do throws(PostgresError) {
-                try record(job, outcome, on: connection)
+                let report = try connection.transaction(begin: begin) { c throws(PostgresError) in try record(job, outcome, on: c) }
+                report()
+            } catch  where error.sqlState == RevocationStatements.lockNotAvailable && connection.isHealthy {
+                logger.warning(
+                    "revocation outcome not recorded: another session holds its row locked; kept for the next round",
+                    metadata: ["revocation_id": "\(job.id)", "lock_timeout": "\(options.lockTimeout)"])
+                waiting.append((job, outcome))
             } catch {
                 // Not recorded: put the rest back (the lease keeps the job from running twice meanwhile).
-                results.withLock { $0.append(contentsOf: done[index...]) }
+                waiting.append(contentsOf: done[index...])
                 throw error
             }
         }
     }
 
-    private func record(_ job: RevocationStatements.Job, _ outcome: Outcome, on c: PostgresConnection) throws(PostgresError) {
+    /// Writes one outcome in the caller's transaction; returns what to count and log once it committed.
+    private func record(
+        _ job: RevocationStatements.Job, _ outcome: Outcome, on c: PostgresConnection
+    ) throws(PostgresError) -> () -> Void {
         let subHash = SubjectHash.of(job.sub)
         switch outcome {
         case .revoked:
             try c.affected(RevocationStatements.markDone, job.id)
-            metrics.revocation(outcome: "revoked")
-            logger.info(
-                "refresh token revoked at Apple",
-                metadata: ["revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)"])
+            return { [self] in
+                metrics.revocation(outcome: "revoked")
+                logger.info(
+                    "refresh token revoked at Apple",
+                    metadata: [
+                        "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)",
+                    ])
+            }
         case .failed(let message, let retryAfter):
             let next = options.schedule.next(
                 afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
@@ -171,13 +200,15 @@ public final class Revoker: Service {
             let delay: Double
             if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
             try c.affected(RevocationStatements.markFailed, .init(id: job.id, dead: dead, error: message, retryInSeconds: delay))
-            metrics.revocation(outcome: dead ? "dead" : "failed")
-            logger.warning(
-                dead ? "revocation at Apple dead-lettered" : "revocation at Apple failed, will retry",
-                metadata: [
-                    "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
-                    "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
-                ])
+            return { [self] in
+                metrics.revocation(outcome: dead ? "dead" : "failed")
+                logger.warning(
+                    dead ? "revocation at Apple dead-lettered" : "revocation at Apple failed, will retry",
+                    metadata: [
+                        "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
+                        "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
+                    ])
+            }
         }
     }
 }

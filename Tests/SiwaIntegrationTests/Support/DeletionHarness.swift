@@ -30,10 +30,10 @@ final class DeletionHarness: Sendable {
 
     /// - Parameters:
     ///   - roles: `.receive` alone exchanges codes without a worker (a `work` process may revoke).
-    ///   - fake: an Apple to use (default: a new one, stopped by `stop`).
+    ///   - jwksURL: the key set the receiver and the code exchange trust (default: the fake's).
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
-        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil
+        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil, jwksURL: String? = nil
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -56,7 +56,7 @@ final class DeletionHarness: Sendable {
         var config = ServerConfiguration()
         config.databaseURL = conninfo
         config.audiences = [S.clientID, S.otherClientID]
-        config.jwksURL = fake.jwksURL
+        config.jwksURL = jwksURL ?? fake.jwksURL
         config.listen = ListenAddress(host: "127.0.0.1", port: 0)
         config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
         config.connectionTimeout = 3

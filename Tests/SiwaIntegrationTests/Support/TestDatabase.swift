@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import SiwaApp
 import SiwaPostgres
 
@@ -21,6 +22,17 @@ enum TestDatabase {
     /// start an embedded cluster of their own need only these.
     static var hasServerBinaries: Bool {
         EmbeddedPostgres.findBinaries() != nil
+    }
+
+    /// Runs `body` with a private embedded PostgreSQL in a temporary directory of its own, started,
+    /// which the test may stop and start (a database down); stopped and removed afterwards.
+    static func withEmbedded(_ prefix: String, _ body: (EmbeddedPostgres) throws -> Void) throws {
+        let dir = NSTemporaryDirectory() + "siwa-\(prefix)-\(UInt32.random(in: 0...UInt32.max))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let database = try EmbeddedPostgres(dataDirectory: dir, logger: Logger(label: prefix) { _ in SwiftLogNoOpLogHandler() })
+        try database.start()
+        defer { database.stop() }
+        try body(database)
     }
 
     static func adminURL() throws -> String {
