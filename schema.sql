@@ -509,5 +509,14 @@ CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_valid
 CREATE INDEX IF NOT EXISTS apple_tokens_unscheduled_idx ON siwa.apple_tokens (apple_sub) WHERE next_validation_at IS NULL;
 -- A grant found gone is queued as a consent-revoked event (jti 'siwa-reconcile-<uuid>').
 GRANT INSERT ON siwa.events TO siwa_worker;
+-- The pace every reconciling process shares: `next_slot` is the end of the call times (slots)
+-- already taken. A claim takes its slots from here, one SIWA_RECONCILE_EVERY / tokens apart, so
+-- the overall rate is the same whatever the number of `work` processes. One row.
+CREATE TABLE IF NOT EXISTS siwa.reconcile_pace (
+    id        boolean PRIMARY KEY DEFAULT true CHECK (id),
+    next_slot timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO siwa.reconcile_pace (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
+GRANT SELECT, UPDATE ON siwa.reconcile_pace TO siwa_worker;
 
 COMMIT;

@@ -94,6 +94,8 @@ public final class DevApple: Sendable {
         public var sub: String?
         /// The transfer identifier minted or asked about (`/auth/usermigrationinfo`).
         public var transferSub: String? = nil
+        /// When the request came in (Unix seconds, the wall clock).
+        public var at: Double = 0
     }
 
     /// What the server is and whom it trusts.
@@ -319,7 +321,7 @@ extension DevApple {
             let head = request.head
             var call = Call(
                 method: head.method, path: head.path, contentType: head.contentType, form: nil,
-                secretProblem: nil, status: 0, error: nil, sub: nil)
+                secretProblem: nil, status: 0, error: nil, sub: nil, at: Date().timeIntervalSince1970)
             let answer: Answer
             let response: HTTPResponse
             switch (head.method, head.path) {
