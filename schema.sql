@@ -211,7 +211,8 @@ CREATE INDEX IF NOT EXISTS revocations_key_id ON siwa.revocations (key_id) WHERE
 -- worker with the same rules as Apple's events: it re-activates a consent-revoked account, and
 -- starts a new account when newer than the user's deletion). A sign-in at or before the user's
 -- deletion (a code exchanged late) is not stored: its token is queued for revocation and the
--- answer is 'deleted'. Returns 'created' (no account yet), 'updated', or 'deleted'.
+-- answer is 'deleted'. Returns 'created' (no account yet), 'updated', or 'deleted'. A new token
+-- is a new grant: reconciliation first validates it one interval after it was stored.
 -- The account row is locked first: the worker applying a deletion serializes with it.
 DROP FUNCTION IF EXISTS siwa.store_apple_token(text, text, text, bytea, text, boolean);
 CREATE OR REPLACE FUNCTION siwa.store_apple_token(apple_sub text, client_id text, key_id text, ciphertext bytea,
@@ -236,7 +237,7 @@ BEGIN
             store_apple_token.ciphertext, store_apple_token.signed_in_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-            updated_at = now();
+            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0;
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
             store_apple_token.signed_in_at, store_apple_token.email, store_apple_token.is_private_email,

@@ -336,4 +336,104 @@ struct ReconcileTests {
                     ?? "") ?? -1
         #expect(leased >= answered - recorded)
     }
+
+    // MARK: A user who signed in again after the grant was gone
+
+    /// The refresh token stored for `sub` and the test app, decrypted.
+    static func storedToken(_ conninfo: String, _ sub: String, vault: TokenVault) throws -> String? {
+        guard
+            let row = try TestDatabase.query(
+                conninfo, "SELECT key_id, encode(ciphertext, 'hex') FROM siwa.apple_tokens WHERE apple_sub = $1 AND client_id = $2",
+                [sub, S.clientID]
+            ).rows.first, let keyID = row[0], let hex = row[1], let bytes = Hex.decode(Array(hex.utf8))
+        else { return nil }
+        return try vault.open(.init(keyID: keyID, ciphertext: bytes), sub: sub, clientID: S.clientID)
+    }
+
+    @Test("a sign-in stored while Apple is answering invalid_grant for the old token wins: nothing queued, the new token kept")
+    func signInBetweenClaimAndOutcome() throws {
+        let harness = try DeletionHarness(reconcileEvery: 3600)
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        let sub = "001.back"
+        let old = try harness.signIn(sub: sub)
+        #expect(harness.eventually { (try? harness.accountStatus(sub)) == "active" })
+        harness.fake.revokeGrant(old)
+        // Apple takes 3 s to answer the validation; the user signs in again meanwhile.
+        harness.fake.answerToken(.normal, first: [.delay(3)])
+        try Self.due(harness.conninfo, sub)
+        #expect(eventually(timeout: 20) { harness.fake.calls(to: "/auth/token").contains { $0.form?["refresh_token"] == old } })
+        let new = try harness.signIn(sub: sub)
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The invalid_grant (about the old token) arrives and is recorded: it changes nothing.
+        Thread.sleep(forTimeInterval: 4)
+        let gone = harness.fake.calls(to: "/auth/token").filter { $0.form?["refresh_token"] == old }
+        #expect(gone.count == 1 && gone.first?.error == "invalid_grant")
+        #expect(try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "0")
+        #expect(try harness.accountStatus(sub) == "active")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, S.clientID])
+                == "active")
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The new token is a new grant: first due one interval after it was stored.
+        #expect(
+            try Self.value(
+                harness.conninfo,
+                "SELECT next_validation_at > now() + interval '3500 seconds' AND validated_at IS NULL FROM siwa.apple_tokens WHERE apple_sub = $1",
+                [sub]) == "t")
+    }
+
+    @Test("a sign-in newer than the reconcile consent-revoked wins: the app account active again, its new token kept")
+    func signInNewerThanTheReconcileEvent() throws {
+        let harness = try DeletionHarness(roles: .receive, reconcileEvery: 0)  // no worker until the end
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        let sub = "001.newer"
+        let old = try harness.signIn(sub: sub)
+        _ = try TestDatabase.query(
+            harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now() - interval '1 hour')",
+            [sub, S.clientID])
+        harness.fake.revokeGrant(old)
+        try Self.due(harness.conninfo, sub)
+        let (reconciler, _) = try Self.reconciler(harness.fake, conninfo: harness.conninfo, vault: vault)
+        reconciler.start()
+        let queued = try eventually(timeout: 20) {
+            try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "1"
+        }
+        reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+        #expect(queued)
+        // The user comes back after it (id_token times are whole seconds: the next one).
+        Thread.sleep(forTimeInterval: 1.1)
+        let new = try harness.signIn(sub: sub)
+        _ = try TestDatabase.query(
+            harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now())", [sub, S.clientID])
+        #expect(
+            try Self.value(
+                harness.conninfo,
+                """
+                SELECT s.event_time > r.event_time FROM siwa.events s, siwa.events r
+                WHERE s.sub = $1 AND s.type = 'sign-in' AND r.jti LIKE 'siwa-reconcile-%' ORDER BY s.id DESC LIMIT 1
+                """, [sub]) == "t")
+
+        // Now a worker applies the three events: sign-in, consent-revoked (reconcile), sign-in.
+        var env = harness.environment
+        env["SIWA_RECONCILE_EVERY"] = "0"
+        let work = try ServerProcess(["work"], environment: env)
+        defer { _ = work.terminate() }
+        let applied = try eventually(timeout: 30) {
+            try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE sub = $1 AND status <> 'done'", [sub]) == "0"
+        }
+        #expect(applied, "\(work.log)")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT outcome FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "applied")
+        #expect(try harness.accountStatus(sub) == "active")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, S.clientID])
+                == "active")
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The session from before the grant was gone is revoked; the one after the new sign-in lives.
+        let sessions = try TestDatabase.query(
+            harness.conninfo, "SELECT revoked_at IS NULL FROM siwa.sessions WHERE apple_sub = $1 ORDER BY created_at", [sub])
+        #expect(sessions.rows.map { $0[0] } == ["f", "t"])
+    }
 }
