@@ -411,7 +411,7 @@ CREATE TABLE IF NOT EXISTS siwa.forwards (
     delivered_at     timestamptz,
     delivery_ms      integer,                           -- the delivering attempt: POST to committed 'delivered'
     CONSTRAINT forwards_status_check CHECK (status IN ('pending', 'failed', 'delivered', 'dead')),
-    CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile'))
+    CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'))
 );
 CREATE UNIQUE INDEX IF NOT EXISTS forwards_seq_key ON siwa.forwards (seq);
 -- The senders' queue, and per sub the earliest undelivered forward (ordering).
@@ -479,6 +479,21 @@ CREATE TABLE IF NOT EXISTS siwa.transfers (
 CREATE UNIQUE INDEX IF NOT EXISTS transfers_export_idx ON siwa.transfers (team_id, sub) WHERE direction = 'export';
 CREATE UNIQUE INDEX IF NOT EXISTS transfers_import_idx ON siwa.transfers (transfer_sub) WHERE direction = 'import';
 CREATE INDEX IF NOT EXISTS transfers_new_sub_idx ON siwa.transfers (new_sub) WHERE direction = 'import';
+
+-- `transfer import` with forwarding on queues a `user-migrated` forward per user mapped (source
+-- `transfer`), carrying the identifier. A database of an earlier version gets the column and
+-- the wider source check (checked once, when it does not allow 'transfer' yet).
+ALTER TABLE siwa.forwards ADD COLUMN IF NOT EXISTS transfer_sub text;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'siwa.forwards'::regclass AND conname = 'forwards_source_check'
+                   AND pg_get_constraintdef(oid) LIKE '%''transfer''%') THEN
+        ALTER TABLE siwa.forwards DROP CONSTRAINT IF EXISTS forwards_source_check;
+        ALTER TABLE siwa.forwards ADD CONSTRAINT forwards_source_check
+            CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'));
+    END IF;
+END
+$$;
 
 -- A sign-in whose id_token carries `transfer_sub` (for 60 days after an app transfer) is that
 -- identifier's user: mapped as `transfer import` does (its unmapped row, or a new one); one

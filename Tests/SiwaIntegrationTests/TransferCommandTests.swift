@@ -3,6 +3,7 @@ import SiwaApp
 import SiwaCore
 import SiwaDevTools
 import SiwaPostgres
+import SiwaTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -44,6 +45,15 @@ struct TransferCommandTests {
         #expect(imported.status == 0, "\(imported.stderr)")
         #expect(imported.lastLine.contains("21 users mapped this run"), "\(imported.stderr)")
         #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE status = 'active' AND email IS NOT NULL") == 21)
+        // Each user has the app account of the app transferred (the client id of the import).
+        #expect(
+            try T.count(
+                teams.receivingDatabase,
+                """
+                SELECT count(*) FROM siwa.app_accounts p JOIN siwa.accounts a USING (apple_sub)
+                WHERE p.aud = '\(T.S.clientID)' AND p.status = 'active' AND p.email = a.email
+                """) == 21)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.forwards") == 0)  // forwarding is off
         #expect(
             try T.column(teams.receivingDatabase, "SELECT email FROM siwa.accounts WHERE email NOT LIKE '%privaterelay%'")
                 == ["ann@example.com"])
@@ -140,6 +150,72 @@ struct TransferCommandTests {
         let asked = T.answered(teams.receiving, by: "transfer_sub")
         #expect(asked.count == 30 && asked.values.allSatisfy { $0 == 1 }, "\(asked)")
         #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE status = 'active'") == 30)
+    }
+
+    /// `count` transfer identifiers `t.<i>` the receiving fake resolves to users `002.n<i>`, and
+    /// their list as `transfer export` writes it.
+    static func identifiers(_ teams: TransferTeams, _ count: Int) -> (ids: [String], list: String) {
+        let ids = (1...count).map { "t.\($0)" }
+        for (i, id) in ids.enumerated() {
+            teams.receiving.acceptTransfer(
+                transferSub: id, user: .init(sub: "002.n\(i)", email: "n\(i)@privaterelay.appleid.com", isPrivateEmail: true))
+        }
+        return (ids, ids.map(TransferList.line).joined(separator: "\n") + "\n")
+    }
+
+    @Test("with forwarding on, each user imported is forwarded once as user-migrated (new sub, aud, transfer_sub), signed")
+    func importForwardsEachUser() throws {
+        let teams = try TransferTeams()
+        let (ids, list) = Self.identifiers(teams, 5)
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        let receiver = try WebhookReceiver(secrets: [secret])
+        defer { receiver.stop() }
+        let secretFile = teams.directory + "/forward-secrets"
+        try TransferTeams.write(secret + "\n", to: secretFile)
+        var environment = teams.receivingEnvironment
+        environment["SIWA_FORWARD_URL"] = receiver.url
+        environment["SIWA_FORWARD_SECRET_FILE"] = secretFile
+
+        let imported = try teams.run(["transfer", "import", "--rate", "2000"], environment: environment, stdin: list)
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.lastLine.contains("5 users mapped this run") && imported.lastLine.hasSuffix("; 5 user-migrated forwards queued"))
+        let queued = try TestDatabase.query(
+            teams.receivingDatabase,
+            """
+            SELECT f.type, f.source, f.aud, f.sub = t.new_sub, f.event_time = t.migrated_at, f.id = 'msg_transfer_' || t.id
+            FROM siwa.forwards f JOIN siwa.transfers t ON t.transfer_sub = f.transfer_sub
+            """)
+        #expect(queued.rows.count == 5)
+        #expect(queued.rows.allSatisfy { $0 == ["user-migrated", "transfer", T.S.clientID, "t", "t", "t"] }, "\(queued.rows)")
+        // Idempotent: a rerun maps nothing and queues nothing.
+        let again = try teams.run(["transfer", "import", "--rate", "2000"], environment: environment, stdin: list)
+        #expect(again.lastLine.hasSuffix("0 users mapped this run, 5 already mapped, 5 identifiers read; 0 user-migrated forwards queued"))
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.forwards") == 5)
+
+        // A `work` process sends them.
+        environment["SIWA_JWKS_URL"] = teams.receiving.jwksURL
+        environment["SIWA_RECONCILE_EVERY"] = "0"
+        environment["SIWA_DATA_DIR"] = teams.directory
+        let work = try ServerProcess(["work"], environment: environment)
+        defer { _ = work.terminate() }
+        #expect(eventually(timeout: 30) { receiver.deliveries.count >= 5 }, "\(work.log)")
+        let mapped = Dictionary(
+            uniqueKeysWithValues: try TestDatabase.query(
+                teams.receivingDatabase, "SELECT transfer_sub, new_sub FROM siwa.transfers WHERE direction = 'import'"
+            ).rows.map { ($0[0] ?? "", $0[1] ?? "") })
+        var forwarded: [String] = []
+        for delivery in receiver.deliveries {
+            #expect(delivery.verifiedByEveryKey && delivery.id?.hasPrefix("msg_transfer_") == true)
+            let json = try #require(delivery.json)
+            let data = try #require(json["data"])
+            #expect(json["type"]?.stringValue == "user-migrated")
+            #expect(data["source"]?.stringValue == "transfer" && data["aud"]?.stringValue == T.S.clientID)
+            let transferSub = try #require(data["transfer_sub"]?.stringValue)
+            #expect(data["sub"]?.stringValue == mapped[transferSub] && data["email"] == nil)
+            #expect(data["event_time"]?.int64Value != nil)
+            forwarded.append(transferSub)
+        }
+        #expect(forwarded.sorted() == ids.sorted())
     }
 
     @Test("a sign-in whose id_token carries transfer_sub maps that user, as the API's least-privilege role")
