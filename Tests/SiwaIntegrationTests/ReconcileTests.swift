@@ -276,7 +276,7 @@ struct ReconcileTests {
         let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: interval) { $0 = Reconciler.Options() }
         a.start()
         b.start()
-        Thread.sleep(forTimeInterval: interval * 1.3)
+        Thread.sleep(forTimeInterval: interval * 1.5)
         a.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
         b.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
 
@@ -284,8 +284,9 @@ struct ReconcileTests {
         let start = try #require(calls.first?.at)
         var times: [String: [Double]] = [:]
         for call in calls { times[call.sub ?? "", default: []].append(call.at) }
-        // Every token in the first interval (10% slack for a loaded machine), none twice within one.
-        let firstRound = Set(calls.filter { $0.at < start + interval * 1.1 }.compactMap(\.sub))
+        // Every token in about one interval (40% slack: with the whole suite running, the two
+        // reconcilers and the fake fell 5% behind the 200 calls a second), none twice within one.
+        let firstRound = Set(calls.filter { $0.at < start + interval * 1.4 }.compactMap(\.sub))
         #expect(firstRound.count == n, "\(firstRound.count) of \(n) validated within the interval")
         let closest = times.values.compactMap { t in zip(t, t.dropFirst()).map { $1 - $0 }.min() }.min() ?? .infinity
         #expect(closest >= interval - 0.5, "a token validated twice \(closest) s apart")
