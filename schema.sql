@@ -219,7 +219,8 @@ CREATE INDEX IF NOT EXISTS revocations_key_id ON siwa.revocations (key_id) WHERE
 -- worker with the same rules as Apple's events: it re-activates a consent-revoked account, and
 -- starts a new account when newer than the user's deletion). A sign-in at or before the user's
 -- deletion (a code exchanged late) is not stored: its token is queued for revocation and the
--- answer is 'deleted'. Returns 'created' (no account yet), 'updated', or 'deleted'.
+-- answer is 'deleted'. Returns 'created' (no account yet), 'updated', or 'deleted'. A new token
+-- is a new grant: reconciliation first validates it one interval after it was stored.
 -- The account row is locked first: the worker applying a deletion serializes with it.
 DROP FUNCTION IF EXISTS siwa.store_apple_token(text, text, text, bytea, text, boolean);
 CREATE OR REPLACE FUNCTION siwa.store_apple_token(apple_sub text, client_id text, key_id text, ciphertext bytea,
@@ -244,7 +245,7 @@ BEGIN
             store_apple_token.ciphertext, store_apple_token.signed_in_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-            updated_at = now();
+            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0;
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
             store_apple_token.signed_in_at, store_apple_token.email, store_apple_token.is_private_email,
@@ -455,7 +456,7 @@ CREATE TABLE IF NOT EXISTS siwa.forwards (
     delivered_at     timestamptz,
     delivery_ms      integer,                           -- the delivering attempt: POST to committed 'delivered'
     CONSTRAINT forwards_status_check CHECK (status IN ('pending', 'failed', 'delivered', 'dead')),
-    CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile'))
+    CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'))
 );
 CREATE UNIQUE INDEX IF NOT EXISTS forwards_seq_key ON siwa.forwards (seq);
 -- The senders' queue, and per sub the earliest undelivered forward (ordering).
@@ -536,6 +537,21 @@ CREATE UNIQUE INDEX IF NOT EXISTS transfers_export_idx ON siwa.transfers (team_i
 CREATE UNIQUE INDEX IF NOT EXISTS transfers_import_idx ON siwa.transfers (transfer_sub) WHERE direction = 'import';
 CREATE INDEX IF NOT EXISTS transfers_new_sub_idx ON siwa.transfers (new_sub) WHERE direction = 'import';
 
+-- `transfer import` with forwarding on queues a `user-migrated` forward per user mapped (source
+-- `transfer`), carrying the identifier. A database of an earlier version gets the column and
+-- the wider source check (checked once, when it does not allow 'transfer' yet).
+ALTER TABLE siwa.forwards ADD COLUMN IF NOT EXISTS transfer_sub text;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'siwa.forwards'::regclass AND conname = 'forwards_source_check'
+                   AND pg_get_constraintdef(oid) LIKE '%''transfer''%') THEN
+        ALTER TABLE siwa.forwards DROP CONSTRAINT IF EXISTS forwards_source_check;
+        ALTER TABLE siwa.forwards ADD CONSTRAINT forwards_source_check
+            CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'));
+    END IF;
+END
+$$;
+
 -- A sign-in whose id_token carries `transfer_sub` (for 60 days after an app transfer) is that
 -- identifier's user: mapped as `transfer import` does (its unmapped row, or a new one); one
 -- already mapped is kept. Callable by the API's role. Returns true when it mapped now.
@@ -566,5 +582,14 @@ CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_valid
 CREATE INDEX IF NOT EXISTS apple_tokens_unscheduled_idx ON siwa.apple_tokens (apple_sub) WHERE next_validation_at IS NULL;
 -- A grant found gone is queued as a consent-revoked event (jti 'siwa-reconcile-<uuid>').
 GRANT INSERT ON siwa.events TO siwa_worker;
+-- The pace every reconciling process shares: `next_slot` is the end of the call times (slots)
+-- already taken. A claim takes its slots from here, one SIWA_RECONCILE_EVERY / tokens apart, so
+-- the overall rate is the same whatever the number of `work` processes. One row.
+CREATE TABLE IF NOT EXISTS siwa.reconcile_pace (
+    id        boolean PRIMARY KEY DEFAULT true CHECK (id),
+    next_slot timestamptz NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO siwa.reconcile_pace (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
+GRANT SELECT, UPDATE ON siwa.reconcile_pace TO siwa_worker;
 
 COMMIT;

@@ -1593,6 +1593,24 @@ def per_user(before, after, n, seconds, cpu, backend_cpu):
             "wal_bytes_per_user": round((after["wal_bytes"] - before["wal_bytes"]) / n)}
 
 
+
+def import_with_forwarding(result, env_b, tuning, listing, users):
+    """`transfer import` of the same list with SIWA_FORWARD_URL set, into bench_recv_fwd."""
+    recv_fwd = database("bench_recv_fwd")
+    secrets = os.path.join(TMP, "forward-secrets")
+    with open(secrets, "w") as f:
+        f.write("whsec_" + base64.b64encode(os.urandom(32)).decode() + "\n")
+    env_fwd = {**env_b, "SIWA_DATABASE_URL": recv_fwd, "SIWA_FORWARD_URL": "http://127.0.0.1:9/never-sent",
+               "SIWA_FORWARD_SECRET_FILE": secrets}
+    before, cpu = db_counters("bench_recv_fwd"), BackendCPU("siwa-notify transfer import")
+    seconds, client = timed_command(["transfer", "import", "-"] + tuning, env_fwd, stdin_path=listing)
+    result["import_forwarding"] = per_user(before, db_counters("bench_recv_fwd"), users, seconds, client, cpu.stop())
+    forwards = int(psql_db("bench_recv_fwd", "SELECT count(*) FROM siwa.forwards WHERE type = 'user-migrated'"))
+    assert forwards == users, f"import with forwarding queued {forwards} forwards for {users} users"
+    log(f"transfer import, forwarding on: {users} users in {seconds:.1f} s "
+        f"({result['import_forwarding']['users_per_s']}/s), {forwards} forwards queued")
+
+
 def transfer_mode():
     users = env_int("BENCH_TRANSFER_USERS", 100_000)
     tokens = env_int("BENCH_RECONCILE_TOKENS", 100_000)
@@ -1644,6 +1662,12 @@ def transfer_mode():
         assert mapped == users, f"import mapped {mapped} of {users}"
         log(f"transfer import: {users} users in {seconds:.1f} s ({result['import']['users_per_s']}/s)")
 
+        # 2b. The same import with forwarding on (a user-migrated forward queued per user, in the same
+        # statement; nothing sends them here), on a third database: the cost of the forwards.
+        # BENCH_TRANSFER_FORWARD=0 skips it (a binary from before user-migrated forwards).
+        if env_int("BENCH_TRANSFER_FORWARD", 1):
+            import_with_forwarding(result, env_b, tuning, listing, users)
+
         # 3. Reconciliation: `tokens` refresh tokens, all due, 1% of them gone at Apple.
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         import hashlib
@@ -1686,6 +1710,7 @@ def transfer_mode():
             f"target {result['reconcile']['target_rate']}/s, at most 1,000/s), {result['reconcile']['grants_gone']} grants gone")
         result["summary"] = {"export_users_per_s": result["export"]["users_per_s"],
                              "import_users_per_s": result["import"]["users_per_s"],
+                             "import_forwarding_users_per_s": result.get("import_forwarding", {}).get("users_per_s"),
                              "reconcile_tokens_per_s": result["reconcile"]["users_per_s"]}
         return result
     finally:

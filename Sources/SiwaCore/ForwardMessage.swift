@@ -6,10 +6,14 @@ public enum ForwardSource: String, Sendable, CaseIterable {
     case inApp = "in-app"
     /// A change found by reconciliation (a grant Apple no longer knows).
     case reconcile
+    /// A user brought over by `transfer import` (type `user-migrated`).
+    case transfer
 }
 
 /// One forward, as `POST`ed to `SIWA_FORWARD_URL` (contract §9):
-/// `{"type","timestamp","data":{"sub","aud","event_time","source","email"?,"is_private_email"?}}`.
+/// `{"type","timestamp","data":{"sub","aud","event_time","source","email"?,"is_private_email"?,"transfer_sub"?}}`.
+/// Besides the event types, `user-migrated` (source `transfer`): a user `transfer import` mapped,
+/// `sub` the new one, `transfer_sub` the identifier the records received from the other team carry.
 public struct ForwardMessage: Sendable, Equatable {
     /// The `webhook-id`: the same on every attempt.
     public var id: String
@@ -21,10 +25,15 @@ public struct ForwardMessage: Sendable, Equatable {
     /// Only on email events; nil once erased (an `account-delete` of that user).
     public var email: String?
     public var isPrivateEmail: Bool?
+    /// Only on `user-migrated`: the transfer identifier of the user (`siwa.transfers`).
+    public var transferSub: String?
+
+    /// The type of a forward of a user `transfer import` mapped.
+    public static let userMigrated = EventType.unknown("user-migrated")
 
     public init(
         id: String, type: EventType, sub: String, audience: String, eventTimeMillis: Int64, source: ForwardSource,
-        email: String? = nil, isPrivateEmail: Bool? = nil
+        email: String? = nil, isPrivateEmail: Bool? = nil, transferSub: String? = nil
     ) {
         self.id = id
         self.type = type
@@ -34,6 +43,7 @@ public struct ForwardMessage: Sendable, Equatable {
         self.source = source
         self.email = email
         self.isPrivateEmail = isPrivateEmail
+        self.transferSub = transferSub
     }
 
     /// The `webhook-id` of the forward of outbox event `eventID` (an event takes effect once).
@@ -52,6 +62,7 @@ public struct ForwardMessage: Sendable, Equatable {
             if let email { data += ",\"email\":" + JSONValue.quoted(email) }
             if let isPrivateEmail { data += ",\"is_private_email\":" + (isPrivateEmail ? "true" : "false") }
         }
+        if let transferSub { data += ",\"transfer_sub\":" + JSONValue.quoted(transferSub) }
         data += "}"
         let text =
             "{\"type\":" + JSONValue.quoted(type.rawValue) + ",\"timestamp\":"

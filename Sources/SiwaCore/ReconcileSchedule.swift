@@ -1,9 +1,17 @@
-/// When reconciliation validates the next stored refresh token (contract §10): at most once per
+/// When reconciliation validates the stored refresh tokens (contract §10): at most once per
 /// `interval` per token, the calls spread evenly over the interval (with `n` tokens, one every
-/// `interval / n` seconds, never two closer: no bursts; with few tokens, a call may go every
-/// `maximumSpacing` seconds when one is due, so a retry is not held for hours), a transient
-/// failure retried later with backoff (never sooner than Apple's `Retry-After`, never later than
-/// one interval).
+/// `interval / n` seconds: no bursts; with few tokens, a call may go every `maximumSpacing`
+/// seconds when one is due, so a retry is not held for hours), a transient failure retried later
+/// with backoff (never sooner than Apple's `Retry-After`, never later than one interval).
+///
+/// The pace is shared: every process takes the times of its calls (slots) from one row of the
+/// database (`siwa.reconcile_pace`), one `spacing` apart, so the overall rate does not grow with
+/// the number of processes: a slot is `max(now, the pace's next free slot)`, the next ones one
+/// `spacing` apart, so there is no catch-up burst after an idle time or an outage either. A
+/// claim takes `batchSize` tokens, each leased until `leaseMargin` seconds after its own slot:
+/// the lease always covers the batch. A token validated is due again one interval later; a
+/// token first seen, one interval after it was stored (it was valid then).
+/// (`ReconcileStatements.claim` does the slot arithmetic in SQL, under the pace row's lock.)
 /// Pure: the caller brings the clock (seconds) and does the waiting.
 public struct ReconcileSchedule: Sendable, Equatable {
     /// Seconds between two validations of one token (`SIWA_RECONCILE_EVERY`).
@@ -13,39 +21,41 @@ public struct ReconcileSchedule: Sendable, Equatable {
     public var minimumSpacing: Double
     /// Most seconds between two calls when a token is due. Default 60.
     public var maximumSpacing: Double
+    /// Seconds of slots one claim takes at most (fewer tokens when the spacing is wide). Default 5.
+    public var batchSpan: Double
+    /// Most tokens one claim takes. Default 100.
+    public var maximumBatch: Int
+    /// Seconds a claimed token stays leased after its slot: the call (at most its timeout), the
+    /// recording of its answer, and some slack. Default 60.
+    public var leaseMargin: Double
     public var retry: AppleRetry
-    private var lastSlot = -Double.infinity
 
     public init(
-        interval: Double, minimumSpacing: Double = 0.001, maximumSpacing: Double = 60,
+        interval: Double, minimumSpacing: Double = 0.001, maximumSpacing: Double = 60, batchSpan: Double = 5,
+        maximumBatch: Int = 100, leaseMargin: Double = 60,
         retry: AppleRetry = AppleRetry(policy: RetryPolicy(maxAttempts: .max, baseDelay: 60, maxDelay: 6 * 3600))
     ) {
         precondition(interval > 0, "interval must be positive")
         self.interval = interval
         self.minimumSpacing = minimumSpacing
         self.maximumSpacing = maximumSpacing
+        self.batchSpan = batchSpan
+        self.maximumBatch = maximumBatch
+        self.leaseMargin = leaseMargin
         self.retry = retry
     }
 
-    /// Seconds between two calls with `tokens` stored.
+    /// Seconds between two calls (of all processes together) with `tokens` stored.
     public func spacing(tokens: Int) -> Double {
         max(minimumSpacing, min(maximumSpacing, interval / Double(max(tokens, 1))))
     }
 
-    /// Reserves the next call's time (never before `now`, never closer than `spacing` to the
-    /// previous one).
-    public mutating func nextSlot(now: Double, tokens: Int) -> Double {
-        let slot = max(now, lastSlot + spacing(tokens: tokens))
-        lastSlot = slot
-        return slot
+    /// Tokens one claim takes at `spacing`: as many as fit in `batchSpan` seconds of slots, at
+    /// least one, at most `maximumBatch`.
+    public func batchSize(spacing: Double) -> Int {
+        guard spacing > 0 else { return maximumBatch }
+        return max(1, min(maximumBatch, Int((batchSpan / spacing).rounded(.down))))
     }
-
-    /// When a token validated (or found gone) at `now` is due again.
-    public func nextDue(validatedAt now: Double) -> Double { now + interval }
-
-    /// When a token first seen (stored at `storedAt`) is first due: a token was valid when stored
-    /// (a code exchange, a hand-over validated at Apple), so not before one interval.
-    public func firstDue(storedAt: Double) -> Double { storedAt + interval }
 
     /// When a token whose validation failed transiently `failures` times in a row is tried again.
     public func retryAt(now: Double, failures: Int, retryAfter: Int?, jitter: Double) -> Double {

@@ -94,6 +94,8 @@ public final class DevApple: Sendable {
         public var sub: String?
         /// The transfer identifier minted or asked about (`/auth/usermigrationinfo`).
         public var transferSub: String? = nil
+        /// When the request came in (Unix seconds, the wall clock).
+        public var at: Double = 0
     }
 
     /// What the server is and whom it trusts.
@@ -201,6 +203,18 @@ public final class DevApple: Sendable {
     /// The user revokes the grant at Apple (Settings → Sign in with Apple → Stop using): the
     /// refresh token validates `invalid_grant` from now on.
     public func revokeGrant(_ refreshToken: String) { endpoint.state.withLock { $0.revoked.append(refreshToken) } }
+
+    /// The user `sub` stops using Apple sign-in with the app `clientID` (every app when nil): each
+    /// refresh token issued for them (to that app) validates `invalid_grant` from now on, and
+    /// Apple sends no notification (a missed `consent-revoked`). Returns how many tokens.
+    @discardableResult
+    public func revokeGrant(sub: String, clientID: String? = nil) -> Int { endpoint.revokeGrant(sub: sub, clientID: clientID) }
+
+    /// The development endpoint that does `revokeGrant(sub:clientID:)` over HTTP (form fields
+    /// `sub`, optional `client_id`; answers `{"revoked_tokens":N}`), for trying reconciliation
+    /// locally: `curl -d sub=S http://127.0.0.1:9180/dev/revoke-grant`. Apple has no such
+    /// endpoint; the fake listens on loopback only.
+    public static let revokeGrantPath = "/dev/revoke-grant"
 
     /// The team id this fake plays.
     public var teamID: String { endpoint.configuration.teamID }
@@ -319,13 +333,16 @@ extension DevApple {
             let head = request.head
             var call = Call(
                 method: head.method, path: head.path, contentType: head.contentType, form: nil,
-                secretProblem: nil, status: 0, error: nil, sub: nil)
+                secretProblem: nil, status: 0, error: nil, sub: nil, at: Date().timeIntervalSince1970)
             let answer: Answer
             let response: HTTPResponse
             switch (head.method, head.path) {
             case ("GET", "/auth/keys"):
                 answer = .normal
                 response = .json(200, configuration.signer.jwks)
+            case ("POST", DevApple.revokeGrantPath):
+                answer = .normal
+                response = revokeGrant(request, call: &call)
             case ("POST", "/auth/token"), ("POST", "/auth/revoke"), ("POST", "/auth/usermigrationinfo"):
                 let grant = FormURLEncoding.decodeUnique(request.body)?["grant_type"]
                 answer = state.withLock { state in
@@ -375,6 +392,25 @@ extension DevApple {
         }
 
         private static func error(_ code: String) -> HTTPResponse { .json(400, "{\"error\":\"\(code)\"}") }
+
+        func revokeGrant(sub: String, clientID: String?) -> Int {
+            state.withLock { state in
+                let tokens = state.issued.filter { $0.value.sub == sub && (clientID == nil || $0.value.clientID == clientID) }.map(\.key)
+                state.revoked.append(contentsOf: tokens)
+                return tokens.count
+            }
+        }
+
+        /// `POST /dev/revoke-grant` (`sub`, optional `client_id`, as a form).
+        func revokeGrant(_ request: HTTPRequest, call: inout Call) -> HTTPResponse {
+            guard let form = FormURLEncoding.decodeUnique(request.body), let sub = form["sub"], !sub.isEmpty else {
+                return Self.error("invalid_request")
+            }
+            call.form = form
+            call.sub = sub
+            let count = revokeGrant(sub: sub, clientID: form["client_id"].flatMap { $0.isEmpty ? nil : $0 })
+            return .json(200, "{\"revoked_tokens\":\(count)}")
+        }
 
         /// An id_token about `user` for `clientID`, as Apple signs them.
         func idToken(for user: User, clientID: String, now: Int64) throws -> String {

@@ -15,7 +15,9 @@ struct DevAppleCommand: ParsableCommand {
         discussion: """
             Creates a dev .p8 key and a token key in SIWA_DATA_DIR (if absent), prints the environment to give \
             `serve --dev`, accepts any authorization code (an id_token signed with the dev key that `serve --dev` \
-            trusts) and logs every revocation. Loopback only; never for production.
+            trusts) and logs every revocation. `POST /dev/revoke-grant` (form: sub, optional client_id) plays a user \
+            who stops using Apple sign-in while the notification is missed: their refresh tokens validate \
+            invalid_grant from then on (try reconciliation with it). Loopback only; never for production.
             """)
 
     /// The team id client secrets must name when neither --team-id nor SIWA_TEAM_ID is set.
@@ -97,6 +99,8 @@ struct DevAppleCommand: ParsableCommand {
             export SIWA_APPLE_URL=\(server.baseURL)
 
             Any authorization code is accepted (POST /apple/tokens on the admin listener); revocations are logged here.
+            A user stops using Apple sign-in, and the notification is missed (for reconciliation):
+            curl -d sub=SUB \(server.baseURL)\(DevApple.revokeGrantPath)
             """)
 
         let receiving = try receivingTeam.map { team in
@@ -124,6 +128,9 @@ struct DevAppleCommand: ParsableCommand {
             case "refresh_token": line += " (refresh token valid)"
             default: line += " (code exchanged, refresh token issued)"
             }
+        }
+        if call.path == DevApple.revokeGrantPath && call.status == 200 {
+            line += " (grant revoked, no notification sent: its refresh tokens now validate invalid_grant)"
         }
         if call.path == "/auth/usermigrationinfo" && call.status == 200 {
             line += call.form?["transfer_sub"] == nil ? " (transfer identifier minted)" : " (transfer identifier exchanged)"

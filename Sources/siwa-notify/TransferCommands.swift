@@ -121,8 +121,9 @@ struct TransferImport: ParsableCommand {
         discussion: """
             Reads the list `transfer export` wrote (one {"transfer_sub":"..."} a line, or bare identifiers) from FILE \
             or stdin, records each in siwa.transfers, exchanges those not mapped yet at /auth/usermigrationinfo, \
-            creates the account (active, email recorded) and sets transfer_sub -> new_sub and migrated_at, for the \
-            app to re-key what it received. Idempotent; rerun after a failure. Apple's window is 60 days from the \
+            creates the account and its app account (active, email recorded) and sets transfer_sub -> new_sub and \
+            migrated_at, for the app to re-key what it received. With SIWA_FORWARD_URL set, a user-migrated forward \
+            per user is queued (sent by a `work` or `serve` process). Idempotent; rerun after a failure. Apple's window is 60 days from the \
             transfer (`siwa-notify status` shows what is left).
             """)
 
@@ -150,14 +151,15 @@ struct TransferImport: ParsableCommand {
         do {
             summary = try AppTransfer.import(
                 transferSubs, teamID: config.appleAPI?.teamID ?? "", clientID: clientID, client: client, conninfo: conninfo,
-                options: tuning.transferOptions("transfer import"))
+                forward: config.forwarding != nil, options: tuning.transferOptions("transfer import"))
         } catch {
             throw CLIError("transfer import failed: \(error) (rerun to resume)")
         }
         let p = summary.progress
         ProgressMeter.say(
             "transfer import: \(p.done) users mapped this run, \(p.alreadyDone) already mapped, "
-                + "\(transferSubs.count) identifiers read" + ProgressMeter.skips(summary.skipped))
+                + "\(transferSubs.count) identifiers read" + ProgressMeter.skips(summary.skipped)
+                + (config.forwarding == nil ? "" : "; \(summary.forwardsQueued) user-migrated forwards queued"))
     }
 }
 

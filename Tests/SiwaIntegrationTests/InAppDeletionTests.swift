@@ -626,46 +626,23 @@ struct InAppDeletionTests {
 
     @Test("dev-apple + serve --dev with the printed environment: exchange a code, `revoke`, the account is deleted")
     func devAppleWithServeDev() throws {
-        let dir = NSTemporaryDirectory() + "siwa-devapple-\(UInt64.random(in: 0...UInt64.max))"
-        defer { try? FileManager.default.removeItem(atPath: dir) }
         let sub = "000000.devapple.0001"
-        let apple = try LineReadingProcess(["dev-apple", "--port", "0", "--sub", sub], environment: ["SIWA_DATA_DIR": dir])
-        defer { _ = apple.terminate() }
-        #expect(eventually(timeout: 30) { apple.stdout.contains("export SIWA_APPLE_URL=") }, "\(apple.stdout) \(apple.stderr)")
-        var printed: [String: String] = [:]
-        for line in apple.stdout.split(separator: "\n") where line.hasPrefix("export ") {
-            let pair = line.dropFirst("export ".count).split(separator: "=", maxSplits: 1)
-            if pair.count == 2 { printed[String(pair[0])] = String(pair[1]) }
-        }
+        let session = try DevAppleSession(sub: sub)
+        let (apple, server, printed, conninfo) = (session.apple, session.server, session.printed, session.conninfo)
         #expect(Set(printed.keys) == ["SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE", "SIWA_APPLE_URL"])
         #expect(FileManager.default.fileExists(atPath: printed["SIWA_PRIVATE_KEY_FILE"] ?? "/nonexistent"))
         #expect(FileManager.default.fileExists(atPath: printed["SIWA_TOKEN_KEY_FILE"] ?? "/nonexistent"))
-        #expect(FileManager.default.fileExists(atPath: DevKey.path(dataDirectory: dir)))
-
-        // serve --dev runs on its embedded database only (under SIWA_DATA_DIR).
-        let conninfo = "host=\(dir)/postgres/run port=5432 user=postgres dbname=postgres"
-        let adminPort = ServerProcess.freePort()
-        let env = printed.merging([
-            "SIWA_DATA_DIR": dir, "SIWA_DATABASE_URL": "", "SIWA_LISTEN": "127.0.0.1:0",
-            "SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)",
-            "SIWA_JWKS_URL": (printed["SIWA_APPLE_URL"] ?? "") + "/auth/keys",
-        ]) { _, new in new }
-        let server = try ServerProcess(["serve", "--dev"], environment: env)
-        #expect(server.waitForLog("worker started", timeout: 60), "\(server.log)")
+        #expect(FileManager.default.fileExists(atPath: DevKey.path(dataDirectory: session.directory)))
         #expect(server.log.contains("in-app deletion on"))
-
-        let devToken = try #require(
-            try String(contentsOfFile: dir + "/dev-api-token", encoding: .utf8).split(separator: "\n").first.map(String.init))
         #expect(server.log.contains("DEVELOPMENT API TOKEN"))
-        let reply = try H.post(
-            "http://127.0.0.1:\(adminPort)/apple/tokens",
-            json: H.exchangeBody(code: "any-code-at-all", clientID: ServerConfiguration.devAudience), token: devToken)
+
+        let reply = try session.signIn()
         #expect(reply.status == 200, "\(reply.body) \(server.log)")
         #expect(reply.json?["sub"]?.stringValue == sub)
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.apple_tokens").scalar == "1")
         Thread.sleep(forTimeInterval: 1.1)  // the deletion after the sign-in's second
 
-        let operatorEnv = env.merging(["SIWA_DATABASE_URL": conninfo]) { _, n in n }
+        let operatorEnv = session.environment.merging(["SIWA_DATABASE_URL": conninfo]) { _, n in n }
         let revoked = try OperatorCommandTests.run(["revoke", "--sub", sub], environment: operatorEnv)
         #expect(revoked.status == 0 && revoked.output.contains("queued 1 deletion"), "\(revoked.output)")
         #expect(
@@ -675,7 +652,40 @@ struct InAppDeletionTests {
         #expect(eventually { apple.stdout.contains("POST /auth/revoke 200") })
         #expect(apple.stdout.contains("(refresh token revoked)"))
         #expect(apple.stdout.contains("sub_hash=\(SubjectHash.of(sub))") && !apple.stdout.contains(sub))
-        #expect(server.terminate() == 0)
-        #expect(apple.terminate() == 0)
+        let stopped = session.stop()
+        #expect(stopped.server == 0 && stopped.apple == 0)
+    }
+
+    @Test("README's missed notifications, locally: dev-apple revokes a grant without notifying, serve --dev finds it by reconciliation")
+    func devAppleMissedNotification() throws {
+        let sub = "000000.devapple.0002"
+        let session = try DevAppleSession(sub: sub, serveEnvironment: ["SIWA_RECONCILE_EVERY": "5s"])
+        let (apple, server, conninfo) = (session.apple, session.server, session.conninfo)
+        #expect(server.log.contains("reconciliation on"))
+        let appleURL = try #require(session.printed["SIWA_APPLE_URL"])
+        #expect(apple.stdout.contains("curl -d sub=SUB \(appleURL)/dev/revoke-grant"))
+        #expect(try session.signIn().status == 200, "\(server.log)")
+        _ = try TestDatabase.query(
+            conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now())", [sub, ServerConfiguration.devAudience])
+
+        // The user stops using Apple sign-in; Apple's notification never comes.
+        let revoked = try DeletionHarness.post(
+            appleURL + "/dev/revoke-grant", json: "sub=\(sub)", contentType: "application/x-www-form-urlencoded")
+        #expect(revoked.status == 200 && revoked.body == #"{"revoked_tokens":1}"#, "\(revoked.body)")
+        let started = Date()
+        let found = try eventually(timeout: 40) {
+            try TestDatabase.query(conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]).scalar == "consent_revoked"
+        }
+        #expect(found, "\(server.log)")
+        print("missed notification found by reconciliation \(Date().timeIntervalSince(started)) s after the grant was revoked")
+        #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NULL").scalar == "0")
+        #expect(apple.stdout.contains("POST /dev/revoke-grant 200") && apple.stdout.contains("error=invalid_grant"))
+        #expect(!apple.stdout.contains(sub))
+        let status = try OperatorCommandTests.run(
+            ["status"], environment: session.environment.merging(["SIWA_DATABASE_URL": conninfo]) { _, n in n })
+        let gone = status.output.split(separator: "\n").first { $0.hasPrefix("reconcile: grants gone") }
+        #expect(gone?.split(separator: " ").last == "1", "\(status.output)")
+        let stopped = session.stop()
+        #expect(stopped.server == 0 && stopped.apple == 0)
     }
 }

@@ -85,7 +85,7 @@ struct MigrationLockTests {
         let migrateLocks = try harness.scalar(
             """
             SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE a.application_name = 'siwa-notify migrate' AND l.relation IS NOT NULL
+            WHERE a.application_name = 'siwa-notify migrate' AND l.relation IS NOT NULL AND a.datname = current_database()
             """)
         #expect(migrateLocks == "0")
         try again.commit()

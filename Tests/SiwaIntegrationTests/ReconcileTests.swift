@@ -91,9 +91,12 @@ struct ReconcileTests {
         #expect(metrics.contains("siwa_reconcile_total{outcome=\"grant_gone\"} 1") && metrics.contains("siwa_reconcile_total{outcome=\"error\"} 0"))
     }
 
-    /// A reconciler alone (no worker) on a fresh database, its Apple the fake.
-    static func reconciler(_ fake: FakeApple, conninfo: String) throws -> (Reconciler, TokenVault) {
-        let vault = TokenVault(keys: [try TokenKey(bytes: SecureRandom.bytes(32))])
+    /// A reconciler alone (no worker), its Apple the fake: quick to look again, at most 0.5 s
+    /// between calls unless `configure` says otherwise.
+    static func reconciler(
+        _ fake: FakeApple, conninfo: String, vault: TokenVault = newVault(), interval: Double = 86_400,
+        _ configure: (inout Reconciler.Options) -> Void = { _ in }
+    ) throws -> (Reconciler, TokenVault) {
         let client = AppleClient(
             configuration: AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: "-", tokenKeyFile: "-", baseURL: fake.baseURL),
             privateKey: S.teamKey, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
@@ -101,10 +104,34 @@ struct ReconcileTests {
         options.idleWait = 0.1
         options.recount = 0.1
         options.maximumSpacing = 0.5
+        configure(&options)
         let reconciler = Reconciler(
-            conninfo: conninfo, interval: 86_400, revocation: InAppDeletion(client: client, vault: vault), options: options,
+            conninfo: conninfo, interval: interval, revocation: InAppDeletion(client: client, vault: vault), options: options,
             logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
         return (reconciler, vault)
+    }
+
+    static func newVault() -> TokenVault { TokenVault(keys: [try! TokenKey(bytes: SecureRandom.bytes(32))]) }
+
+    /// Stores `tokens` (sub → refresh token) for `S.clientID` in one statement, all due now.
+    static func storeTokens(_ tokens: [(sub: String, token: String)], vault: TokenVault, conninfo: String) throws {
+        let sealed = try tokens.map { try vault.seal($0.token, sub: $0.sub, clientID: S.clientID) }
+        _ = try TestDatabase.query(
+            conninfo,
+            """
+            INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, next_validation_at)
+            SELECT u.sub, $3, u.key_id, decode(u.hex, 'hex'), now() - interval '1 day', now()
+            FROM unnest($1::text[], $2::text[], $4::text[]) AS u(sub, key_id, hex)
+            """,
+            [
+                SQLEncoding.array(tokens.map(\.sub)), SQLEncoding.array(sealed.map(\.keyID)), S.clientID,
+                SQLEncoding.array(sealed.map { Hex.encode($0.ciphertext) }),
+            ])
+    }
+
+    /// The refresh-token validations Apple answered 200, in the order they came.
+    static func validations(_ fake: FakeApple) -> [FakeApple.Call] {
+        fake.calls(to: "/auth/token").filter { $0.form?["grant_type"] == "refresh_token" && $0.status == 200 }
     }
 
     /// One token, due now, validated by a lone reconciler while Apple answers `answer`; `body`
@@ -179,7 +206,9 @@ struct ReconcileTests {
                 harness.conninfo, "SELECT validated_at IS NULL AND next_validation_at > now() FROM siwa.apple_tokens WHERE apple_sub = '001.killed'")
                 == "t")
         harness.fake.answerToken(.normal)
-        _ = try TestDatabase.query(harness.conninfo, "UPDATE siwa.apple_tokens SET next_validation_at = now()")  // the lease ran out
+        // A minute later: the lease ran out, and the shared pace's next slot (one call a minute) has come.
+        _ = try TestDatabase.query(harness.conninfo, "UPDATE siwa.apple_tokens SET next_validation_at = now()")
+        _ = try TestDatabase.query(harness.conninfo, "UPDATE siwa.reconcile_pace SET next_slot = now()")
         let second = try ServerProcess(["work"], environment: env)
         defer { _ = second.terminate() }
         let validated = try eventually(timeout: 30) {
@@ -188,5 +217,224 @@ struct ReconcileTests {
         #expect(validated, "\(second.log)")
         #expect(harness.fake.calls(to: "/auth/token").filter { $0.form?["grant_type"] == "refresh_token" }.count == 2)
         #expect(try Self.value(harness.conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = '001.killed'") == "active")
+    }
+
+    // MARK: The shared pace, leases, and what a kill loses
+
+    @Test("two reconcilers share one pace: each due token validated once, one call a second in all, every lease covering its slot")
+    func sharedPace() throws {
+        let fake = try S.fake()
+        defer { fake.stop() }
+        let conninfo = try TestDatabase.create()
+        let vault = Self.newVault()
+        let subs = (1...8).map { "001.pace\($0)" }
+        try Self.storeTokens(
+            try subs.map { ($0, try fake.issueTokens(for: .init(sub: $0), clientID: S.clientID).refreshToken) }, vault: vault,
+            conninfo: conninfo)
+        // 8 tokens an hour is one call every 450 s, capped at 1 s. A claim takes 5 s of slots (5
+        // tokens); each token is leased until 3 s after its own slot (a lease of 3 s for the
+        // whole claim would run out while its later tokens wait, and the other reconciler would
+        // take them again).
+        let configure: (inout Reconciler.Options) -> Void = {
+            $0.maximumSpacing = 1
+            $0.leaseMargin = 3
+            $0.flushEvery = 1
+        }
+        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)
+        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)
+        a.start()
+        b.start()
+        defer {
+            a.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+            b.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+        }
+        #expect(eventually(timeout: 30) { Self.validations(fake).count >= 8 })
+        Thread.sleep(forTimeInterval: 4)  // a second validation of any token would come now
+        let calls = Self.validations(fake).sorted { $0.at < $1.at }
+        #expect(calls.count == 8 && Set(calls.compactMap(\.sub)) == Set(subs), "\(calls.map(\.sub))")
+        // One a second in all, not one a second per reconciler: never three calls within 1.5 s.
+        for (first, third) in zip(calls, calls.dropFirst(2)) {
+            #expect(third.at - first.at >= 1.5, "\(calls.map(\.at))")
+        }
+        #expect((calls.last?.at ?? 0) - (calls.first?.at ?? 0) >= 6.5)
+        #expect(a.counts.valid + b.counts.valid == 8 && a.counts.valid > 0 && b.counts.valid > 0, "\(a.counts) \(b.counts)")
+        #expect(try Self.value(conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL") == "8")
+    }
+
+    @Test("10,000 tokens, two reconcilers: every token validated once in the interval, never twice within it, calls spread evenly")
+    func tenThousandTokensSpreadOverTheInterval() throws {
+        let n = 10_000
+        let interval = 50.0
+        let fake = try S.fake(unknownRefreshToken: { $0.hasPrefix("bulk-") ? "001." + $0.dropFirst(5) : nil })
+        defer { fake.stop() }
+        let conninfo = try TestDatabase.create()
+        let vault = Self.newVault()
+        try Self.storeTokens((0..<n).map { ("001.\($0)", "bulk-\($0)") }, vault: vault, conninfo: conninfo)
+        // The real reconcilers, with their default pace (one call every interval / n = 5 ms, in
+        // all), leases and batches; two of them, as two `work` processes.
+        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: interval) { $0 = Reconciler.Options() }
+        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: interval) { $0 = Reconciler.Options() }
+        a.start()
+        b.start()
+        Thread.sleep(forTimeInterval: interval * 1.5)
+        a.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
+        b.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
+
+        let calls = Self.validations(fake).sorted { $0.at < $1.at }
+        let start = try #require(calls.first?.at)
+        var times: [String: [Double]] = [:]
+        for call in calls { times[call.sub ?? "", default: []].append(call.at) }
+        // Every token in about one interval (40% slack: with the whole suite running, the two
+        // reconcilers and the fake fell 5% behind the 200 calls a second), none twice within one.
+        let firstRound = Set(calls.filter { $0.at < start + interval * 1.4 }.compactMap(\.sub))
+        #expect(firstRound.count == n, "\(firstRound.count) of \(n) validated within the interval")
+        let closest = times.values.compactMap { t in zip(t, t.dropFirst()).map { $1 - $0 }.min() }.min() ?? .infinity
+        #expect(closest >= interval - 0.5, "a token validated twice \(closest) s apart")
+        // Evenly: any tenth of the interval holds about n/10 calls, never the double two
+        // reconcilers pacing themselves would make.
+        var windows: [Int] = []
+        var edge = start
+        while edge + interval / 10 <= (calls.last?.at ?? start) {
+            windows.append(calls.filter { $0.at >= edge && $0.at < edge + interval / 10 }.count)
+            edge += interval / 10
+        }
+        #expect(windows.count >= 10 && windows.allSatisfy { $0 <= n / 10 + n / 100 }, "\(windows)")
+        print("10,000 tokens: calls per \(interval / 10) s window \(windows); closest per-token gap \(closest) s; \(a.counts) \(b.counts)")
+        #expect(try Self.value(conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL") == String(n))
+        // Each due again one interval after its validation (or leased for its next one).
+        #expect(
+            try Self.value(
+                conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE next_validation_at - validated_at < make_interval(secs => $1)",
+                [String(interval)]) == "0")
+    }
+
+    @Test("a work process killed -9 mid-batch loses at most flushEvery (2 s) of its validations, not its whole batch")
+    func killedMidBatch() throws {
+        let harness = try DeletionHarness(roles: .receive, reconcileEvery: 0)
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        // 600 tokens for 60 s: one call every 0.1 s, 50 tokens (5 s of slots) per claim.
+        try Self.storeTokens(
+            try (1...600).map { i in
+                ("001.k\(i)", try harness.fake.issueTokens(for: .init(sub: "001.k\(i)"), clientID: S.clientID).refreshToken)
+            }, vault: vault, conninfo: harness.conninfo)
+        var env = harness.environment
+        env["SIWA_RECONCILE_EVERY"] = "60s"
+        let work = try ServerProcess(["work"], environment: env)
+        #expect(eventually(timeout: 60) { Self.validations(harness.fake).count >= 30 }, "\(work.log)")
+        work.kill9()
+        let answered = Self.validations(harness.fake).count
+        let recorded = Int(try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL") ?? "") ?? -1
+        print("killed mid-batch: Apple answered \(answered) validations, \(recorded) recorded")
+        // 2 s at 10 calls a second, and the call in flight: 21 at most. (Recorded once per batch
+        // of 50, none of these would be.)
+        #expect(recorded >= 1 && answered - recorded <= 22, "answered \(answered), recorded \(recorded)")
+        // Those answered and not recorded stay leased (until 60 s after their slot): no other
+        // process asks Apple about them again meanwhile.
+        let leased =
+            Int(
+                try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NULL AND next_validation_at > now()")
+                    ?? "") ?? -1
+        #expect(leased >= answered - recorded)
+    }
+
+    // MARK: A user who signed in again after the grant was gone
+
+    /// The refresh token stored for `sub` and the test app, decrypted.
+    static func storedToken(_ conninfo: String, _ sub: String, vault: TokenVault) throws -> String? {
+        guard
+            let row = try TestDatabase.query(
+                conninfo, "SELECT key_id, encode(ciphertext, 'hex') FROM siwa.apple_tokens WHERE apple_sub = $1 AND client_id = $2",
+                [sub, S.clientID]
+            ).rows.first, let keyID = row[0], let hex = row[1], let bytes = Hex.decode(Array(hex.utf8))
+        else { return nil }
+        return try vault.open(.init(keyID: keyID, ciphertext: bytes), sub: sub, clientID: S.clientID)
+    }
+
+    @Test("a sign-in stored while Apple is answering invalid_grant for the old token wins: nothing queued, the new token kept")
+    func signInBetweenClaimAndOutcome() throws {
+        let harness = try DeletionHarness(reconcileEvery: 3600)
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        let sub = "001.back"
+        let old = try harness.signIn(sub: sub)
+        #expect(harness.eventually { (try? harness.accountStatus(sub)) == "active" })
+        harness.fake.revokeGrant(old)
+        // Apple takes 3 s to answer the validation; the user signs in again meanwhile.
+        harness.fake.answerToken(.normal, first: [.delay(3)])
+        try Self.due(harness.conninfo, sub)
+        #expect(eventually(timeout: 20) { harness.fake.calls(to: "/auth/token").contains { $0.form?["refresh_token"] == old } })
+        let new = try harness.signIn(sub: sub)
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The invalid_grant (about the old token) arrives and is recorded: it changes nothing.
+        Thread.sleep(forTimeInterval: 4)
+        let gone = harness.fake.calls(to: "/auth/token").filter { $0.form?["refresh_token"] == old }
+        #expect(gone.count == 1 && gone.first?.error == "invalid_grant")
+        #expect(try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "0")
+        #expect(try harness.accountStatus(sub) == "active")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, S.clientID])
+                == "active")
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The new token is a new grant: first due one interval after it was stored.
+        #expect(
+            try Self.value(
+                harness.conninfo,
+                "SELECT next_validation_at > now() + interval '3500 seconds' AND validated_at IS NULL FROM siwa.apple_tokens WHERE apple_sub = $1",
+                [sub]) == "t")
+    }
+
+    @Test("a sign-in newer than the reconcile consent-revoked wins: the app account active again, its new token kept")
+    func signInNewerThanTheReconcileEvent() throws {
+        let harness = try DeletionHarness(roles: .receive, reconcileEvery: 0)  // no worker until the end
+        defer { harness.stop() }
+        let vault = TokenVault(keys: [harness.tokenKey])
+        let sub = "001.newer"
+        let old = try harness.signIn(sub: sub)
+        _ = try TestDatabase.query(
+            harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now() - interval '1 hour')",
+            [sub, S.clientID])
+        harness.fake.revokeGrant(old)
+        try Self.due(harness.conninfo, sub)
+        let (reconciler, _) = try Self.reconciler(harness.fake, conninfo: harness.conninfo, vault: vault)
+        reconciler.start()
+        let queued = try eventually(timeout: 20) {
+            try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "1"
+        }
+        reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+        #expect(queued)
+        // The user comes back after it (id_token times are whole seconds: the next one).
+        Thread.sleep(forTimeInterval: 1.1)
+        let new = try harness.signIn(sub: sub)
+        _ = try TestDatabase.query(
+            harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now())", [sub, S.clientID])
+        #expect(
+            try Self.value(
+                harness.conninfo,
+                """
+                SELECT s.event_time > r.event_time FROM siwa.events s, siwa.events r
+                WHERE s.sub = $1 AND s.type = 'sign-in' AND r.jti LIKE 'siwa-reconcile-%' ORDER BY s.id DESC LIMIT 1
+                """, [sub]) == "t")
+
+        // Now a worker applies the three events: sign-in, consent-revoked (reconcile), sign-in.
+        var env = harness.environment
+        env["SIWA_RECONCILE_EVERY"] = "0"
+        let work = try ServerProcess(["work"], environment: env)
+        defer { _ = work.terminate() }
+        let applied = try eventually(timeout: 30) {
+            try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE sub = $1 AND status <> 'done'", [sub]) == "0"
+        }
+        #expect(applied, "\(work.log)")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT outcome FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "applied")
+        #expect(try harness.accountStatus(sub) == "active")
+        #expect(
+            try Self.value(harness.conninfo, "SELECT status FROM siwa.app_accounts WHERE apple_sub = $1 AND aud = $2", [sub, S.clientID])
+                == "active")
+        #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
+        // The session from before the grant was gone is revoked; the one after the new sign-in lives.
+        let sessions = try TestDatabase.query(
+            harness.conninfo, "SELECT revoked_at IS NULL FROM siwa.sessions WHERE apple_sub = $1 ORDER BY created_at", [sub])
+        #expect(sessions.rows.map { $0[0] } == ["f", "t"])
     }
 }

@@ -3,6 +3,7 @@ import SiwaApp
 import SiwaCore
 import SiwaDevTools
 import SiwaPostgres
+import SiwaTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -44,6 +45,15 @@ struct TransferCommandTests {
         #expect(imported.status == 0, "\(imported.stderr)")
         #expect(imported.lastLine.contains("21 users mapped this run"), "\(imported.stderr)")
         #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE status = 'active' AND email IS NOT NULL") == 21)
+        // Each user has the app account of the app transferred (the client id of the import).
+        #expect(
+            try T.count(
+                teams.receivingDatabase,
+                """
+                SELECT count(*) FROM siwa.app_accounts p JOIN siwa.accounts a USING (apple_sub)
+                WHERE p.aud = '\(T.S.clientID)' AND p.status = 'active' AND p.email = a.email
+                """) == 21)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.forwards") == 0)  // forwarding is off
         #expect(
             try T.column(teams.receivingDatabase, "SELECT email FROM siwa.accounts WHERE email NOT LIKE '%privaterelay%'")
                 == ["ann@example.com"])
@@ -75,19 +85,70 @@ struct TransferCommandTests {
         #expect(daysLeft?.split(separator: " ").last == "60", "\(table.stdout)")
     }
 
-    @Test("429 with Retry-After: the export waits as long as Apple says, then finishes")
+    /// The `/auth/usermigrationinfo` calls of `fake`, in the order they came.
+    static func migrationCalls(_ fake: FakeApple) -> [FakeApple.Call] {
+        fake.calls(to: "/auth/usermigrationinfo").sorted { $0.at < $1.at }
+    }
+
+    /// Seconds between the 429 and the next call (nil without a 429 followed by a call).
+    static func waitAfterThrottle(_ fake: FakeApple) -> Double? {
+        let calls = migrationCalls(fake)
+        guard let i = calls.firstIndex(where: { $0.status == 429 }), i + 1 < calls.count else { return nil }
+        return calls[i + 1].at - calls[i].at
+    }
+
+    @Test("429 with Retry-After: 3: the export asks nothing for 3 s (its own backoff would be 0.5-1 s), then finishes")
     func throttled() throws {
         let teams = try TransferTeams()
         try teams.seedSending(active: 5)
-        teams.sending.answerMigration(.normal, first: [.throttled(retryAfter: 1), .throttled(retryAfter: 1)])
-        let started = Date()
+        teams.sending.answerMigration(.normal, first: [.throttled(retryAfter: 3)])
         let export = try teams.export(["--concurrency", "1"])
-        let elapsed = Date().timeIntervalSince(started)
         #expect(export.status == 0, "\(export.stderr)")
         #expect(export.stdout.split(separator: "\n").count == 5)
-        #expect(teams.sending.calls(to: "/auth/usermigrationinfo").map(\.status).filter { $0 == 429 }.count == 2)
-        #expect(elapsed >= 2, "two Retry-After: 1 in a row take two seconds at least (\(elapsed))")
+        #expect(Self.migrationCalls(teams.sending).filter { $0.status == 429 }.count == 1)
+        let waited = try #require(Self.waitAfterThrottle(teams.sending))
+        #expect(waited >= 2.9, "the next call came \(waited) s after the 429")
         #expect(T.answered(teams.sending, by: "sub").values.allSatisfy { $0 == 1 })
+    }
+
+    /// Runs a transfer command (one call at a time) until Apple holds a call and `recorded`
+    /// counts `count` in `database`, then kills it with SIGKILL; returns how it ended.
+    static func killWhenStuck(
+        _ teams: TransferTeams, _ arguments: [String], environment: [String: String], stdin: String = "", fake: FakeApple,
+        database: String, recorded: String, count: Int
+    ) throws -> TransferTeams.Run {
+        let (process, finish) = try teams.start(
+            arguments + ["--rate", "2000", "--concurrency", "1"], environment: environment, stdin: stdin)
+        let stuck = try eventually(timeout: 30) {
+            let done = try T.count(database, recorded)
+            return fake.hungCalls == 1 && done == count
+        }
+        #expect(stuck)
+        kill(process.processIdentifier, SIGKILL)
+        return finish()
+    }
+
+    @Test("an export killed -9 midway resumes: nothing Apple answered is asked again")
+    func exportKilledMidway() throws {
+        let teams = try TransferTeams()
+        try teams.seedSending(active: 30)
+        teams.sending.answerMigration(.hang, first: Array(repeating: .normal, count: 12))
+        let exportedSQL = "SELECT count(*) FROM siwa.transfers WHERE direction = 'export'"
+        let killed = try Self.killWhenStuck(
+            teams, ["transfer", "export", "--to-team", T.receivingTeamID], environment: teams.sendingEnvironment,
+            fake: teams.sending, database: teams.sendingDatabase, recorded: exportedSQL, count: 12)
+        #expect(killed.status != 0 && killed.stdout.isEmpty)
+        #expect(try T.count(teams.sendingDatabase, exportedSQL) == 12)
+
+        teams.sending.answerMigration(.normal)
+        let resumed = try teams.export()
+        #expect(resumed.status == 0, "\(resumed.stderr)")
+        #expect(resumed.stdout.split(separator: "\n").count == 30)
+        #expect(resumed.lastLine.contains("30 transfer identifiers") && resumed.lastLine.contains("(18 new this run)"), "\(resumed.stderr)")
+        // 12 answered before the kill, 18 after, the hung one among them: each sub answered once.
+        let asked = T.answered(teams.sending, by: "sub")
+        #expect(asked.count == 30 && asked.values.allSatisfy { $0 == 1 }, "\(asked)")
+        #expect(Self.migrationCalls(teams.sending).filter { $0.status == 200 }.count == 30)
     }
 
     @Test("Apple down: the export stops with one clear line, keeps what it got, and a rerun resumes")
@@ -114,32 +175,147 @@ struct TransferCommandTests {
     @Test("an import killed midway resumes: nothing Apple answered is asked again")
     func killedMidway() throws {
         let teams = try TransferTeams()
-        let ids = (1...30).map { "t.\($0)" }
+        let (_, list) = Self.identifiers(teams, 30)
+        teams.receiving.answerMigration(.hang, first: Array(repeating: .normal, count: 12))
+        let killed = try Self.killWhenStuck(
+            teams, ["transfer", "import"], environment: teams.receivingEnvironment, stdin: list, fake: teams.receiving,
+            database: teams.receivingDatabase, recorded: "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NOT NULL", count: 12)
+        #expect(killed.status != 0)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NULL") == 18)
+
+        try Self.resumeImport(teams, list, left: 18, done: 12)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE status = 'active'") == 30)
+    }
+
+    /// `count` transfer identifiers `t.<i>` the receiving fake resolves to users `002.n<i>`, and
+    /// their list as `transfer export` writes it.
+    static func identifiers(_ teams: TransferTeams, _ count: Int) -> (ids: [String], list: String) {
+        let ids = (1...count).map { "t.\($0)" }
         for (i, id) in ids.enumerated() {
             teams.receiving.acceptTransfer(
                 transferSub: id, user: .init(sub: "002.n\(i)", email: "n\(i)@privaterelay.appleid.com", isPrivateEmail: true))
         }
-        let list = ids.map(TransferList.line).joined(separator: "\n") + "\n"
-        teams.receiving.answerMigration(.hang, first: Array(repeating: .normal, count: 12))
-        let (process, finish) = try teams.start(
-            ["transfer", "import", "--rate", "2000", "--concurrency", "1"], environment: teams.receivingEnvironment, stdin: list)
-        let mappedSQL = "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NOT NULL"
-        let stuck = try eventually(timeout: 30) {
-            let mapped = try T.count(teams.receivingDatabase, mappedSQL)
-            return teams.receiving.hungCalls == 1 && mapped == 12
-        }
-        #expect(stuck)
-        kill(process.processIdentifier, SIGKILL)
-        #expect(finish().status != 0)
-        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NULL") == 18)
+        return (ids, ids.map(TransferList.line).joined(separator: "\n") + "\n")
+    }
 
+    /// Reruns the import of `list` with Apple back to normal: it maps `left` users, finds `done`
+    /// already mapped, and in all Apple answered each identifier once.
+    static func resumeImport(_ teams: TransferTeams, _ list: String, left: Int, done: Int) throws {
         teams.receiving.answerMigration(.normal)
         let resumed = try teams.import(list)
         #expect(resumed.status == 0, "\(resumed.stderr)")
-        #expect(resumed.lastLine.contains("18 users mapped this run, 12 already mapped"), "\(resumed.stderr)")
+        #expect(resumed.lastLine.contains("\(left) users mapped this run, \(done) already mapped"), "\(resumed.stderr)")
         let asked = T.answered(teams.receiving, by: "transfer_sub")
-        #expect(asked.count == 30 && asked.values.allSatisfy { $0 == 1 }, "\(asked)")
-        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE status = 'active'") == 30)
+        #expect(asked.count == left + done && asked.values.allSatisfy { $0 == 1 }, "each identifier answered once: \(asked)")
+    }
+
+    @Test("an import throttled (429, Retry-After: 4) asks nothing for 4 s (its own backoff would be 0.5-1 s), then finishes")
+    func importThrottled() throws {
+        let teams = try TransferTeams()
+        let (_, list) = Self.identifiers(teams, 10)
+        teams.receiving.answerMigration(.normal, first: [.normal, .throttled(retryAfter: 4)])
+        let started = Date()
+        let imported = try teams.import(list, ["--concurrency", "1"])
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.lastLine.contains("10 users mapped this run"), "\(imported.stderr)")
+        let waited = try #require(Self.waitAfterThrottle(teams.receiving))
+        #expect(waited >= 3.9, "the next call came \(waited) s after the 429")
+        #expect(elapsed >= 4)
+        let asked = T.answered(teams.receiving, by: "transfer_sub")
+        #expect(asked.count == 10 && asked.values.allSatisfy { $0 == 1 }, "\(asked)")
+        #expect(Self.migrationCalls(teams.receiving).count == 11)  // 10 answered, 1 throttled
+    }
+
+    @Test("an import with Apple down stops with one clear line and exit 1, keeps what it got; a rerun asks only the rest")
+    func importAppleDown() throws {
+        let teams = try TransferTeams()
+        let (_, list) = Self.identifiers(teams, 12)
+        teams.receiving.answerMigration(.status(503, #"{"error":"temporarily_unavailable"}"#), first: Array(repeating: .normal, count: 5))
+        let failed = try teams.import(list, ["--apple-attempts", "2", "--concurrency", "1"])
+        #expect(failed.status == 1)
+        #expect(
+            failed.lastLine.hasPrefix("Error: transfer import failed: Apple kept failing (http_503")
+                && failed.lastLine.hasSuffix("(rerun to resume)"), "\(failed.stderr)")
+        #expect(failed.stderr.split(separator: "\n").filter { $0.contains("Error") }.count == 1, "\(failed.stderr)")
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NOT NULL") == 5)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.transfers WHERE new_sub IS NULL") == 7)
+
+        try Self.resumeImport(teams, list, left: 7, done: 5)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.app_accounts WHERE status = 'active'") == 12)
+    }
+
+    @Test("import reads a FILE argument, '-' (stdin), and says so in one line when the file cannot be read")
+    func importFromFileAndStdin() throws {
+        let teams = try TransferTeams()
+        let (ids, list) = Self.identifiers(teams, 6)
+        let file = teams.directory + "/first-half.jsonl"
+        try TransferTeams.write(ids.prefix(3).map(TransferList.line).joined(separator: "\n") + "\n", to: file)
+        let fromFile = try teams.run(
+            ["transfer", "import", file, "--rate", "2000"], environment: teams.receivingEnvironment, stdin: list)
+        #expect(fromFile.status == 0, "\(fromFile.stderr)")
+        #expect(fromFile.lastLine.contains("3 users mapped this run, 0 already mapped, 3 identifiers read"), "\(fromFile.stderr)")
+        let fromStdin = try teams.import(list, ["-"])
+        #expect(fromStdin.status == 0, "\(fromStdin.stderr)")
+        #expect(fromStdin.lastLine.contains("3 users mapped this run, 3 already mapped, 6 identifiers read"), "\(fromStdin.stderr)")
+        #expect(T.answered(teams.receiving, by: "transfer_sub").count == 6)
+        let missing = try teams.run(["transfer", "import", teams.directory + "/nope.jsonl"], environment: teams.receivingEnvironment)
+        #expect(missing.status != 0 && missing.stderr.split(separator: "\n").count == 1 && missing.lastLine.contains("cannot read"))
+    }
+
+    @Test("with forwarding on, each user imported is forwarded once as user-migrated (new sub, aud, transfer_sub), signed")
+    func importForwardsEachUser() throws {
+        let teams = try TransferTeams()
+        let (ids, list) = Self.identifiers(teams, 5)
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+        let receiver = try WebhookReceiver(secrets: [secret])
+        defer { receiver.stop() }
+        let secretFile = teams.directory + "/forward-secrets"
+        try TransferTeams.write(secret + "\n", to: secretFile)
+        var environment = teams.receivingEnvironment
+        environment["SIWA_FORWARD_URL"] = receiver.url
+        environment["SIWA_FORWARD_SECRET_FILE"] = secretFile
+
+        let imported = try teams.run(["transfer", "import", "--rate", "2000"], environment: environment, stdin: list)
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.lastLine.contains("5 users mapped this run") && imported.lastLine.hasSuffix("; 5 user-migrated forwards queued"))
+        let queued = try TestDatabase.query(
+            teams.receivingDatabase,
+            """
+            SELECT f.type, f.source, f.aud, f.sub = t.new_sub, f.event_time = t.migrated_at, f.id = 'msg_transfer_' || t.id
+            FROM siwa.forwards f JOIN siwa.transfers t ON t.transfer_sub = f.transfer_sub
+            """)
+        #expect(queued.rows.count == 5)
+        #expect(queued.rows.allSatisfy { $0 == ["user-migrated", "transfer", T.S.clientID, "t", "t", "t"] }, "\(queued.rows)")
+        // Idempotent: a rerun maps nothing and queues nothing.
+        let again = try teams.run(["transfer", "import", "--rate", "2000"], environment: environment, stdin: list)
+        #expect(again.lastLine.hasSuffix("0 users mapped this run, 5 already mapped, 5 identifiers read; 0 user-migrated forwards queued"))
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.forwards") == 5)
+
+        // A `work` process sends them.
+        environment["SIWA_JWKS_URL"] = teams.receiving.jwksURL
+        environment["SIWA_RECONCILE_EVERY"] = "0"
+        environment["SIWA_DATA_DIR"] = teams.directory
+        let work = try ServerProcess(["work"], environment: environment)
+        defer { _ = work.terminate() }
+        #expect(eventually(timeout: 30) { receiver.deliveries.count >= 5 }, "\(work.log)")
+        let mapped = Dictionary(
+            uniqueKeysWithValues: try TestDatabase.query(
+                teams.receivingDatabase, "SELECT transfer_sub, new_sub FROM siwa.transfers WHERE direction = 'import'"
+            ).rows.map { ($0[0] ?? "", $0[1] ?? "") })
+        var forwarded: [String] = []
+        for delivery in receiver.deliveries {
+            #expect(delivery.verifiedByEveryKey && delivery.id?.hasPrefix("msg_transfer_") == true)
+            let json = try #require(delivery.json)
+            let data = try #require(json["data"])
+            #expect(json["type"]?.stringValue == "user-migrated")
+            #expect(data["source"]?.stringValue == "transfer" && data["aud"]?.stringValue == T.S.clientID)
+            let transferSub = try #require(data["transfer_sub"]?.stringValue)
+            #expect(data["sub"]?.stringValue == mapped[transferSub] && data["email"] == nil)
+            #expect(data["event_time"]?.int64Value != nil)
+            forwarded.append(transferSub)
+        }
+        #expect(forwarded.sorted() == ids.sorted())
     }
 
     @Test("a sign-in whose id_token carries transfer_sub maps that user, as the API's least-privilege role")

@@ -6,7 +6,8 @@ import Synchronization
 
 /// Reconciliation (contract §10): validates every stored refresh token at Apple
 /// (`grant_type=refresh_token`) at most once per `SIWA_RECONCILE_EVERY`, the calls spread evenly
-/// over the interval (`ReconcileSchedule`). `invalid_grant` means the user's grant is gone (a
+/// over the interval at one pace shared by every process (`ReconcileSchedule`,
+/// `siwa.reconcile_pace`): more `work` processes never mean more calls. `invalid_grant` means the user's grant is gone (a
 /// `consent-revoked` Apple sent and we missed): a `consent-revoked` of that app is queued in the
 /// outbox with `source` `reconcile`, and the worker applies it like Apple's. 429, 5xx and network
 /// failures are tried again later with backoff.
@@ -17,16 +18,23 @@ public final class Reconciler: Service {
     public let name = "reconciler"
 
     public struct Options: Sendable {
-        /// A claimed token is leased this long (another process skips it meanwhile). Default 600 s.
-        public var lease: Double = 600
+        /// Seconds a claimed token stays leased after its own slot (another process skips it
+        /// meanwhile; one that dies leaves it to come due again then). Default 60: the call's
+        /// timeout (10 s), the recording of its answer (`flushEvery`) and slack.
+        public var leaseMargin: Double = 60
         /// Longest idle wait between two looks at the table (new tokens, a shorter due time). Default 30 s.
         public var idleWait: Double = 30
         /// How often the token count (hence the pace) is read again. Default 60 s.
         public var recount: Double = 60
-        /// Due tokens claimed (leased) at once; their validations are recorded together once all
-        /// were asked. Default 50.
-        public var batch: Int = 50
-        /// Least seconds between two calls, whatever the count. Default 0.001.
+        /// Seconds of slots one claim takes at most: the batch is as many tokens as fit (at least
+        /// one). Default 5.
+        public var batchSpan: Double = 5
+        /// Most tokens one claim takes. Default 100.
+        public var maximumBatch: Int = 100
+        /// Valid answers are recorded together, but never held longer than this (seconds): a
+        /// process killed loses at most this much of its validations. Default 2.
+        public var flushEvery: Double = 2
+        /// Least seconds between two calls (of all processes), whatever the count. Default 0.001.
         public var minimumSpacing: Double = 0.001
         /// Most seconds between two calls when a token is due (few tokens). Default 60.
         public var maximumSpacing: Double = 60
@@ -88,14 +96,19 @@ public final class Reconciler: Service {
         seconds > 0 ? stopping.wait(timeout: seconds) : stopping.isStopped
     }
 
+    /// Claims due tokens with their slots in the shared pace, validates each at its slot, and
+    /// records the valid ones together, at least every `flushEvery` seconds.
     private func run() {
-        var schedule = ReconcileSchedule(
-            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing)
+        let schedule = ReconcileSchedule(
+            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
+            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin)
         var connection: PostgresConnection?
         var tokens = 0
         var counted = -Double.infinity
         var outages = 0
-        var claimed: [ReconcileStatements.Claimed] = []
+        // Claimed tokens, each with the local time of its slot, soonest first.
+        var claimed: [(token: ReconcileStatements.Claimed, at: Double)] = []
+        // Valid answers not recorded yet (local times). Kept across a lost connection.
         var valid: [(sub: String, clientID: String, at: Double)] = []
         logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(interval)))"])
         while !stopping.isStopped {
@@ -104,15 +117,17 @@ public final class Reconciler: Service {
                 connection = c
                 if claimed.isEmpty {
                     // A batch is done: record its valid tokens, then lease the next due ones.
-                    if !valid.isEmpty {
-                        try c.affected(ReconcileStatements.recordValid, (valid, interval))
-                        valid.removeAll()
-                    }
+                    try record(&valid, on: c)
                     if Self.now() - counted >= options.recount {
                         tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
                         counted = Self.now()
                     }
-                    claimed = try c.rows(ReconcileStatements.claim, (options.lease, options.batch))
+                    let spacing = schedule.spacing(tokens: tokens)
+                    let rows = try c.rows(
+                        ReconcileStatements.claim,
+                        .init(spacing: spacing, limit: schedule.batchSize(spacing: spacing), leaseMargin: schedule.leaseMargin))
+                    let now = Self.now()
+                    claimed = rows.map { ($0, now + $0.slotIn) }.sorted { $0.at < $1.at }
                     if claimed.isEmpty {
                         let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait
                         if pause(min(max(due, 0.05), options.idleWait)) { break }
@@ -120,30 +135,40 @@ public final class Reconciler: Service {
                         continue
                     }
                 }
-                // The pace: one call every interval/tokens seconds, never closer.
-                let slot = schedule.nextSlot(now: Self.now(), tokens: tokens)
+                // Valid answers wait for the next ones, but never past `flushEvery`.
+                let slot = claimed[0].at
+                if let oldest = valid.first?.at, max(slot, Self.now()) - oldest >= options.flushEvery {
+                    try record(&valid, on: c)
+                }
                 if pause(slot - Self.now()) { break }
                 outages = 0
-                let token = claimed.removeFirst()
+                let token = claimed.removeFirst().token
                 if try validate(token, on: c, schedule: schedule) {
                     valid.append((token.sub, token.clientID, Self.now()))
                 }
             } catch {
                 connection = nil
-                valid.removeAll()  // validated again once their lease ends
-                claimed.removeAll()
+                claimed.removeAll()  // their leases run out; validated ones wait in `valid`
                 outages += 1
                 logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
                 if pause(min(30, Double(outages) * 2)) { break }
             }
         }
-        if let connection, !valid.isEmpty {
-            _ = try? connection.affected(ReconcileStatements.recordValid, (valid, interval))
-        }
+        if let connection { try? record(&valid, on: connection) }
+    }
+
+    /// Records the valid answers (each due again one interval after it) and forgets them.
+    private func record(_ valid: inout [(sub: String, clientID: String, at: Double)], on c: PostgresConnection) throws(PostgresError) {
+        guard !valid.isEmpty else { return }
+        let now = Self.now()
+        try c.affected(
+            ReconcileStatements.recordValid,
+            (valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: max(0, now - $0.at)) }, interval))
+        valid.removeAll()
     }
 
     /// One token: Apple is called with no transaction open; then its answer is recorded, but a
-    /// valid one (true: the caller records it with its batch).
+    /// valid one (true: the caller records it with the next ones, within `flushEvery`).
     private func validate(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection, schedule: ReconcileSchedule) throws -> Bool {
         let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
         let refreshToken: String

@@ -103,7 +103,7 @@ enum ForwardStatements {
         UPDATE siwa.forwards f SET lease_until = now() + $2::double precision * interval '1 second'
         WHERE f.id = ANY (ARRAY(SELECT due.id FROM due))
         RETURNING f.id, f.sub, f.aud, f.type, \(SQLEncoding.millis("f.event_time")) AS event_ms, f.source, f.email,
-                  f.is_private_email, f.attempts, extract(epoch FROM now() - f.retry_since)::double precision AS age
+                  f.is_private_email, f.transfer_sub, f.attempts, extract(epoch FROM now() - f.retry_since)::double precision AS age
         """,
         bind: { [String($0.limit), String($0.leaseSeconds)] },
         decode: { row throws(PostgresError) in
@@ -112,7 +112,7 @@ enum ForwardStatements {
                     id: try row.text("id"), type: EventType(rawValue: try row.text("type")), sub: try row.text("sub"),
                     audience: try row.text("aud"), eventTimeMillis: try row.int64("event_ms"),
                     source: try row.value("source", as: ForwardSource.self), email: try row.optionalText("email"),
-                    isPrivateEmail: try row.optionalBool("is_private_email")),
+                    isPrivateEmail: try row.optionalBool("is_private_email"), transferSub: try row.optionalText("transfer_sub")),
                 attempts: try row.int("attempts"), ageSeconds: try row.double("age"))
         })
 

@@ -33,43 +33,78 @@ enum ReconcileStatements {
         var version: String
         /// Transient failures in a row so far (the backoff's exponent).
         var failures: Int
+        /// Seconds from the claim until this token's slot (its call's time in the shared pace).
+        var slotIn: Double
     }
 
-    /// Takes the `limit` most overdue tokens, leasing them for `lease` seconds (another process
-    /// skips them meanwhile).
-    static let claim = Statement<(lease: Double, limit: Int), Claimed>(
+    struct Claim {
+        /// Seconds between two calls of all processes together (`ReconcileSchedule.spacing`).
+        var spacing: Double
+        var limit: Int
+        /// Seconds each token stays leased after its own slot.
+        var leaseMargin: Double
+    }
+
+    /// Takes the `limit` most overdue tokens and as many slots of the shared pace
+    /// (`siwa.reconcile_pace`, one row: every process takes its slots there, so the overall rate
+    /// is one call every `spacing` seconds however many processes run): the first at the later
+    /// of now and the pace's next free slot, the others one `spacing` apart. Each token is leased
+    /// until `leaseMargin` seconds after its own slot (another process skips it meanwhile; a
+    /// process that dies leaves it to come due again), so the lease covers the batch whatever the
+    /// spacing. The pace row is locked only by this statement, after the tokens (no deadlock).
+    static let claim = Statement<Claim, Claimed>(
         "reconcile_claim",
         """
         WITH due AS (
-            SELECT apple_sub, client_id FROM siwa.apple_tokens
+            SELECT apple_sub, client_id, next_validation_at FROM siwa.apple_tokens
             WHERE next_validation_at <= now() ORDER BY next_validation_at LIMIT $2 FOR UPDATE SKIP LOCKED
+        ), taken AS (
+            SELECT count(*)::float8 AS n FROM due
+        ), pace AS (
+            UPDATE siwa.reconcile_pace p
+            SET next_slot = greatest(p.next_slot, now()) + make_interval(secs => $1::float8 * (SELECT n FROM taken))
+            WHERE (SELECT n FROM taken) > 0
+            RETURNING p.next_slot - make_interval(secs => $1::float8 * (SELECT n FROM taken)) AS first_slot
+        ), slotted AS (
+            SELECT d.apple_sub, d.client_id,
+                   p.first_slot + make_interval(secs => $1::float8
+                       * (row_number() OVER (ORDER BY d.next_validation_at, d.apple_sub, d.client_id) - 1)::float8) AS slot
+            FROM due d CROSS JOIN pace p
         )
-        UPDATE siwa.apple_tokens t SET next_validation_at = now() + make_interval(secs => $1)
-        FROM due WHERE t.apple_sub = due.apple_sub AND t.client_id = due.client_id
-        RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures
+        UPDATE siwa.apple_tokens t SET next_validation_at = s.slot + make_interval(secs => $3)
+        FROM slotted s WHERE t.apple_sub = s.apple_sub AND t.client_id = s.client_id
+        RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures,
+                  extract(epoch FROM s.slot - now())::float8 AS slot_in
         """,
-        bind: { [String($0.lease), String($0.limit)] },
+        bind: { [String($0.spacing), String($0.limit), String($0.leaseMargin)] },
         decode: { row throws(PostgresError) in
             Claimed(
                 sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
                 token: DeletionStatements.StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")),
-                version: try row.text("version"), failures: try row.int("validation_failures"))
+                version: try row.text("version"), failures: try row.int("validation_failures"), slotIn: try row.double("slot_in"))
         })
 
-    /// Apple validated these tokens: each due again one interval after its validation (`$3`,
-    /// Unix seconds).
-    static let recordValid = Statement<(tokens: [(sub: String, clientID: String, at: Double)], interval: Double), Void>(
+    /// A token Apple validated, `ago` seconds before it is recorded.
+    struct Valid: Sendable {
+        var sub: String
+        var clientID: String
+        var ago: Double
+    }
+
+    /// Apple validated these tokens: each due again one interval (`$4`) after its validation
+    /// (the database's clock minus `ago`: no clock of another host is trusted).
+    static let recordValid = Statement<(tokens: [Valid], interval: Double), Void>(
         "reconcile_record_valid",
         """
-        UPDATE siwa.apple_tokens t SET validated_at = to_timestamp(v.at),
-               next_validation_at = to_timestamp(v.at) + make_interval(secs => $4), validation_failures = 0
-        FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, at)
+        UPDATE siwa.apple_tokens t SET validated_at = now() - make_interval(secs => v.ago),
+               next_validation_at = now() - make_interval(secs => v.ago) + make_interval(secs => $4), validation_failures = 0
+        FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, ago)
         WHERE t.apple_sub = v.apple_sub AND t.client_id = v.client_id
         """,
         bind: {
             [
                 SQLEncoding.array($0.tokens.map(\.sub)), SQLEncoding.array($0.tokens.map(\.clientID)),
-                SQLEncoding.array($0.tokens.map { String($0.at) }), String($0.interval),
+                SQLEncoding.array($0.tokens.map { String($0.ago) }), String($0.interval),
             ]
         })
 

@@ -68,28 +68,52 @@ enum TransferStatements {
         var isPrivateEmail: Bool?
     }
 
-    /// Creates the accounts (active, email recorded; an account already there, e.g. signed in
-    /// since, is kept as it is) and maps the identifiers, in one statement. Accounts are inserted
-    /// in `COLLATE "C"` order, the order the worker locks them in.
-    static let recordImported = Statement<[Imported], Void>(
+    struct ImportBatch: Sendable {
+        var users: [Imported]
+        /// The app being transferred: `aud` of the app accounts and of the forwards.
+        var clientID: String
+        /// Forwarding is on: queue a `user-migrated` forward per identifier mapped now.
+        var forward: Bool
+    }
+
+    /// Creates the accounts and their app accounts (`aud` the client id; active, email recorded;
+    /// one already there, e.g. signed in since, is kept as it is), maps the identifiers and, when
+    /// forwarding is on, queues a `user-migrated` forward for each identifier mapped now (id
+    /// `msg_transfer_<transfers.id>`, source `transfer`, event_time `migrated_at`), all in one
+    /// statement. Rows are inserted in `COLLATE "C"` order, the order the worker locks them in.
+    /// Returns the forwards queued.
+    static let recordImported = Statement<ImportBatch, Void>(
         "transfer_record_imported",
         """
         WITH m AS (
             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[])
                 AS m(transfer_sub, new_sub, email, is_private_email)
+        ), users AS (
+            SELECT DISTINCT ON (new_sub COLLATE "C") new_sub, email, is_private_email FROM m ORDER BY new_sub COLLATE "C"
         ), created AS (
             INSERT INTO siwa.accounts (apple_sub, email, is_private_email, status)
-            SELECT DISTINCT ON (new_sub COLLATE "C") new_sub, email, is_private_email, 'active' FROM m
-            ORDER BY new_sub COLLATE "C"
+            SELECT new_sub, email, is_private_email, 'active' FROM users ORDER BY new_sub COLLATE "C"
             ON CONFLICT (apple_sub) DO NOTHING
+        ), apps AS (
+            INSERT INTO siwa.app_accounts (apple_sub, aud, status, email, is_private_email)
+            SELECT new_sub, $5, 'active', email, is_private_email FROM users ORDER BY new_sub COLLATE "C"
+            ON CONFLICT (apple_sub, aud) DO NOTHING
+        ), mapped AS (
+            UPDATE siwa.transfers t SET new_sub = m.new_sub, migrated_at = now()
+            FROM m WHERE t.direction = 'import' AND t.transfer_sub = m.transfer_sub AND t.new_sub IS NULL
+            RETURNING t.id, t.transfer_sub, t.new_sub, t.migrated_at
         )
-        UPDATE siwa.transfers t SET new_sub = m.new_sub, migrated_at = now()
-        FROM m WHERE t.direction = 'import' AND t.transfer_sub = m.transfer_sub AND t.new_sub IS NULL
+        INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, transfer_sub)
+        SELECT 'msg_transfer_' || id, new_sub, $5, 'user-migrated', migrated_at, 'transfer', transfer_sub
+        FROM mapped WHERE $6::boolean ORDER BY id
+        ON CONFLICT (id) DO NOTHING
         """,
-        bind: { rows in
-            [
+        bind: { batch in
+            let rows = batch.users
+            return [
                 SQLEncoding.array(rows.map(\.transferSub)), SQLEncoding.array(rows.map(\.newSub)),
-                SQLEncoding.array(rows.map(\.email)), SQLEncoding.array(rows.map(\.isPrivateEmail)),
+                SQLEncoding.array(rows.map(\.email)), SQLEncoding.array(rows.map(\.isPrivateEmail)), batch.clientID,
+                SQLEncoding.bool(batch.forward),
             ]
         })
 

@@ -38,6 +38,8 @@ public enum AppTransfer {
         public var progress: Progress
         /// Apple's refusals of single items by reason (`invalid_request`: 3).
         public var skipped: [String: Int]
+        /// `transfer import` with forwarding on: `user-migrated` forwards queued this run.
+        public var forwardsQueued = 0
     }
 
     /// Why a transfer stopped; `description` is one line naming the cause and what to do.
@@ -79,10 +81,12 @@ public enum AppTransfer {
     }
 
     /// Receiving team: records every identifier of `transferSubs`, then exchanges those not
-    /// mapped yet for the user's `sub` and email in this team, creating the accounts.
+    /// mapped yet for the user's `sub` and email in this team, creating the accounts and app
+    /// accounts (`aud` = `clientID`); with `forward` (forwarding is on), a `user-migrated`
+    /// forward per user mapped, queued in the same statement.
     public static func `import`(
         _ transferSubs: [String], teamID: String, clientID: String, client: AppleMigrationClient, conninfo: String,
-        options: Options = Options()
+        forward: Bool = false, options: Options = Options()
     ) throws(Failure) -> Summary {
         let connection = try database(conninfo, "siwa-notify transfer import")
         var todo: [String] = []
@@ -95,18 +99,19 @@ public enum AppTransfer {
         } catch {
             throw Failure(description: "database: \(error)")
         }
+        var forwards = 0
         var summary = try run(
             todo, options: options,
             call: { transferSub in outcome(client.migratedUser(transferSub: transferSub, clientID: clientID)) },
             commit: { batch throws(PostgresError) in
-                try connection.affected(
-                    TransferStatements.recordImported,
-                    batch.map {
-                        TransferStatements.Imported(
-                            transferSub: $0.0, newSub: $0.1.sub, email: $0.1.email, isPrivateEmail: $0.1.isPrivateEmail)
-                    })
+                let users = batch.map {
+                    TransferStatements.Imported(transferSub: $0.0, newSub: $0.1.sub, email: $0.1.email, isPrivateEmail: $0.1.isPrivateEmail)
+                }
+                forwards += try connection.affected(
+                    TransferStatements.recordImported, .init(users: users, clientID: clientID, forward: forward))
             })
         summary.progress.alreadyDone = transferSubs.count - todo.count
+        summary.forwardsQueued = forwards
         return summary
     }
 

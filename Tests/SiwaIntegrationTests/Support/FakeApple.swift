@@ -25,12 +25,14 @@ final class FakeApple: Sendable {
     init(
         teamID: String, keyID: String, secretKey: ECPublicKey, clientIDs: Set<String>,
         idTokenKey: RSAPrivateKey = FakeApple.sharedIDTokenKey, idTokenKid: String = "fake-apple-key",
-        transfers: DevApple.TransferRegistry = DevApple.TransferRegistry()
+        transfers: DevApple.TransferRegistry = DevApple.TransferRegistry(),
+        unknownRefreshToken: (@Sendable (String) -> String?)? = nil
     ) throws {
         var configuration = DevApple.Configuration(
             teamID: teamID, keyID: keyID, secretKey: secretKey, clientIDs: clientIDs,
             signer: NotificationSigner(key: idTokenKey, kid: idTokenKid))
         configuration.transfers = transfers
+        configuration.unknownRefreshToken = unknownRefreshToken
         apple = try DevApple(configuration)
     }
 
@@ -97,8 +99,9 @@ enum AppleTestSetup {
     static let teamKey: ECPrivateKey = try! ECPrivateKey.generate()
 
     /// A started fake that knows `teamKey` and both client ids.
-    static func fake(key: ECPublicKey = teamKey.publicKey) throws -> FakeApple {
-        try FakeApple(teamID: teamID, keyID: keyID, secretKey: key, clientIDs: [clientID, otherClientID])
+    static func fake(key: ECPublicKey = teamKey.publicKey, unknownRefreshToken: (@Sendable (String) -> String?)? = nil) throws -> FakeApple {
+        try FakeApple(
+            teamID: teamID, keyID: keyID, secretKey: key, clientIDs: [clientID, otherClientID], unknownRefreshToken: unknownRefreshToken)
     }
 
     /// A client secret signed with `key`.
