@@ -661,7 +661,7 @@ struct InAppDeletionTests {
         let sub = "000000.devapple.0002"
         let session = try DevAppleSession(sub: sub, serveEnvironment: ["SIWA_RECONCILE_EVERY": "5s"])
         let (apple, server, conninfo) = (session.apple, session.server, session.conninfo)
-        #expect(server.log.contains("reconciliation on"))
+        #expect(server.waitForLog("reconciliation on"), "\(server.log)")
         let appleURL = try #require(session.printed["SIWA_APPLE_URL"])
         #expect(apple.stdout.contains("curl -d sub=SUB \(appleURL)/dev/revoke-grant"))
         #expect(try session.signIn().status == 200, "\(server.log)")
