@@ -59,16 +59,10 @@ struct ForwardingTLSTests {
     /// Waits (at most 10 s) until something accepts connections on the loopback port.
     private func waitForListener(port: UInt16) throws {
         for _ in 0..<200 {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            if let fd = try? RawHTTP(port: port).connect() {
+                close(fd)
+                return
             }
-            close(fd)
-            if connected == 0 { return }
             Thread.sleep(forTimeInterval: 0.05)
         }
         Issue.record("openssl s_server did not listen on \(port)")
