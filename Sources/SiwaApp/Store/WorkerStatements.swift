@@ -242,15 +242,26 @@ enum WorkerStatements {
         var aud: String? = nil
     }
 
-    /// Revokes live sessions.
+    /// Revokes live sessions. Each element finds its sessions in `sessions_live_idx` in a
+    /// correlated subquery (a SubPlan, which the planner cannot turn into a join the other way
+    /// round), and the rows are then updated by primary key. The plain join let a planner that
+    /// believed the partial index nearly empty (statistics taken before a bulk load of live
+    /// sessions) read the whole index once and compare it with every element: seconds a batch
+    /// (bench/README "revoke_sessions"). No `revoked_at` test on `s` itself, for the same
+    /// reason (it would make `s` look tiny again); `COALESCE` keeps a revocation the app made
+    /// while this statement waited for the row.
     static let revokeSessions = Statement<[Revocation], Void>(
         "revoke_sessions",
         """
-        UPDATE siwa.sessions s SET revoked_at = now(), revoked_reason = u.reason
+        UPDATE siwa.sessions s
+        SET revoked_at = COALESCE(s.revoked_at, now()),
+            revoked_reason = CASE WHEN s.revoked_at IS NULL THEN u.reason ELSE s.revoked_reason END
         FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(sub, before_ms, reason, aud)
-        WHERE s.apple_sub = u.sub AND s.revoked_at IS NULL
-          AND (u.before_ms IS NULL OR s.created_at <= \(SQLEncoding.timestamp(millis: "u.before_ms")))
-          AND (u.aud IS NULL OR s.aud IS NULL OR s.aud = u.aud)
+        WHERE s.id = ANY (ARRAY(
+            SELECT x.id FROM siwa.sessions x
+            WHERE x.apple_sub = u.sub AND x.revoked_at IS NULL
+              AND (u.before_ms IS NULL OR x.created_at <= \(SQLEncoding.timestamp(millis: "u.before_ms")))
+              AND (u.aud IS NULL OR x.aud IS NULL OR x.aud = u.aud)))
         """,
         bind: { rows in
             [
