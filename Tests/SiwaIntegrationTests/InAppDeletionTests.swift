@@ -403,6 +403,46 @@ struct InAppDeletionTests {
     }
 
     @Test(
+        "a late account-delete older than the sign-in the user came back with: the account stays, the old account's emails leave its events and forwards, the new ones stay"
+    )
+    func lateDeletionErasesTheOldAccount() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.late.0001"
+        let old = "old@privaterelay.appleid.com", new = "new@example.com"
+        let now = S.wallClock() * 1000
+        /// Rows of `sub` holding `email`: events (column or claims) and forwards.
+        func holding(_ email: String) throws -> [String?] {
+            [
+                try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email = $2 OR position($2 IN claims::text) > 0)", [sub, email]),
+                try h.scalar("SELECT count(*) FROM siwa.forwards WHERE sub = $1 AND email = $2", [sub, email]),
+            ]
+        }
+        #expect(try h.notify(type: "email-enabled", sub: sub, email: old, eventTimeMillis: now - 120_000).status == 200)
+        #expect(try h.eventually { try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == old })
+        // A forward of that old event still waiting (as forwarding would have queued it), and one of the new account.
+        for (id, at, email) in [("f-old", now - 120_000, old), ("f-new", now + 1_000, new)] {
+            _ = try h.query(
+                """
+                INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, email)
+                VALUES ($1, $2, $3, 'email-enabled', timestamptz 'epoch' + $4::bigint * interval '1 millisecond', 'apple', $5)
+                """, [id, sub, S.clientID, String(at), email])
+        }
+        try h.signIn(sub: sub, email: new)
+        #expect(try h.eventually { try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == new })
+        #expect(try holding(old) == ["1", "1"])
+
+        // Apple's account-delete of a minute ago arrives now: the user deleted the account, then came back.
+        #expect(try h.notify(type: "account-delete", sub: sub, eventTimeMillis: now - 60_000).status == 200)
+        #expect(try h.eventually { try h.scalar("SELECT outcome FROM siwa.events WHERE sub = $1 AND type = 'account-delete'", [sub]) == "stale" })
+        #expect(try h.accountStatus(sub) == "active")
+        #expect(try holding(old) == ["0", "0"], "the deleted account's email stayed")
+        #expect(try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == new)
+        #expect(try h.scalar("SELECT count(*) FROM siwa.forwards WHERE sub = $1 AND email = $2", [sub, new]) == "1")
+        #expect(try h.scalar("SELECT email FROM siwa.events WHERE sub = $1 AND type = 'email-enabled'", [sub]) == nil)
+    }
+
+    @Test(
         "an ignored event (unknown type) keeps no email once its user is deleted: stored before the deletion, or arriving after it; after a new sign-in it keeps it"
     )
     func ignoredEventsOfDeletedUsers() throws {

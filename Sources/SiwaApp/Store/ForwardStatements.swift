@@ -67,6 +67,19 @@ enum ForwardStatements {
         """,
         bind: { [SQLEncoding.array($0)] })
 
+    /// The forwards of a deleted account's events, when the user has come back since
+    /// (`WorkerStatements.eraseEventEmailsUpTo`): those up to the deletion lose their email.
+    static let eraseEmailsUpTo = Statement<WorkerStatements.LateDeletion, Void>(
+        "erase_forward_emails_up_to",
+        """
+        WITH target AS (
+            SELECT f.id FROM siwa.forwards f
+            WHERE f.sub = $1 AND f.event_time <= \(SQLEncoding.timestamp(millis: "$2::bigint")) AND f.email IS NOT NULL
+            ORDER BY f.id FOR UPDATE)
+        UPDATE siwa.forwards f SET email = NULL FROM target t WHERE f.id = t.id
+        """,
+        bind: { [$0.sub, String($0.atMillis)] })
+
     struct Claim {
         var limit: Int
         var leaseSeconds: Double

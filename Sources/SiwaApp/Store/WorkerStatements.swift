@@ -292,6 +292,28 @@ enum WorkerStatements {
         """,
         bind: { [SQLEncoding.array($0)] })
 
+    /// A deletion older than the sign-in the user came back with (`.stale`: the account stays)
+    /// still ends the deleted account: its events up to the deletion lose their address, as
+    /// `eraseEventEmails` does for a deleted user (the new account's events keep theirs).
+    static let eraseEventEmailsUpTo = Statement<LateDeletion, Void>(
+        "erase_event_emails_up_to",
+        """
+        WITH target AS (
+            SELECT e.id FROM siwa.events e
+            WHERE e.sub = $1 AND e.event_time <= \(SQLEncoding.timestamp(millis: "$2::bigint")) AND \(holdsEmail)
+            FOR UPDATE SKIP LOCKED)
+        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
+        FROM target t
+        WHERE e.id = t.id
+        """,
+        bind: { [$0.sub, String($0.atMillis)] })
+
+    /// A deletion that ended an account the user has since come back to (see `eraseEventEmailsUpTo`).
+    struct LateDeletion: Equatable {
+        var sub: String
+        var atMillis: Int64
+    }
+
     /// Events that hold an address, as `eraseEventEmails` finds them (alias `e`).
     private static let holdsEmail = #"(e.email IS NOT NULL OR e.claims ->> 'events' LIKE '%"email"%')"#
 

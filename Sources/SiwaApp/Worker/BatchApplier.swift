@@ -37,6 +37,7 @@ enum BatchApplier {
         var changedApps: [(sub: String, aud: String, state: AccountState)] = []
         var revocations: [WorkerStatements.Revocation] = []
         var deleted: [String] = []
+        var lateDeletions: [WorkerStatements.LateDeletion] = []
         var moveTokens: [DeletionStatements.Deletion] = []
         var eraseTokens: [DeletionStatements.Erasure] = []
         for item in events {
@@ -56,7 +57,12 @@ enum BatchApplier {
             }
             // Every event of a deleted user erases: also one that arrives after the deletion
             // (it may carry an email).
-            if decision.newState.status == .deleted { deleted.append(sub) }
+            if decision.newState.status == .deleted {
+                deleted.append(sub)
+            } else if item.event.type == .accountDelete || item.event.type == .deletionRequested {
+                // Older than the sign-in the user came back with: the old account's data goes.
+                lateDeletions.append(.init(sub: sub, atMillis: item.event.eventTimeMillis))
+            }
             // Tokens signed in at or before a deletion or consent-revoked that took effect: an
             // in-app deletion revokes them at Apple (moved, encrypted, into siwa.revocations);
             // Apple's own account-delete and consent-revoked ended the grant: erased.
@@ -85,6 +91,10 @@ enum BatchApplier {
         if !deleted.isEmpty {
             try c.affected(WorkerStatements.eraseEventEmails, deleted)
             try c.affected(ForwardStatements.eraseEmails, deleted)
+        }
+        for late in lateDeletions {
+            try c.affected(WorkerStatements.eraseEventEmailsUpTo, late)
+            try c.affected(ForwardStatements.eraseEmailsUpTo, late)
         }
         if !moveTokens.isEmpty { try c.affected(DeletionStatements.moveTokensToRevocation, moveTokens) }
         if !eraseTokens.isEmpty { try c.affected(DeletionStatements.eraseTokens, eraseTokens) }
