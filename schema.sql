@@ -555,22 +555,32 @@ $$;
 -- A sign-in whose id_token carries `transfer_sub` (for 60 days after an app transfer) is that
 -- identifier's user: mapped as `transfer import` does (its unmapped row, or a new one); one
 -- already mapped is kept. Callable by the API's role. Returns true when it mapped now.
-CREATE OR REPLACE FUNCTION siwa.map_transfer(transfer_sub text, new_sub text, team_id text, client_id text) RETURNS boolean
+-- With forwarding on (`forward`), a user mapped now is also queued as a `user-migrated` forward,
+-- as `transfer import` queues them (the same id: `msg_transfer_<transfers.id>`).
+DROP FUNCTION IF EXISTS siwa.map_transfer(text, text, text, text);
+CREATE OR REPLACE FUNCTION siwa.map_transfer(transfer_sub text, new_sub text, team_id text, client_id text,
+                                             forward boolean DEFAULT false) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
-    mapped integer;
+    mapped_id bigint;
 BEGIN
     INSERT INTO siwa.transfers AS t (direction, team_id, client_id, transfer_sub, new_sub, migrated_at)
     VALUES ('import', map_transfer.team_id, map_transfer.client_id, map_transfer.transfer_sub, map_transfer.new_sub, now())
     ON CONFLICT (transfer_sub) WHERE direction = 'import'
-    DO UPDATE SET new_sub = excluded.new_sub, migrated_at = excluded.migrated_at WHERE t.new_sub IS NULL;
-    GET DIAGNOSTICS mapped = ROW_COUNT;
-    RETURN mapped > 0;
+    DO UPDATE SET new_sub = excluded.new_sub, migrated_at = excluded.migrated_at WHERE t.new_sub IS NULL
+    RETURNING t.id INTO mapped_id;
+    IF mapped_id IS NOT NULL AND map_transfer.forward THEN
+        INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, transfer_sub)
+        SELECT 'msg_transfer_' || t.id, t.new_sub, map_transfer.client_id, 'user-migrated', t.migrated_at, 'transfer', t.transfer_sub
+        FROM siwa.transfers t WHERE t.id = mapped_id
+        ON CONFLICT (id) DO NOTHING;
+    END IF;
+    RETURN mapped_id IS NOT NULL;
 END
 $$;
-REVOKE ALL ON FUNCTION siwa.map_transfer(text, text, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION siwa.map_transfer(text, text, text, text) TO siwa_api;  -- the sign-in path (the API)
+REVOKE ALL ON FUNCTION siwa.map_transfer(text, text, text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION siwa.map_transfer(text, text, text, text, boolean) TO siwa_api;  -- the sign-in path (the API)
 
 -- ───── Reconciliation (contract §10) ─────
 -- When each stored refresh token was last validated at Apple, when it is next due, and how many

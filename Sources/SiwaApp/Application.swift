@@ -176,7 +176,7 @@ public final class Application: Sendable {
             keys.map {
                 TokenExchange(
                     apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger,
-                    keyAudiences: Self.verificationPolicy(config).keyAudiences)
+                    keyAudiences: Self.verificationPolicy(config).keyAudiences, forwarding: config.forwarding != nil)
             }
         }
         let tokens = try apiTokens()

@@ -275,9 +275,12 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "h@privaterelay.appleid.com")
     }
 
-    @Test("a sign-in whose id_token carries transfer_sub maps that identifier to the user (siwa.transfers)")
+    @Test(
+        "a sign-in whose id_token carries transfer_sub maps that identifier to the user (siwa.transfers), and with forwarding on queues it as user-migrated"
+    )
     func signInMapsTransferSub() throws {
-        let h = try H()
+        // Forwarding on, to a port nothing listens on: the forward is queued and waits.
+        let h = try H(forwardURL: "http://127.0.0.1:9/siwa")
         defer { h.stop() }
         let code = Self.code()
         var user = DevApple.User(sub: "001234.moved.0001", email: "m@privaterelay.appleid.com", isPrivateEmail: true)
@@ -291,6 +294,9 @@ struct InAppDeletionTests {
             ])
         #expect(row.rows.count == 1 && row.value(0, "direction") == "import")
         #expect(row.value(0, "new_sub") == "001234.moved.0001" && row.value(0, "mapped") == "t")
+        let forward = try h.query(
+            "SELECT sub, aud, type, source FROM siwa.forwards WHERE transfer_sub = $1", ["000999.old-team.0001"])
+        #expect(forward.rows == [["001234.moved.0001", S.clientID, "user-migrated", "transfer"]])
     }
 
     // MARK: b. Deletion: local first, revocation for days

@@ -331,6 +331,19 @@ struct TransferCommandTests {
         let rows = try TestDatabase.query(
             conninfo, "SELECT transfer_sub, new_sub, migrated_at IS NOT NULL FROM siwa.transfers ORDER BY transfer_sub")
         #expect(rows.rows == [["t.1", "002.a", "t"], ["t.2", "002.b", "t"]])
+        #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.forwards").scalar == "0", "forwarding off: nothing queued")
+
+        // Forwarding on: a user mapped now is queued as `user-migrated` (once); one mapped already is not.
+        #expect(try connection.mapTransferOnSignIn(transferSub: "t.3", newSub: "002.c", teamID: "T", clientID: "c", forward: true))
+        #expect(try !connection.mapTransferOnSignIn(transferSub: "t.3", newSub: "002.c", teamID: "T", clientID: "c", forward: true))
+        #expect(try !connection.mapTransferOnSignIn(transferSub: "t.1", newSub: "002.a", teamID: "T", clientID: "c", forward: true))
+        let forwards = try TestDatabase.query(
+            conninfo,
+            """
+            SELECT f.id = 'msg_transfer_' || t.id, f.sub, f.aud, f.type, f.source, f.transfer_sub, f.event_time = t.migrated_at, f.status
+            FROM siwa.forwards f JOIN siwa.transfers t ON t.transfer_sub = f.transfer_sub
+            """)
+        #expect(forwards.rows == [["t", "002.c", "c", "user-migrated", "transfer", "t.3", "t", "pending"]])
     }
 
     @Test("both commands: --help, and one clear line without the configuration")

@@ -33,12 +33,16 @@ public final class TokenExchange: Sendable {
     private let clock: @Sendable () -> Int64
     /// Keys trusted for some client ids only (the `--dev` key: the dev audience), as for notifications.
     private let keyAudiences: [String: Set<String>]
+    /// Forwarding is on (`SIWA_FORWARD_URL`): a sign-in that maps a `transfer_sub` queues its
+    /// `user-migrated` forward, as `transfer import` does.
+    private let forwarding: Bool
 
     public init(
         apple: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
-        keyAudiences: [String: Set<String>] = [:],
+        keyAudiences: [String: Set<String>] = [:], forwarding: Bool = false,
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
+        self.forwarding = forwarding
         self.keyAudiences = keyAudiences
         self.apple = apple
         self.keys = keys
@@ -173,7 +177,7 @@ public final class TokenExchange: Sendable {
                 // For 60 days after an app transfer the id_token names the user's identifier from
                 // the old team: that identifier is this user (`siwa.transfers`, as `transfer import`).
                 if let transferSub = claims.transferSub {
-                    _ = try c.row(TransferStatements.mapOnSignIn, (transferSub, claims.sub, teamID, clientID))
+                    _ = try c.row(TransferStatements.mapOnSignIn, (transferSub, claims.sub, teamID, clientID, forwarding))
                 }
                 return try c.row(DeletionStatements.storeToken, signIn)
             }

@@ -120,12 +120,13 @@ enum TransferStatements {
     /// For the sign-in path (`POST /apple/tokens`, `POST /apple/refresh-tokens`): an `id_token`
     /// carrying `transfer_sub` maps that identifier to the user who signed in (`newSub`), as
     /// `transfer import` does (`siwa.map_transfer`, callable by the least-privilege roles). Binds:
-    /// `transferSub`, `newSub`, `teamID` (SIWA_TEAM_ID), `clientID` (the id_token's `aud`). True
-    /// when mapped now; false when it was mapped already. Also
+    /// `transferSub`, `newSub`, `teamID` (SIWA_TEAM_ID), `clientID` (the id_token's `aud`),
+    /// `forward` (forwarding is on: a user mapped now is queued as a `user-migrated` forward, as
+    /// `recordImported` does). True when mapped now; false when it was mapped already. Also
     /// `PostgresConnection.mapTransferOnSignIn`, callable outside the module.
-    static let mapOnSignIn = Statement<(transferSub: String, newSub: String, teamID: String, clientID: String), Bool>(
-        "transfer_map_on_sign_in", "SELECT siwa.map_transfer($1, $2, $3, $4) AS mapped",
-        bind: { [$0.transferSub, $0.newSub, $0.teamID, $0.clientID] },
+    static let mapOnSignIn = Statement<(transferSub: String, newSub: String, teamID: String, clientID: String, forward: Bool), Bool>(
+        "transfer_map_on_sign_in", "SELECT siwa.map_transfer($1, $2, $3, $4, $5) AS mapped",
+        bind: { [$0.transferSub, $0.newSub, $0.teamID, $0.clientID, SQLEncoding.bool($0.forward)] },
         decode: { row throws(PostgresError) in try row.bool("mapped") })
 
     /// What `status` shows of transfers.
@@ -158,7 +159,9 @@ extension PostgresConnection {
     /// `id_token` with `transfer_sub`, within Apple's 60 days after an app transfer). Idempotent;
     /// true when it mapped the identifier now.
     @discardableResult
-    public func mapTransferOnSignIn(transferSub: String, newSub: String, teamID: String, clientID: String) throws(PostgresError) -> Bool {
-        try row(TransferStatements.mapOnSignIn, (transferSub, newSub, teamID, clientID)) ?? false
+    public func mapTransferOnSignIn(
+        transferSub: String, newSub: String, teamID: String, clientID: String, forward: Bool = false
+    ) throws(PostgresError) -> Bool {
+        try row(TransferStatements.mapOnSignIn, (transferSub, newSub, teamID, clientID, forward)) ?? false
     }
 }

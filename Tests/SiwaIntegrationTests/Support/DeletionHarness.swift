@@ -33,7 +33,8 @@ final class DeletionHarness: Sendable {
     ///   - jwksURL: the key set the receiver and the code exchange trust (default: the fake's).
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
-        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil, jwksURL: String? = nil
+        retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil, jwksURL: String? = nil,
+        forwardURL: String? = nil
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -66,6 +67,11 @@ final class DeletionHarness: Sendable {
         config.apiTokenFile = apiTokenFile
         config.apiConcurrency = apiConcurrency
         if let reconcileEvery { config.reconcileEvery = reconcileEvery }
+        if let forwardURL {
+            let secrets = directory + "/forward-secrets"
+            try ("whsec_" + Data(SecureRandom.bytes(24)).base64EncodedString() + "\n").write(toFile: secrets, atomically: true, encoding: .utf8)
+            config.forwarding = ForwardingConfiguration(url: forwardURL, secretFile: secrets)
+        }
         var options = TestHarness.options(retryBaseDelay: retryBaseDelay)
         options.reconciler.idleWait = 0.2
         options.reconciler.recount = 0.2
