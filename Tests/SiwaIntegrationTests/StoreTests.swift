@@ -223,6 +223,38 @@ struct StoreTests {
         return problems
     }
 
+    @Test(
+        "a new account is written once with its decided state; app accounts found without one (an import) count in the decision"
+    )
+    func newAccountsWithTheirState() throws {
+        let url = try TestDatabase.create()
+        // 'orphan.a' signed in to app "a" (an app account) without a siwa.accounts row.
+        _ = try TestDatabase.query(url, "INSERT INTO siwa.app_accounts (apple_sub, aud, status) VALUES ('orphan.a', 'a', 'active')")
+        let c = try PostgresConnection(conninfo: url)
+        let revokedB = { (sub: String) in
+            ClaimedEvent(
+                id: -1, audience: "b", event: AppleEvent(type: .consentRevoked, sub: sub, eventTimeMillis: 1_700_000_000_000), attempts: 0)
+        }
+        let deleted = ClaimedEvent(
+            id: -1, audience: "b", event: AppleEvent(type: .accountDelete, sub: "fresh.d", eventTimeMillis: 1_700_000_000_000), attempts: 0)
+        try c.transaction { c throws(PostgresError) in
+            _ = try BatchApplier.apply([revokedB("fresh.b"), revokedB("orphan.a"), deleted], hook: .shippedNoOp, on: c)
+        }
+        let rows = try TestDatabase.query(
+            url,
+            """
+            SELECT apple_sub, status, extract(epoch FROM status_event_time)::bigint, deleted_at IS NOT NULL
+            FROM siwa.accounts ORDER BY apple_sub
+            """
+        ).rows
+        // 'fresh.b': its only app revoked its consent; 'orphan.a' still uses app "a": active.
+        #expect(
+            rows == [
+                ["fresh.b", "consent_revoked", "1700000000", "f"], ["fresh.d", "deleted", "1700000000", "t"],
+                ["orphan.a", "active", "1700000000", "f"],
+            ])
+    }
+
     @Test("worker statements stay key lookups on tables bulk-loaded after ANALYZE saw them small")
     func plansOnBulkLoadedTables() throws {
         let url = try TestDatabase.create()
@@ -248,7 +280,10 @@ struct StoreTests {
         try c.transaction(begin: WorkerStatements.beginBatch(statementTimeoutSeconds: 30, lockTimeoutSeconds: 5)) { c throws(PostgresError) in
             let plans: [(String, String, [String?])] = [
                 ("claim", WorkerStatements.claim.sql, WorkerStatements.claim.bind(1000)),
-                ("create", WorkerStatements.createOrLockAccounts.sql, WorkerStatements.createOrLockAccounts.bind(subs)),
+                (
+                    "create", WorkerStatements.createOrLockAccounts.sql,
+                    WorkerStatements.createOrLockAccounts.bind(subs.map { ($0, AccountState(status: .active)) })
+                ),
                 ("lock", WorkerStatements.lockAccounts.sql, WorkerStatements.lockAccounts.bind(subs)),
                 (
                     "update", WorkerStatements.updateAccounts.sql,

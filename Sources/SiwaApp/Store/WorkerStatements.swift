@@ -100,23 +100,48 @@ enum WorkerStatements {
         """,
         bind: { [String($0.id), $0.status.rawValue, String($0.error.prefix(500)), String($0.retryInSeconds)] })
 
-    /// Creates the accounts that do not exist yet and locks the others, in one pass in `sub`
-    /// byte order (`COLLATE "C"`, as the worker sorts and as `apple_sub` is stored, whatever the
-    /// database's collation), and returns the subs it created. One order for new and existing accounts alike:
-    /// inserting the new ones first and locking the existing ones after could deadlock with
-    /// another worker's one-by-one path, which takes a batch's subs in sorted order, one at a
-    /// time. (`DO UPDATE … WHERE false` locks the existing row and writes nothing; only inserted
-    /// rows are returned.)
-    static let createOrLockAccounts = Statement<[String], String>(
+    /// Creates the accounts that do not exist yet, with the state the batch decided for a new
+    /// account (so a new account is written once, not inserted and then updated), and locks the
+    /// others, in one pass in `sub` byte order (`COLLATE "C"`, as the worker sorts and as
+    /// `apple_sub` is stored, whatever the database's collation), and returns the subs it
+    /// created. One order for new and existing accounts alike: inserting the new ones first and
+    /// locking the existing ones after could deadlock with another worker's one-by-one path,
+    /// which takes a batch's subs in sorted order, one at a time. (`DO UPDATE … WHERE false`
+    /// locks the existing row and writes nothing; only inserted rows are returned.)
+    static let createOrLockAccounts = Statement<[(sub: String, state: AccountState)], String>(
         "create_or_lock_accounts",
         """
-        INSERT INTO siwa.accounts AS a (apple_sub)
-        SELECT s FROM unnest($1::text[]) AS u(s) ORDER BY s COLLATE "C"
+        INSERT INTO siwa.accounts AS a (apple_sub, status, email, is_private_email, email_forwarding, last_event_time,
+            email_event_time, status_event_time, signed_in_at, address_event_time, account_since, deleted_at)
+        SELECT u.sub, u.status, u.email, u.priv, u.fwd,
+            \(SQLEncoding.timestamp(millis: "u.last_ms")), \(SQLEncoding.timestamp(millis: "u.email_ms")),
+            \(SQLEncoding.timestamp(millis: "u.status_ms")), \(SQLEncoding.timestamp(millis: "u.signed_ms")),
+            \(SQLEncoding.timestamp(millis: "u.address_ms")), \(SQLEncoding.timestamp(millis: "u.since_ms")),
+            CASE WHEN u.status = 'deleted' THEN now() END
+        FROM \(accountRows) ORDER BY u.sub COLLATE "C"
         ON CONFLICT (apple_sub) DO UPDATE SET apple_sub = excluded.apple_sub WHERE false
         RETURNING apple_sub
         """,
-        bind: { [SQLEncoding.array($0)] },
+        bind: accountBinds,
         decode: { row throws(PostgresError) in try row.text("apple_sub") })
+
+    /// Account states as statement rows (`u`), bound by `accountBinds`.
+    private static let accountRows = """
+        unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
+                    $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+             AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms, since_ms)
+        """
+
+    private static func accountBinds(_ rows: [(sub: String, state: AccountState)]) -> [String?] {
+        [
+            SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.state.status.rawValue }),
+            SQLEncoding.array(rows.map { $0.state.email }), SQLEncoding.array(rows.map { $0.state.isPrivateEmail }),
+            SQLEncoding.array(rows.map { $0.state.emailForwarding }), SQLEncoding.array(rows.map { $0.state.lastEventTime }),
+            SQLEncoding.array(rows.map { $0.state.emailEventTime }), SQLEncoding.array(rows.map { $0.state.statusEventTime }),
+            SQLEncoding.array(rows.map { $0.state.signedInAt }), SQLEncoding.array(rows.map { $0.state.addressEventTime }),
+            SQLEncoding.array(rows.map { $0.state.accountSince }),
+        ]
+    }
 
     /// Reads the state of the accounts of these subs, locked (`createOrLockAccounts` took the
     /// locks already: this waits for nothing).
@@ -160,21 +185,10 @@ enum WorkerStatements {
             account_since = \(SQLEncoding.timestamp(millis: "u.since_ms")),
             updated_at = now(),
             deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) END
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
-                    $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
-             AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms, since_ms)
+        FROM \(accountRows)
         WHERE a.apple_sub = u.sub
         """,
-        bind: { rows in
-            [
-                SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.state.status.rawValue }),
-                SQLEncoding.array(rows.map { $0.state.email }), SQLEncoding.array(rows.map { $0.state.isPrivateEmail }),
-                SQLEncoding.array(rows.map { $0.state.emailForwarding }), SQLEncoding.array(rows.map { $0.state.lastEventTime }),
-                SQLEncoding.array(rows.map { $0.state.emailEventTime }), SQLEncoding.array(rows.map { $0.state.statusEventTime }),
-                SQLEncoding.array(rows.map { $0.state.signedInAt }), SQLEncoding.array(rows.map { $0.state.addressEventTime }),
-                SQLEncoding.array(rows.map { $0.state.accountSince }),
-            ]
-        })
+        bind: accountBinds)
 
     /// Every app account of these users, locked (after their `siwa.accounts` rows: one lock order).
     static let lockAppAccounts = Statement<[String], (sub: String, aud: String, state: AccountState)>(

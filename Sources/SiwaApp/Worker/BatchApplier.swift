@@ -25,10 +25,17 @@ enum BatchApplier {
     ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-        let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs))
+        // What each event makes of a user seen for the first time: a sub without an account
+        // row is inserted with it (the same pure decision the loop below makes for it).
+        var asNew: [String: AccountState] = [:]
+        for item in events {
+            asNew[item.event.sub] = AppAccountRules.apply(item.event, audience: item.audience, to: UserState(user: nil, apps: [:])).user.newState
+        }
+        let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs.map { ($0, asNew[$0] ?? .new) }))
         var current: [String: AccountState] = [:]
-        for (sub, state) in try c.rows(WorkerStatements.lockAccounts, subs) where !created.contains(sub) {
-            current[sub] = state
+        let existing = subs.filter { !created.contains($0) }
+        if !existing.isEmpty {
+            for (sub, state) in try c.rows(WorkerStatements.lockAccounts, existing) { current[sub] = state }
         }
         var apps: [String: [String: AccountState]] = [:]
         for (sub, aud, state) in try c.rows(WorkerStatements.lockAppAccounts, subs) { apps[sub, default: [:]][aud] = state }
@@ -46,7 +53,10 @@ enum BatchApplier {
                 item.event, audience: item.audience, to: UserState(user: current[sub], apps: apps[sub] ?? [:]))
             let decision = userDecision.user
             decisions.append(decision)
-            if decision.accountChanged { changed.append((sub, decision.newState)) }
+            // A created account holds its decided state already, unless app accounts of that
+            // user existed without it (an import): then the decision above saw them, and differs.
+            let written = created.contains(sub) && apps[sub] == nil
+            if decision.accountChanged && !written { changed.append((sub, decision.newState)) }
             for (aud, state) in userDecision.apps.sorted(by: { $0.key < $1.key }) { changedApps.append((sub, aud, state)) }
             let reason = decision.revokeReason ?? item.event.type.rawValue
             let aud = userDecision.revokeAudience
