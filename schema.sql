@@ -78,6 +78,8 @@ CREATE INDEX IF NOT EXISTS events_due_idx ON siwa.events (next_attempt_at, id) I
 CREATE INDEX IF NOT EXISTS events_day_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type, status)
     INCLUDE (received_at);
 CREATE INDEX IF NOT EXISTS events_dead_idx ON siwa.events (id) WHERE status = 'dead';
+-- Recent unknown-type events, for the worker's sweep of those that raced a deletion (below).
+CREATE INDEX IF NOT EXISTS events_ignored_idx ON siwa.events (received_at) WHERE status = 'ignored';
 
 -- One row per Apple user. Created by the first event for an unknown sub.
 CREATE TABLE IF NOT EXISTS siwa.accounts (

@@ -449,6 +449,30 @@ struct InAppDeletionTests {
     }
 
     @Test(
+        "an ignored event inserted while the deletion of a user never seen before commits: the insert sees no account to wait for, the worker's sweep erases its email"
+    )
+    func ignoredEventRacingADeletion() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.raced.0001", email = "raced@example.com"
+        // A worker's batch applying the account-delete of a user with no account row: the row is
+        // created as deleted, not yet committed.
+        let worker = try PostgresConnection(conninfo: h.conninfo)
+        _ = try worker.execute("BEGIN")
+        _ = try worker.execute("INSERT INTO siwa.accounts (apple_sub, status, deleted_at) VALUES ($1, 'deleted', now())", [sub])
+        let at = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try h.notify(type: "future-type", sub: sub, email: email, eventTimeMillis: at).json?["status"]?.stringValue == "ignored")
+        #expect(try h.scalar("SELECT email FROM siwa.events WHERE sub = $1", [sub]) == email, "the insert did not race")
+        _ = try worker.execute("COMMIT")
+        #expect(
+            try h.eventually(15) {
+                try h.scalar(
+                    "SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email IS NOT NULL OR position($2 IN claims::text) > 0)",
+                    [sub, email]) == "0"
+            }, "the ignored event kept the deleted user's email")
+    }
+
+    @Test(
         "an ignored event (unknown type) keeps no email once its user is deleted: stored before the deletion, or arriving after it; after a new sign-in it keeps it"
     )
     func ignoredEventsOfDeletedUsers() throws {

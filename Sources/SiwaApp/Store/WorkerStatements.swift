@@ -306,6 +306,25 @@ enum WorkerStatements {
         """,
         bind: { [SQLEncoding.array($0)] })
 
+    /// Unknown-type events received in the last hour that still hold an address while their user
+    /// is deleted. The insert trigger erases them when the deleted account is visible; one inserted
+    /// while the transaction that created that user's account *as deleted* (a user never seen
+    /// before) was still open saw no row to wait for and kept its address. Swept by the worker
+    /// (a small partial index: unknown types are rare); claimed rows are skipped, as above.
+    static let eraseRacedIgnoredEmails = Statement<Void, Void>(
+        "erase_raced_ignored_emails",
+        """
+        WITH target AS (
+            SELECT e.id FROM siwa.events e
+            WHERE e.status = 'ignored' AND e.received_at > now() - interval '1 hour' AND \(holdsEmail)
+              AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
+            FOR UPDATE SKIP LOCKED)
+        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
+        FROM target t
+        WHERE e.id = t.id
+        """,
+        bind: { _ in [] })
+
     /// A deletion older than the sign-in the user came back with (`.stale`: the account stays)
     /// still ends the deleted account: its events up to the deletion lose their address, as
     /// `eraseEventEmails` does for a deleted user (the new account's events keep theirs).

@@ -85,16 +85,25 @@ public final class Worker: Service {
         }
     }
 
+    /// Seconds between two sweeps of unknown-type events that raced a deletion.
+    static let ignoredSweepInterval = 5.0
+
     /// Helpers (`signal` is `backlog`) wait as long as no full batch is seen; the first loop
     /// also polls every `pollInterval` (retries fall due without a notification).
     private func loop(number: Int, waitingOn signal: WakeSignal) {
         let idle = signal === wakeups ? options.pollInterval : 60
         var work: PostgresConnection?
         var backoff = 0.2
+        var swept = Deadline.now
         while !wakeups.isStopped {
             do {
                 if work == nil || !(work!.isHealthy) {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
+                }
+                // The first loop sweeps unknown-type events that raced a deletion, every few seconds.
+                if signal === wakeups, swept.hasPassed(at: .now) {
+                    try work!.affected(WorkerStatements.eraseRacedIgnoredEmails, ())
+                    swept = Deadline.now.adding(seconds: Self.ignoredSweepInterval)
                 }
                 let processed = try processBatch(on: work!)
                 backoff = 0.2
