@@ -294,6 +294,11 @@ struct StoreTests {
                     WorkerStatements.revokeSessions.bind(subs.map { .init(sub: $0, createdAtOrBefore: nil, reason: "r") })
                 ),
                 ("erase", WorkerStatements.eraseEventEmails.sql, WorkerStatements.eraseEventEmails.bind(subs)),
+                (
+                    "erase before comeback", WorkerStatements.eraseEventEmailsBefore.sql,
+                    WorkerStatements.eraseEventEmailsBefore.bind(.init(sub: "bulk.97", sinceMillis: 1_700_000_000_000))
+                ),
+                ("sweep ignored", WorkerStatements.eraseRacedIgnoredEmails.sql, []),
                 ("done", WorkerStatements.markDone.sql, WorkerStatements.markDone.bind(ids.map { ($0, "applied") })),
                 ("erase failed", WorkerStatements.eraseFailedEventEmail.sql, WorkerStatements.eraseFailedEventEmail.bind(97)),
             ]

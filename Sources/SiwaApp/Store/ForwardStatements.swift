@@ -57,28 +57,25 @@ enum ForwardStatements {
     /// the undelivered ones are then sent without it, and delivered ones keep no address here.
     /// Rows are locked in id order, as `recordOutcomes` locks them (no deadlock with a sender).
     static let eraseEmails = Statement<[String], Void>(
-        "erase_forward_emails",
-        """
-        WITH target AS (
-            SELECT f.id FROM siwa.forwards f
-            WHERE f.sub = ANY($1::text[]) AND f.email IS NOT NULL
-            ORDER BY f.id FOR UPDATE)
-        UPDATE siwa.forwards f SET email = NULL FROM target t WHERE f.id = t.id
-        """,
-        bind: { [SQLEncoding.array($0)] })
+        "erase_forward_emails", eraseEmails(where: "f.sub = ANY($1::text[])"), bind: { [SQLEncoding.array($0)] })
 
     /// The forwards of a deleted account's events, when the user has come back since
-    /// (`WorkerStatements.eraseEventEmailsUpTo`): those up to the deletion lose their email.
-    static let eraseEmailsUpTo = Statement<WorkerStatements.LateDeletion, Void>(
-        "erase_forward_emails_up_to",
+    /// (`WorkerStatements.eraseEventEmailsBefore`): those older than the comeback lose their email.
+    static let eraseEmailsBefore = Statement<WorkerStatements.Comeback, Void>(
+        "erase_forward_emails_before",
+        eraseEmails(where: "f.sub = $1 AND f.event_time < \(SQLEncoding.timestamp(millis: "$2::bigint"))"),
+        bind: { [$0.sub, String($0.sinceMillis)] })
+
+    /// Erases the email of the forwards matching `condition` (alias `f`), locked in id order.
+    private static func eraseEmails(where condition: String) -> String {
         """
         WITH target AS (
             SELECT f.id FROM siwa.forwards f
-            WHERE f.sub = $1 AND f.event_time <= \(SQLEncoding.timestamp(millis: "$2::bigint")) AND f.email IS NOT NULL
+            WHERE \(condition) AND f.email IS NOT NULL
             ORDER BY f.id FOR UPDATE)
         UPDATE siwa.forwards f SET email = NULL FROM target t WHERE f.id = t.id
-        """,
-        bind: { [$0.sub, String($0.atMillis)] })
+        """
+    }
 
     struct Claim {
         var limit: Int

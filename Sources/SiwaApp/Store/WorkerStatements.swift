@@ -294,17 +294,21 @@ enum WorkerStatements {
     /// each later event of that user. Rows another worker has claimed are skipped (no lock wait, no
     /// deadlock): they are that user's events too, and erase again when they are applied.
     static let eraseEventEmails = Statement<[String], Void>(
-        "erase_event_emails",
+        "erase_event_emails", eraseEmails(where: "e.sub = ANY($1::text[])"), bind: { [SQLEncoding.array($0)] })
+
+    /// Erases the address of the events matching `condition` (alias `e`) that hold one; rows
+    /// another worker has claimed are skipped (see `eraseEventEmails`).
+    private static func eraseEmails(where condition: String) -> String {
         """
         WITH target AS (
             SELECT e.id FROM siwa.events e
-            WHERE e.sub = ANY($1::text[]) AND \(holdsEmail)
+            WHERE \(condition) AND \(holdsEmail)
             FOR UPDATE SKIP LOCKED)
         UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
         FROM target t
         WHERE e.id = t.id
-        """,
-        bind: { [SQLEncoding.array($0)] })
+        """
+    }
 
     /// Unknown-type events received in the last hour that still hold an address while their user
     /// is deleted. The insert trigger erases them when the deleted account is visible; one inserted
@@ -313,38 +317,27 @@ enum WorkerStatements {
     /// (a small partial index: unknown types are rare); claimed rows are skipped, as above.
     static let eraseRacedIgnoredEmails = Statement<Void, Void>(
         "erase_raced_ignored_emails",
-        """
-        WITH target AS (
-            SELECT e.id FROM siwa.events e
-            WHERE e.status = 'ignored' AND e.received_at > now() - interval '1 hour' AND \(holdsEmail)
-              AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
-            FOR UPDATE SKIP LOCKED)
-        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
-        FROM target t
-        WHERE e.id = t.id
-        """,
+        eraseEmails(
+            where: """
+                e.status = 'ignored' AND e.received_at > now() - interval '1 hour'
+                  AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
+                """),
         bind: { _ in [] })
 
     /// A deletion older than the sign-in the user came back with (`.stale`: the account stays)
-    /// still ends the deleted account: its events up to the deletion lose their address, as
-    /// `eraseEventEmails` does for a deleted user (the new account's events keep theirs).
-    static let eraseEventEmailsUpTo = Statement<LateDeletion, Void>(
-        "erase_event_emails_up_to",
-        """
-        WITH target AS (
-            SELECT e.id FROM siwa.events e
-            WHERE e.sub = $1 AND e.event_time <= \(SQLEncoding.timestamp(millis: "$2::bigint")) AND \(holdsEmail)
-            FOR UPDATE SKIP LOCKED)
-        UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
-        FROM target t
-        WHERE e.id = t.id
-        """,
-        bind: { [$0.sub, String($0.atMillis)] })
+    /// still ends the deleted account: its events older than the comeback (`accountSince`, the
+    /// rules' own bound: such events "were the deleted account's") lose their address, as
+    /// `eraseEventEmails` does for a deleted user; the new account's events keep theirs.
+    static let eraseEventEmailsBefore = Statement<Comeback, Void>(
+        "erase_event_emails_before",
+        eraseEmails(where: "e.sub = $1 AND e.event_time < \(SQLEncoding.timestamp(millis: "$2::bigint"))"),
+        bind: { [$0.sub, String($0.sinceMillis)] })
 
-    /// A deletion that ended an account the user has since come back to (see `eraseEventEmailsUpTo`).
-    struct LateDeletion: Equatable {
+    /// A user who was deleted and came back at `sinceMillis` (`AccountState.accountSince`): what
+    /// is older belonged to the deleted account (see `eraseEventEmailsBefore`).
+    struct Comeback: Equatable {
         var sub: String
-        var atMillis: Int64
+        var sinceMillis: Int64
     }
 
     /// Events that hold an address, as `eraseEventEmails` finds them (alias `e`).

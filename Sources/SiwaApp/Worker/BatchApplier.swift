@@ -25,13 +25,14 @@ enum BatchApplier {
     ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-        // What each event makes of a user seen for the first time: a sub without an account
-        // row is inserted with it (the same pure decision the loop below makes for it).
-        var asNew: [String: AccountState] = [:]
+        // What each event makes of a user seen for the first time: a sub without an account row
+        // is inserted in that state, and this decision is the one applied (below).
+        var asNew: [String: UserDecision] = [:]
         for item in events {
-            asNew[item.event.sub] = AppAccountRules.apply(item.event, audience: item.audience, to: UserState(user: nil, apps: [:])).user.newState
+            asNew[item.event.sub] = AppAccountRules.apply(item.event, audience: item.audience, to: UserState(user: nil, apps: [:]))
         }
-        let created = Set(try c.rows(WorkerStatements.createOrLockAccounts, subs.map { ($0, asNew[$0] ?? .new) }))
+        let created = Set(
+            try c.rows(WorkerStatements.createOrLockAccounts, subs.map { ($0, asNew[$0]?.user.newState ?? .new) }))
         var current: [String: AccountState] = [:]
         let existing = subs.filter { !created.contains($0) }
         if !existing.isEmpty {
@@ -44,18 +45,20 @@ enum BatchApplier {
         var changedApps: [(sub: String, aud: String, state: AccountState)] = []
         var revocations: [WorkerStatements.Revocation] = []
         var deleted: [String] = []
-        var lateDeletions: [WorkerStatements.LateDeletion] = []
+        var comebacks: [WorkerStatements.Comeback] = []
         var moveTokens: [DeletionStatements.Deletion] = []
         var eraseTokens: [DeletionStatements.Erasure] = []
         for item in events {
             let sub = item.event.sub
-            let userDecision = AppAccountRules.apply(
-                item.event, audience: item.audience, to: UserState(user: current[sub], apps: apps[sub] ?? [:]))
+            // A created account holds its first-seen state already, unless app accounts of that
+            // user existed without it (an import): then the user is decided again, with them.
+            let written = created.contains(sub) && apps[sub] == nil
+            let userDecision =
+                written
+                ? asNew[sub]!
+                : AppAccountRules.apply(item.event, audience: item.audience, to: UserState(user: current[sub], apps: apps[sub] ?? [:]))
             let decision = userDecision.user
             decisions.append(decision)
-            // A created account holds its decided state already, unless app accounts of that
-            // user existed without it (an import): then the decision above saw them, and differs.
-            let written = created.contains(sub) && apps[sub] == nil
             if decision.accountChanged && !written { changed.append((sub, decision.newState)) }
             for (aud, state) in userDecision.apps.sorted(by: { $0.key < $1.key }) { changedApps.append((sub, aud, state)) }
             let reason = decision.revokeReason ?? item.event.type.rawValue
@@ -70,8 +73,10 @@ enum BatchApplier {
             if decision.newState.status == .deleted {
                 deleted.append(sub)
             } else if item.event.type == .accountDelete || item.event.type == .deletionRequested {
-                // Older than the sign-in the user came back with: the old account's data goes.
-                lateDeletions.append(.init(sub: sub, atMillis: item.event.eventTimeMillis))
+                // Older than the sign-in the user came back with (the rules set `accountSince`):
+                // what is older than the comeback was the deleted account's and goes.
+                let since = decision.newState.accountSince ?? (item.event.eventTimeMillis + 1)
+                comebacks.append(.init(sub: sub, sinceMillis: since))
             }
             // Tokens signed in at or before a deletion or consent-revoked that took effect: an
             // in-app deletion revokes them at Apple (moved, encrypted, into siwa.revocations);
@@ -102,9 +107,9 @@ enum BatchApplier {
             try c.affected(WorkerStatements.eraseEventEmails, deleted)
             try c.affected(ForwardStatements.eraseEmails, deleted)
         }
-        for late in lateDeletions {
-            try c.affected(WorkerStatements.eraseEventEmailsUpTo, late)
-            try c.affected(ForwardStatements.eraseEmailsUpTo, late)
+        for comeback in comebacks {
+            try c.affected(WorkerStatements.eraseEventEmailsBefore, comeback)
+            try c.affected(ForwardStatements.eraseEmailsBefore, comeback)
         }
         if !moveTokens.isEmpty { try c.affected(DeletionStatements.moveTokensToRevocation, moveTokens) }
         if !eraseTokens.isEmpty { try c.affected(DeletionStatements.eraseTokens, eraseTokens) }

@@ -100,10 +100,18 @@ public final class Worker: Service {
                 if work == nil || !(work!.isHealthy) {
                     work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
                 }
-                // The first loop sweeps unknown-type events that raced a deletion, every few seconds.
+                // The first loop sweeps unknown-type events that raced a deletion, every few
+                // seconds, under the batch's timeouts and planner settings; a failed sweep is
+                // retried at the next one and never holds the batches up.
                 if signal === wakeups, swept.hasPassed(at: .now) {
-                    try work!.affected(WorkerStatements.eraseRacedIgnoredEmails, ())
                     swept = Deadline.now.adding(seconds: Self.ignoredSweepInterval)
+                    do {
+                        _ = try work!.transaction(begin: beginBatch) { c throws(PostgresError) in
+                            try c.affected(WorkerStatements.eraseRacedIgnoredEmails, ())
+                        }
+                    } catch {
+                        logger.warning("sweep of ignored events failed; will try again", metadata: ["error": "\(error)"])
+                    }
                 }
                 let processed = try processBatch(on: work!)
                 backoff = 0.2

@@ -204,6 +204,18 @@ final class DeletionHarness: Sendable {
         try TestDatabase.query(conninfo, sql, parameters)
     }
 
+    /// Events of `sub` holding `email`, in the column or in the stored claims.
+    func eventsHolding(_ email: String, sub: String) throws -> Int {
+        Int(
+            try scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND (email = $2 OR position($2 IN claims::text) > 0)", [sub, email])
+                ?? "-1") ?? -1
+    }
+
+    /// Forwards of `sub` holding `email`.
+    func forwardsHolding(_ email: String, sub: String) throws -> Int {
+        Int(try scalar("SELECT count(*) FROM siwa.forwards WHERE sub = $1 AND email = $2", [sub, email]) ?? "-1") ?? -1
+    }
+
     func scalar(_ sql: String, _ parameters: [String?] = []) throws -> String? {
         try query(sql, parameters).scalar
     }
