@@ -83,7 +83,7 @@ def migrate():
 def durability_settings():
     rows = psql("SELECT name || '=' || setting FROM pg_settings WHERE name IN "
                 "('fsync','synchronous_commit','full_page_writes','wal_sync_method','shared_buffers',"
-                "'max_wal_size','track_commit_timestamp','commit_delay','wal_compression','checkpoint_timeout') ORDER BY name")
+                "'max_wal_size','track_commit_timestamp','commit_delay','wal_compression','checkpoint_timeout','min_wal_size','wal_init_zero') ORDER BY name")
     settings_extra = os.environ.get("BENCH_PG_OPTIONS", "")
     settings = dict(line.split("=", 1) for line in rows.splitlines())
     assert settings["fsync"] == "on" and settings["synchronous_commit"] == "on", \
@@ -637,8 +637,12 @@ def latency():
     psql("TRUNCATE siwa.events")  # the same start as the Python pass (its rows are counted already)
     psql("CHECKPOINT")
     wrk_before = event_count()
+    statements_on = reset_statement_stats()
     with Server(role, threads) as server:
         w = run_wrk(server, wrk_bodies, rate * seconds, seconds + 30, 2, connections, rate=rate)
+    # Per statement during the wrk pass (BENCH_PG_OPTIONS with pg_stat_statements): how many
+    # transactions the worker ran beside the receiver's, and what each cost.
+    statements = statement_stats(rate * seconds) if statements_on else None
     wrk_accepted = w["counts"].get("accepted", 0)
     wrk_elapsed = max(1e-9, w["last_recv"] - w["first_send"])
     summary["wrk"] = {"latency_ms": {k: round(v / 1000, 3) for k, v in w["latency_us"]["percentiles"].items()},
@@ -652,6 +656,7 @@ def latency():
     wl["ok"] = wl["accepted"] <= wl["rows_added"] <= wl["accepted"] + wl["unrecorded_answers"]
     wl["all_accepted"] = set(w["counts"]) <= {"accepted"} and not any(w["errors"].values())
     summary.update({"role": role, "http_threads": threads, "connections": connections, "memory": memory,
+                    "statements": statements,
                     "verify": {"accepted_answers": accepted, "rows_added": after - before, "ok": after - before == accepted,
                        "every_accepted_stored": after - before >= accepted},
                     "server_warnings": warnings, "aims": {"p99_ms": 5, "rate": 2000}})
