@@ -150,4 +150,23 @@ struct WorkerEffectTests {
             #expect(try h.scalar("SELECT email_forwarding FROM siwa.accounts WHERE apple_sub = '000739.new.0001'") == "f")
         }
     }
+
+    @Test("at a trickle, events of a few commits share one worker transaction; a lone event goes at once")
+    func trickleGathers() throws {
+        // A long gather, so the test does not depend on how fast this machine is.
+        let h = try TestHarness(workerGather: 3)
+        defer { h.stop() }
+        let t = now()
+        // The first event after a quiet spell: claimed at once, not after the gather.
+        #expect(try h.post(token: try h.token(sub: "000739.trickle.a", eventTimeMillis: t)).code == "accepted")
+        #expect(try h.waitForWorker(timeout: 2))
+        // Two commits 0.3 s apart while the worker gathers after that batch: one transaction.
+        let first = NotificationSigner.newJTI(), second = NotificationSigner.newJTI()
+        #expect(try h.post(token: try h.token(sub: "000739.trickle.b", eventTimeMillis: t, jti: first)).code == "accepted")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try h.post(token: try h.token(sub: "000739.trickle.c", eventTimeMillis: t, jti: second)).code == "accepted")
+        #expect(try h.waitForWorker())
+        #expect(try h.scalar("SELECT count(DISTINCT xmin::text) FROM siwa.events WHERE jti IN ($1, $2)", [first, second]) == "1")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE status = 'done'") == "3")
+    }
 }

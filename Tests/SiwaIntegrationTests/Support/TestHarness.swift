@@ -50,7 +50,7 @@ final class TestHarness: Sendable {
         conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
         retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts(), forwarding: ForwardingConfiguration? = nil,
-        forwardOptions: ForwardSender.Options = ForwardSender.Options()
+        forwardOptions: ForwardSender.Options = ForwardSender.Options(), workerGather: Double? = nil
     ) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
@@ -78,6 +78,7 @@ final class TestHarness: Sendable {
         config.forwarding = forwarding
         var options = Self.options(retryBaseDelay: retryBaseDelay)
         options.forwarding = forwardOptions
+        if let workerGather { options.worker.gather = workerGather }
         app = Application(
             configuration: config, roles: roles, options: options,
             logger: Self.logger(into: logs))
