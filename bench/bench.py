@@ -703,6 +703,8 @@ def drain(workers=1, app_prefix=None, label="worker"):
             server.launch()
         sampler = RSSSampler(servers[0])
         sampler.start()
+        # Machine idle % and CPU per event of siwa-notify (one process only) and PostgreSQL.
+        meter = CPUMeter(servers[0] if workers == 1 else None)
         while time.perf_counter() - started < timeout:
             # A cheap probe while the worker runs (a count(*) of a 100k backlog every 0.2 s took
             # a third of a core from the worker on this 2-core machine); the count at the end.
@@ -723,6 +725,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
             time.sleep(0.2)
         elapsed = time.perf_counter() - started
         memory = sampler.finish()
+        cpu_end = meter.snapshot(None)
         if left != 0:
             left = pending_count()
     finally:
@@ -736,7 +739,8 @@ def drain(workers=1, app_prefix=None, label="worker"):
     span = float(last_at) - float(first_at) if first_at else 0
     applied = backlog - left
     statements = statement_stats(applied) if statements_on else None
-    result = {"workers": workers, "backlog": backlog, "applied": applied, "left": left,
+    cpu = meter.finish(applied, end=cpu_end)
+    result = {"workers": workers, "backlog": backlog, "applied": applied, "left": left, "cpu": cpu,
               "done_rows": int(done_rows), "seconds_wall": round(elapsed, 3),
               "events_per_s": round(applied / elapsed, 1),
               "events_per_s_in_table": round(int(done_rows) / span, 1) if span > 0 else None,
@@ -752,6 +756,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     log(f"{label}: {applied}/{backlog} applied by {workers} worker(s) in {elapsed:.1f} s -> "
         f"{result['events_per_s']:.0f} events/s (processed_at span: {result['events_per_s_in_table']} events/s, "
         f"first applied after {result['seconds_to_first_applied']} s; WAL per event {result['wal_per_event']})")
+    log(f"{label}: {meter.line(cpu)}")
     return result
 
 
