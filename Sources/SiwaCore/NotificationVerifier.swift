@@ -38,11 +38,71 @@ public struct NotificationVerifier: Sendable {
 
     /// Body `{"payload":"..."}` -> token. Errors: `.malformedJSON`, `.missingPayload`.
     public func extractToken(fromBody body: [UInt8]) throws(RejectReason) -> String {
+        // Apple's body, read without building a JSON tree; anything else takes the full parser.
+        if let token = Self.plainPayload(body) { return token }
         guard !body.isEmpty, let object = (try? JSONParser.parse(body))?.objectValue else {
             throw .malformedJSON
         }
         guard let token = object["payload"]?.stringValue, !token.isEmpty else { throw .missingPayload }
         return token
+    }
+
+    /// The token of a body that is exactly `{"payload":"<token>"}` (JSON whitespace allowed between
+    /// the tokens) with a non-empty token of base64url characters and dots; nil for any other
+    /// body. What the full parser would return for such a body, without its tree and hashing.
+    static func plainPayload(_ body: [UInt8]) -> String? {
+        body.withUnsafeBufferPointer { b -> String? in
+            var cursor = PlainCursor(bytes: b)
+            guard cursor.skip("{"), cursor.skip("\"payload\""), cursor.skip(":"), cursor.skip("\"") else { return nil }
+            let start = cursor.index
+            // A table, not comparisons: base64url text defeats the branch predictor.
+            tokenByteTable.withUnsafeBufferPointer { table in
+                while cursor.index < b.count, table[Int(b[cursor.index])] { cursor.index += 1 }
+            }
+            let end = cursor.index
+            // The closing quote right after the token (no whitespace inside the string).
+            guard end > start, end < b.count, b[end] == UInt8(ascii: "\"") else { return nil }
+            cursor.index += 1
+            guard cursor.skip("}") else { return nil }
+            cursor.skipSpace()
+            guard cursor.index == b.count else { return nil }
+            return String(decoding: UnsafeBufferPointer(rebasing: b[start..<end]), as: UTF8.self)
+        }
+    }
+
+    private static let tokenByteTable: [Bool] = (0..<256).map { isTokenByte(UInt8($0)) }
+
+    /// `A-Z a-z 0-9 - _ .`: the bytes of a compact JWS.
+    static func isTokenByte(_ c: UInt8) -> Bool {
+        let letter = c | 0x20
+        return (letter >= UInt8(ascii: "a") && letter <= UInt8(ascii: "z"))
+            || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+            || c == UInt8(ascii: "-") || c == UInt8(ascii: "_") || c == UInt8(ascii: ".")
+    }
+
+    /// Steps over JSON whitespace and exact literals of a body.
+    private struct PlainCursor {
+        let bytes: UnsafeBufferPointer<UInt8>
+        var index = 0
+
+        mutating func skipSpace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        /// Whitespace, then `literal`; false (position unspecified) when it is not there.
+        mutating func skip(_ literal: StaticString) -> Bool {
+            skipSpace()
+            let count = literal.utf8CodeUnitCount
+            guard bytes.count - index >= count else { return false }
+            for k in 0..<count where bytes[index + k] != literal.utf8Start[k] { return false }
+            index += count
+            return true
+        }
     }
 
     /// Full verification of a compact JWS. `now` is Unix time in seconds.

@@ -558,6 +558,43 @@ import Testing
         #expect(try verifier.extractToken(fromBody: bytes(#" {"other":1,"payload":"x"} "#)) == "x")
     }
 
+    @Test("Apple's body is read without the parser, and always as the parser reads it")
+    func plainPayloadAgreesWithTheParser() throws {
+        let token = Fixture.token()
+        #expect(NotificationVerifier.plainPayload(bytes(#"{"payload":"\#(token)"}"#)) == token)
+        #expect(NotificationVerifier.plainPayload(bytes(" \n{ \"payload\" :\t\"a.b-c_9\" }\r\n")) == "a.b-c_9")
+        // Not the plain shape: the full parser decides (same answer, or its error).
+        let others = [
+            "", "{}", #"{"payload":""}"#, #"{"payload":"a "}"#, #"{"payload":"a\/b"}"#, #"{"payload":"a","payload":"b"}"#,
+            #"{"payload":"a","x":1}"#, #"{"x":1,"payload":"a"}"#, #"{"payload":"a+b"}"#, #"{"payload":"a"} x"#,
+            #"{"payload":"a""#, #"{"payload":"a"#, #"{"Payload":"a"}"#, #"{"payload":1}"#, #"{"payload" "a"}"#,
+            "{\"payload\":\"a\u{00A0}\"}", #"[{"payload":"a"}]"#,
+        ]
+        for body in others {
+            #expect(NotificationVerifier.plainPayload(bytes(body)) == nil, "\(body)")
+        }
+        let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.".utf8)
+        for c in UInt8.min...UInt8.max {
+            #expect(NotificationVerifier.isTokenByte(c) == alphabet.contains(c))
+        }
+        // Every truncation and one-byte change of a plain body: the fast path never disagrees
+        // with the parser (nil means the parser alone answers).
+        let plain = bytes(#" {"payload":"ab.c-d_e"} "#)
+        var variants: [[UInt8]] = (0...plain.count).map { Array(plain.prefix($0)) }
+        for k in plain.indices {
+            for replacement: UInt8 in [0x20, 0x22, 0x5C, 0x7D, 0x2C, 0x41, 0x00, 0xFF] {
+                var v = plain
+                v[k] = replacement
+                variants.append(v)
+            }
+        }
+        for body in variants {
+            guard let fast = NotificationVerifier.plainPayload(body) else { continue }
+            let parsed = try JSONParser.parse(body)
+            #expect(parsed.objectValue?.count == 1 && parsed["payload"]?.stringValue == fast)
+        }
+    }
+
     @Test func extractTokenMalformedJSON() {
         for body in ["", " ", "payload", "[]", "\"a.b.c\"", "null", #"{"payload":"a"} x"#, #"{"payload":"a","payload":"b"}"#, "{"] {
             #expect(throws: RejectReason.malformedJSON) { try verifier.extractToken(fromBody: bytes(body)) }
