@@ -7,12 +7,14 @@ import Synchronization
 /// `@unchecked Sendable`: the only mutable-looking state is the `EVP_PKEY`
 /// pointer, which is created in `init`, never mutated afterwards, and freed in
 /// `deinit`. OpenSSL 3 documents `EVP_PKEY` objects as safe for concurrent
-/// read-only use from multiple threads; a verification takes a context from the key's pool (or
-/// makes one) and returns it, so no OpenSSL context is used by two threads at once.
+/// read-only use from multiple threads; a verification takes a context from the key's slots (or
+/// makes one) and puts it back, so no OpenSSL context is used by two threads at once.
 public final class RSAPublicKey: @unchecked Sendable {
     private let pkey: OpaquePointer
-    /// Ready RS256 verify contexts for this key, reused across calls (each by one thread at a time).
-    private let contexts = Mutex<[VerifyContext]>([])
+    /// Ready RS256 verify contexts for this key, reused across calls: each slot holds one
+    /// context's address or 0, taken and put back with atomic exchanges (a lock here had the
+    /// listener threads spinning on each other: bench/README.md, session 9).
+    private let slots: [ContextSlot] = (0..<RSAPublicKey.contextSlots).map { _ in ContextSlot() }
     /// Modulus size in bits.
     public let bits: Int
     /// Exact signature length in bytes for this key.
@@ -49,7 +51,9 @@ public final class RSAPublicKey: @unchecked Sendable {
     }
 
     deinit {
-        contexts.withLock { pool in pool.forEach { EVP_PKEY_CTX_free($0.pointer) } }
+        for slot in slots {
+            if let ctx = OpaquePointer(bitPattern: slot.address.exchange(0, ordering: .acquiring)) { EVP_PKEY_CTX_free(ctx) }
+        }
         EVP_PKEY_free(pkey)
     }
 
@@ -97,28 +101,41 @@ public final class RSAPublicKey: @unchecked Sendable {
             }
         }
         guard hashed == 1, digestLength == 32 else { return false }
-        guard let ctx = contexts.withLock({ $0.popLast()?.pointer }) ?? siwa_rs256_verify_ctx(pkey, FetchedAlgorithms.shared.sha256) else {
+        guard let ctx = takeContext() ?? siwa_rs256_verify_ctx(pkey, FetchedAlgorithms.shared.sha256) else {
             return false
         }
         let result = withNonNullBytes(signature) { sig, sigCount in
             EVP_PKEY_verify(ctx, sig, sigCount, digest, 32)
         }
-        let handle = VerifyContext(pointer: ctx)
-        let kept = contexts.withLock { pool -> Bool in
-            guard pool.count < Self.maxPooledContexts else { return false }
-            pool.append(handle)
-            return true
-        }
-        if !kept { EVP_PKEY_CTX_free(ctx) }
+        putBack(ctx)
         return result == 1
     }
 
+    /// A ready context from a slot, or nil when every slot is empty (all in use, or none made yet).
+    private func takeContext() -> OpaquePointer? {
+        for slot in slots {
+            // A load first: an empty slot costs no write to a shared cache line.
+            guard slot.address.load(ordering: .relaxed) != 0 else { continue }
+            if let ctx = OpaquePointer(bitPattern: slot.address.exchange(0, ordering: .acquiring)) { return ctx }
+        }
+        return nil
+    }
+
+    /// Keeps `ctx` in the first empty slot; frees it when all are full.
+    private func putBack(_ ctx: OpaquePointer) {
+        let address = UInt(bitPattern: Int(bitPattern: ctx))
+        for slot in slots where slot.address.load(ordering: .relaxed) == 0 {
+            if slot.address.compareExchange(expected: 0, desired: address, ordering: .releasing).exchanged { return }
+        }
+        EVP_PKEY_CTX_free(ctx)
+    }
+
     /// Verify contexts kept per key (one per concurrent verifier is enough).
-    static let maxPooledContexts = 16
+    static let contextSlots = 16
 }
 
-/// One `EVP_PKEY_CTX` ready for RS256 verification. `@unchecked Sendable`: it moves between
-/// threads through the pool's lock and is used by one thread at a time.
-struct VerifyContext: @unchecked Sendable {
-    let pointer: OpaquePointer
+/// One place for a ready `EVP_PKEY_CTX`: its address, or 0 when empty. A context is owned by
+/// the slot while it is there, and by the one thread that took it out (an atomic exchange) after.
+final class ContextSlot: Sendable {
+    let address = Atomic<UInt>(0)
 }
