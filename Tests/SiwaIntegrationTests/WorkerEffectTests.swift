@@ -153,13 +153,16 @@ struct WorkerEffectTests {
 
     @Test("at a trickle, events of a few commits share one worker transaction; a lone event goes at once")
     func trickleGathers() throws {
-        // A long gather, so the test does not depend on how fast this machine is.
-        let h = try TestHarness(workerGather: 3)
+        // A long gather, so the test does not depend on how fast this machine is (and a gather
+        // wrongly taken after empty batches too would hold the first event for seconds).
+        let h = try TestHarness(workerGather: 5)
         defer { h.stop() }
         let t = now()
-        // The first event after a quiet spell: claimed at once, not after the gather.
+        // A quiet spell first (the worker has claimed nothing for a second), then the first
+        // event after it: claimed at once, not after a gather.
+        Thread.sleep(forTimeInterval: 1)
         #expect(try h.post(token: try h.token(sub: "000739.trickle.a", eventTimeMillis: t)).code == "accepted")
-        #expect(try h.waitForWorker(timeout: 2))
+        #expect(try h.waitForWorker(timeout: 1.5))
         // Two commits 0.3 s apart while the worker gathers after that batch: one transaction.
         let first = NotificationSigner.newJTI(), second = NotificationSigner.newJTI()
         #expect(try h.post(token: try h.token(sub: "000739.trickle.b", eventTimeMillis: t, jti: first)).code == "accepted")
