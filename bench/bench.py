@@ -677,10 +677,17 @@ def pending_count():
     return int(psql("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')"))
 
 
+def waiting_events_sql():
+    """An EXISTS over the events still to do, through an index whatever the statistics say (no scan
+    of a 5M-row table per probe): siwa.event_queue, or, on a schema before it (BENCH_BIN of an
+    older release, for A/B runs), the due index of siwa.events."""
+    table = "siwa.event_queue" if psql("SELECT to_regclass('siwa.event_queue') IS NOT NULL") == "t" else "siwa.events"
+    return f"EXISTS (SELECT FROM {table} WHERE status IN ('pending', 'failed'))"
+
+
 def pending_exists():
-    # Through the due index whatever the statistics say (no scan of a 5M-row table per probe).
     return psql("SET enable_seqscan = off; SET enable_bitmapscan = off; "
-                "SELECT EXISTS (SELECT FROM siwa.events WHERE status IN ('pending', 'failed'))").splitlines()[-1] == "t"
+                f"SELECT {waiting_events_sql()}").splitlines()[-1] == "t"
 
 
 def drain(workers=1, app_prefix=None, label="worker"):
@@ -689,7 +696,8 @@ def drain(workers=1, app_prefix=None, label="worker"):
     none is left. events/s = applied / wall time from the first launch; also from the span of
     processed_at (excludes start-up: connecting, preparing, the first pruning pass)."""
     timeout = env_int("BENCH_WORKER_MAX_SECONDS", 300)
-    first_id = int(psql("SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM siwa.events "
+    queue = "siwa.event_queue" if "event_queue" in waiting_events_sql() else "siwa.events"
+    first_id = int(psql(f"SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM {queue} "
                         "WHERE status IN ('pending', 'failed')").splitlines()[-1])
     backlog = pending_count()
     statements_on = reset_statement_stats()
@@ -830,9 +838,13 @@ def worker():
     result = drain(1)
     stats = psql("SELECT status || ':' || coalesce(outcome, '-') || ':' || count(*) FROM siwa.events GROUP BY status, outcome ORDER BY 1")
     revoked = int(psql("SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NOT NULL"))
+    time.sleep(1)  # the statistics of the worker's last transactions reach pg_stat a moment later
+    upd, hot = psql("SELECT n_tup_upd || ' ' || n_tup_hot_upd FROM pg_stat_user_tables "
+                    "WHERE relid = 'siwa.events'::regclass").split()
     result.update({"events": m, "status_outcome_counts": stats.splitlines(), "sessions_revoked": revoked,
+                   "events_updates": int(upd), "events_hot_updates": int(hot),
                    "aims": {"events_per_s": 20000}})
-    log(f"worker: sessions revoked {revoked}")
+    log(f"worker: sessions revoked {revoked}; siwa.events updates {upd}, of which HOT {hot}")
     return result
 
 
@@ -1262,7 +1274,7 @@ def forward():
 
     def anything_left():
         """Events waiting or forwards undelivered? Through the partial indexes (no table scan)."""
-        return psql("SET enable_seqscan = off; SELECT EXISTS (SELECT FROM siwa.events WHERE status IN ('pending', 'failed')) "
+        return psql(f"SET enable_seqscan = off; SELECT {waiting_events_sql()} "
                     "OR EXISTS (SELECT FROM siwa.forwards WHERE status IN ('pending', 'failed'))").splitlines()[-1] == "t"
 
     # The receiver: compiled once, measured alone (keep-alive and a connection per request).

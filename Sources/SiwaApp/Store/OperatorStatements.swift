@@ -37,7 +37,7 @@ enum OperatorStatements {
         var lastDay: Int
     }
 
-    /// Events of the last day by type and status (an index-only range over `events_day_idx`).
+    /// Events of the last day by type and status (a range over `events_day_type_idx`).
     static let countsLastDay = Statement<Void, TypeCount>(
         "counts_last_day",
         """
@@ -82,9 +82,10 @@ enum OperatorStatements {
                 receivedAt: try row.text("received"), attempts: try row.int("attempts"))
         })
 
+    /// Dead events are found through the queue (its dead index), not by a scan of every event.
     private static let requeue = """
         UPDATE siwa.events SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL
-        WHERE status = 'dead'
+        WHERE id IN (SELECT id FROM siwa.event_queue WHERE status = 'dead') AND status = 'dead'
         """
 
     /// Puts every dead event back in the queue.

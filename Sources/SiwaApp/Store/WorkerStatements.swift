@@ -60,17 +60,25 @@ enum WorkerStatements {
         bind: { _ in [] })
 
     /// Up to `$1` due events, oldest first, locked (`SKIP LOCKED`: workers share one queue):
-    /// Apple's, sign-ins and in-app deletions alike.
+    /// Apple's, sign-ins and in-app deletions alike. The due rows come from `siwa.event_queue`
+    /// (its due index, in order), and both rows are locked, the queue's first: an event row
+    /// another batch holds (erasing that user's addresses) is skipped, not waited for, and
+    /// taken by a later claim.
     static let claim = Statement<Int, ClaimedEvent>(
         "claim_events",
         """
-        SELECT id, aud, sub, type, \(SQLEncoding.millis("event_time")) AS event_ms, email, is_private_email, attempts,
-               claims ->> 'source' AS source
-        FROM siwa.events
-        WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()
-        ORDER BY next_attempt_at, id
-        LIMIT $1
-        FOR UPDATE SKIP LOCKED
+        SELECT e.id, e.aud, e.sub, e.type, \(SQLEncoding.millis("e.event_time")) AS event_ms, e.email, e.is_private_email,
+               e.attempts, e.claims ->> 'source' AS source
+        FROM siwa.events e
+        WHERE e.id = ANY (ARRAY(
+            SELECT q.id FROM siwa.event_queue q
+            WHERE q.status IN ('pending', 'failed') AND q.next_attempt_at <= now()
+            ORDER BY q.next_attempt_at, q.id
+            LIMIT $1
+            FOR UPDATE SKIP LOCKED))
+          AND e.status IN ('pending', 'failed')
+        ORDER BY e.next_attempt_at, e.id
+        FOR UPDATE OF e SKIP LOCKED
         """,
         bind: { [String($0)] },
         decode: { row throws(PostgresError) in
@@ -319,10 +327,16 @@ enum WorkerStatements {
         "erase_raced_ignored_emails",
         eraseEmails(
             where: """
-                e.status = 'ignored' AND e.received_at > now() - interval '1 hour'
+                \(unknownType) AND e.status = 'ignored' AND e.received_at > now() - interval '1 hour'
                   AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
                 """),
         bind: { _ in [] })
+
+    /// The predicate of `events_unknown_type_idx` (schema.sql), word for word: the planner uses a
+    /// partial index only for a query that states its predicate.
+    private static let unknownType = """
+        e.type NOT IN ('email-disabled', 'email-enabled', 'consent-revoked', 'account-delete', 'sign-in', 'deletion-requested')
+        """
 
     /// A deletion older than the sign-in the user came back with (`.stale`: the account stays)
     /// still ends the deleted account: its events older than the comeback (`accountSince`, the
@@ -400,7 +414,7 @@ enum WorkerStatements {
 
     /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
     /// its own; pending, failed and dead events are never touched). The day range uses
-    /// `events_day_idx`, so a table with nothing old costs nothing.
+    /// `events_day_type_idx`, so a table with nothing old costs nothing.
     static let prune = Statement<Int, Void>(
         "prune_events",
         """
