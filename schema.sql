@@ -70,25 +70,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS events_dedupe_key ON siwa.events (sub, type, e
 DROP INDEX IF EXISTS siwa.events_sub_type_time_key;
 -- Deletion requests are applied in the worker's batches now (no separate queue).
 DROP INDEX IF EXISTS siwa.events_deletion_due_idx;
--- No index of siwa.events names `status` (nor `next_attempt_at`, `processed_at`, `outcome`):
--- marking an event done then writes no index entry (a HOT update) when its page has room,
--- hence fillfactor 50, set once with the queue below (new pages only; an operator who would
--- rather have a table half the size than a worker ~25% faster sets it back, and it stays). The
--- worker's queue is siwa.event_queue below. These named `status` (earlier releases):
-DROP INDEX IF EXISTS siwa.events_due_idx;
-DROP INDEX IF EXISTS siwa.events_dead_idx;
-DROP INDEX IF EXISTS siwa.events_ignored_idx;
-DROP INDEX IF EXISTS siwa.events_day_idx;
--- Dashboards by (UTC) day and type, `status` by hour/day, the retention sweep: a day range.
-CREATE INDEX IF NOT EXISTS events_day_type_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type)
-    INCLUDE (received_at);
--- Recent events of unknown types, for the worker's sweep of those that raced a deletion (below).
--- (The predicate is the one `WorkerStatements.eraseRacedIgnoredEmails` states, word for word.)
-CREATE INDEX IF NOT EXISTS events_unknown_type_idx ON siwa.events (received_at)
-    WHERE type NOT IN ('email-disabled', 'email-enabled', 'consent-revoked', 'account-delete', 'sign-in', 'deletion-requested');
-
 -- The worker's queue: one row per event that is pending, failed or dead, kept by the triggers
--- on siwa.events below (whatever writes the events: the receiver, the API, `replay`, an
+-- on siwa.events further down (whatever writes the events: the receiver, the API, `replay`, an
 -- operator's own SQL). Small and narrow: a claim reads its due index in order, `done` deletes
 -- the row, and the backlog gauges count it without touching siwa.events.
 CREATE TABLE IF NOT EXISTS siwa.event_queue (
@@ -100,8 +83,9 @@ CREATE TABLE IF NOT EXISTS siwa.event_queue (
 CREATE INDEX IF NOT EXISTS event_queue_due_idx ON siwa.event_queue (next_attempt_at, id) INCLUDE (status, received_at)
     WHERE status IN ('pending', 'failed');
 CREATE INDEX IF NOT EXISTS event_queue_dead_idx ON siwa.event_queue (id) WHERE status = 'dead';
--- An upgrade from a release without the queue: the events still to do join it once. (The
--- migration holds siwa.events ACCESS EXCLUSIVE: nothing changes meanwhile.)
+-- An upgrade from a release without the queue: the events still to do join it once, found
+-- through that release's due and dead indexes (dropped below, after this). (The migration holds
+-- siwa.events ACCESS EXCLUSIVE: nothing changes meanwhile.)
 DO $$
 BEGIN
     IF obj_description('siwa.event_queue'::regclass, 'pg_class') IS NULL THEN
@@ -113,6 +97,23 @@ BEGIN
     END IF;
 END
 $$;
+
+-- No index of siwa.events names `status` (nor `next_attempt_at`, `processed_at`, `outcome`):
+-- marking an event done then writes no index entry (a HOT update) when its page has room,
+-- hence fillfactor 50, set once with the queue above (new pages only; an operator who would
+-- rather have a table half the size than a worker ~25% faster sets it back, and it stays). These
+-- named `status` (earlier releases):
+DROP INDEX IF EXISTS siwa.events_due_idx;
+DROP INDEX IF EXISTS siwa.events_dead_idx;
+DROP INDEX IF EXISTS siwa.events_ignored_idx;
+DROP INDEX IF EXISTS siwa.events_day_idx;
+-- Dashboards by (UTC) day and type, `status` by hour/day, the retention sweep: a day range.
+CREATE INDEX IF NOT EXISTS events_day_type_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type)
+    INCLUDE (received_at);
+-- Recent events of unknown types, for the worker's sweep of those that raced a deletion (below).
+-- (The predicate is the one `WorkerStatements.eraseRacedIgnoredEmails` states, word for word.)
+CREATE INDEX IF NOT EXISTS events_unknown_type_idx ON siwa.events (received_at)
+    WHERE type NOT IN ('email-disabled', 'email-enabled', 'consent-revoked', 'account-delete', 'sign-in', 'deletion-requested');
 
 -- One row per Apple user. Created by the first event for an unknown sub.
 CREATE TABLE IF NOT EXISTS siwa.accounts (
@@ -375,10 +376,10 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     DELETE FROM siwa.event_queue q USING updated n
     WHERE q.id = n.id AND n.status NOT IN ('pending', 'failed', 'dead');
-    UPDATE siwa.event_queue q SET status = n.status, next_attempt_at = n.next_attempt_at
+    UPDATE siwa.event_queue q SET status = n.status, next_attempt_at = n.next_attempt_at, received_at = n.received_at
     FROM updated n
     WHERE q.id = n.id AND n.status IN ('pending', 'failed', 'dead')
-      AND (q.status, q.next_attempt_at) IS DISTINCT FROM (n.status, n.next_attempt_at);
+      AND (q.status, q.next_attempt_at, q.received_at) IS DISTINCT FROM (n.status, n.next_attempt_at, n.received_at);
     INSERT INTO siwa.event_queue (id, status, next_attempt_at, received_at)
     SELECT n.id, n.status, n.next_attempt_at, n.received_at FROM updated n
     WHERE n.status IN ('pending', 'failed', 'dead')

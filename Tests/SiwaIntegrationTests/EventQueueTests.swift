@@ -85,7 +85,8 @@ struct EventQueueTests {
         // An operator's own SQL: an event set done by hand leaves, one set pending comes back.
         try c.execute("UPDATE siwa.events SET status = 'done' WHERE jti IN ('q2', 'q3')")
         try c.execute("UPDATE siwa.events SET status = 'pending' WHERE jti = 'q11'")
-        try c.execute("UPDATE siwa.events SET next_attempt_at = now() + interval '1 hour' WHERE jti = 'q4'")
+        try c.execute("UPDATE siwa.events SET next_attempt_at = now() + interval '1 hour' WHERE jti = 'q18'")
+        try c.execute("UPDATE siwa.events SET received_at = received_at - interval '1 day' WHERE jti = 'q17'")
         // Erasing addresses (an update that changes neither status nor time) changes nothing.
         try c.execute("UPDATE siwa.events SET email = NULL WHERE sub LIKE 's%'")
         try expectQueueMatches(c)
