@@ -677,11 +677,24 @@ def pending_count():
     return int(psql("SELECT count(*) FROM siwa.events WHERE status IN ('pending', 'failed')"))
 
 
+QUEUE = "siwa.event_queue"
+
+
+def has_queue():
+    """True on a schema with siwa.event_queue (an older BENCH_BIN's has none)."""
+    return psql(f"SELECT to_regclass('{QUEUE}') IS NOT NULL") == "t"
+
+
+def analyze_tables():
+    """ANALYZE of the worker's tables, the queue included when there is one."""
+    return "ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; " + (f"ANALYZE {QUEUE}; " if has_queue() else "")
+
+
 def waiting_events_sql():
     """An EXISTS over the events still to do, through an index whatever the statistics say (no scan
     of a 5M-row table per probe): siwa.event_queue, or, on a schema before it (BENCH_BIN of an
     older release, for A/B runs), the due index of siwa.events."""
-    table = "siwa.event_queue" if psql("SELECT to_regclass('siwa.event_queue') IS NOT NULL") == "t" else "siwa.events"
+    table = QUEUE if has_queue() else "siwa.events"
     return f"EXISTS (SELECT FROM {table} WHERE status IN ('pending', 'failed'))"
 
 
@@ -696,7 +709,7 @@ def drain(workers=1, app_prefix=None, label="worker"):
     none is left. events/s = applied / wall time from the first launch; also from the span of
     processed_at (excludes start-up: connecting, preparing, the first pruning pass)."""
     timeout = env_int("BENCH_WORKER_MAX_SECONDS", 300)
-    queue = "siwa.event_queue" if "event_queue" in waiting_events_sql() else "siwa.events"
+    queue = QUEUE if has_queue() else "siwa.events"
     first_id = int(psql(f"SET enable_seqscan = off; SELECT coalesce(min(id), 0) FROM {queue} "
                         "WHERE status IN ('pending', 'failed')").splitlines()[-1])
     backlog = pending_count()
@@ -833,7 +846,7 @@ def worker():
     psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions")
     log(f"worker: preloading {m} pending events (4 types round robin) and one live session per sub")
     insert_backlog(m)
-    psql_script("ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; CHECKPOINT;")
+    psql_script(analyze_tables() + "CHECKPOINT;")
     assert pending_count() == m
     result = drain(1)
     stats = psql("SELECT status || ':' || coalesce(outcome, '-') || ':' || count(*) FROM siwa.events GROUP BY status, outcome ORDER BY 1")
@@ -880,7 +893,7 @@ def workers():
             psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, public.bench_shares")
             log(f"workers: {m} pending events, one live session per sub; {k} worker(s) started together")
             insert_backlog(m)
-            psql_script("ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; CHECKPOINT;")
+            psql_script(analyze_tables() + "CHECKPOINT;")
             result = drain(k, app_prefix="bench-worker-", label=f"workers x{k}")
             shares = {}
             for line in psql("SELECT app, sum(events) FROM public.bench_shares GROUP BY app ORDER BY app").splitlines():
@@ -1061,10 +1074,12 @@ def scale():
     migrate()
     psql_script(SCALE_FUNCTIONS)
     tables = "siwa.accounts, siwa.sessions, siwa.events"
+    # TRUNCATE of siwa.events empties the queue too (its trigger); statistics cover both.
+    quiet_tables = tables.split(", ") + [QUEUE] if has_queue() else tables.split(", ")
     if not autovacuum:
         # No statistics may arrive mid-run: autovacuum's ANALYZE would hide what a freshly loaded
         # table does to the plans (SCALE_AUTOVACUUM=1 leaves it on).
-        for t in tables.split(", "):
+        for t in quiet_tables:
             psql(f"ALTER TABLE {t} SET (autovacuum_enabled = off)")
     backlog_sql = scale_backlog_sql(backlog, accounts)
     quiet_backlog_sql = scale_backlog_sql(backlog, accounts, erasure=False)
@@ -1148,7 +1163,7 @@ def scale():
         loaded = ingest_and_drain("scale", n, threads, backlog_sql, quiet_backlog_sql)
     finally:
         if not autovacuum:
-            for t in tables.split(", "):
+            for t in quiet_tables:
                 psql(f"ALTER TABLE {t} RESET (autovacuum_enabled)")
 
     def ratio(a, b):
@@ -1320,7 +1335,7 @@ def forward():
         psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, siwa.forwards")
         log(f"forward: preloading {m} pending events (4 types round robin), one live session per sub")
         insert_backlog(m, prefix="bench.forward.")
-        psql_script("ANALYZE siwa.events; ANALYZE siwa.sessions; ANALYZE siwa.accounts; CHECKPOINT;")
+        psql_script(analyze_tables() + "CHECKPOINT;")
         sink = Sink()
         os.environ["SIWA_FORWARD_URL"] = f"http://127.0.0.1:{sink.port}/hooks/siwa"
         server = Server("work", 1)

@@ -97,6 +97,28 @@ struct EventQueueTests {
         #expect(try c.execute("SELECT count(*) FROM siwa.event_queue").scalar == "0")
     }
 
+    @Test("queue rows left without their event (an UPDATE of id) are dropped by the retention pass; the worker goes on")
+    func staleRowsDropped() throws {
+        let url = try TestDatabase.create()
+        let c = try PostgresConnection(conninfo: url)
+        try c.execute(
+            """
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims)
+            SELECT 'st' || g, 'a', 'st' || g, 'consent-revoked', now(), '{}' FROM generate_series(1, 3) g
+            """)
+        // Renumbered by hand: the update trigger sees only the new rows, so the old ids stay
+        // queued, at the head of the queue, with nothing to work on.
+        try c.execute("UPDATE siwa.events SET id = id + 1000000 WHERE jti IN ('st1', 'st2')")
+        let begin = WorkerStatements.beginBatch(statementTimeoutSeconds: 10, lockTimeoutSeconds: 2)
+        let starved = try c.transaction(begin: begin) { c throws(PostgresError) in try c.rows(WorkerStatements.claim, 2).count }
+        #expect(starved == 0)
+        #expect(try Retention.dropStaleQueueRows(on: c) == 2)
+        try expectQueueMatches(c)
+        let claimed = try c.transaction(begin: begin) { c throws(PostgresError) in try c.rows(WorkerStatements.claim, 2).count }
+        #expect(claimed == 2)
+        #expect(try Retention.dropStaleQueueRows(on: c) == 0)
+    }
+
     @Test("marking events done is a HOT update: no index entry of siwa.events is written")
     func markDoneWritesNoIndex() throws {
         let url = try TestDatabase.create()

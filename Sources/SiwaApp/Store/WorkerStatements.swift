@@ -412,6 +412,20 @@ enum WorkerStatements {
         """,
         bind: { [SQLEncoding.array($0)] })
 
+    /// Queue rows left without an event that needs work: the triggers keep the queue right
+    /// through every INSERT, UPDATE, DELETE and TRUNCATE, but not through an `UPDATE` of `id`, a
+    /// trigger disabled by hand or `session_replication_role = replica`. Such a row is claimed and
+    /// skipped for ever, and a batch's worth at the head of the queue would starve the worker:
+    /// the retention pass drops them (one probe of `siwa.events` per queued event). A row whose
+    /// status differs from its event's is kept: the event still needs work.
+    static let dropStaleQueueRows = Statement<Void, Void>(
+        "drop_stale_queue_rows",
+        """
+        DELETE FROM siwa.event_queue q
+        WHERE NOT EXISTS (SELECT FROM siwa.events e WHERE e.id = q.id AND e.status IN ('pending', 'failed', 'dead'))
+        """,
+        bind: { _ in [] })
+
     /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
     /// its own; pending, failed and dead events are never touched). The day range uses
     /// `events_day_type_idx`, so a table with nothing old costs nothing.

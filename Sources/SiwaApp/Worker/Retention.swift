@@ -19,6 +19,13 @@ public enum Retention {
         return total
     }
 
+    /// Drops queue rows whose event needs no work (`WorkerStatements.dropStaleQueueRows`);
+    /// returns how many.
+    @discardableResult
+    public static func dropStaleQueueRows(on connection: PostgresConnection) throws(PostgresError) -> Int {
+        try connection.affected(WorkerStatements.dropStaleQueueRows, ())
+    }
+
     /// The periodic service: a pass every `interval` seconds.
     public static func service(conninfo: String, days: Int, interval: Double, logger: Logger) -> PeriodicTask {
         PeriodicTask(name: "retention", interval: interval) { stopping in
@@ -32,6 +39,10 @@ public enum Retention {
                 }
                 if pruned > 0 {
                     logger.info("pruned old events", metadata: ["events": "\(pruned)", "older_than_days": "\(days)"])
+                }
+                let stale = try dropStaleQueueRows(on: connection)
+                if stale > 0 {
+                    logger.warning("dropped queue rows without an event to work on", metadata: ["rows": "\(stale)"])
                 }
             } catch {
                 logger.warning("pruning failed; will try again", metadata: ["error": "\(error)"])
