@@ -516,7 +516,8 @@ GRANT INSERT ON siwa.events TO siwa_receiver;
 GRANT SELECT (jti) ON siwa.events TO siwa_receiver;  -- INSERT ... RETURNING jti: which rows were new
 GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
 GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
-GRANT SELECT, UPDATE ON siwa.event_queue TO siwa_worker;  -- the claim locks its rows (FOR UPDATE)
+-- The claim locks its rows (FOR UPDATE); the retention pass drops rows left without an event.
+GRANT SELECT, UPDATE, DELETE ON siwa.event_queue TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.apple_tokens TO siwa_worker;

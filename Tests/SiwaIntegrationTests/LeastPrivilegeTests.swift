@@ -52,7 +52,7 @@ struct LeastPrivilegeTests {
         "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
         "siwa_dashboard SELECT app_account_status_summary", "siwa_api EXECUTE map_transfer", "siwa_worker INSERT events",
         "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
-        "siwa_worker SELECT event_queue", "siwa_worker UPDATE event_queue",
+        "siwa_worker SELECT event_queue", "siwa_worker UPDATE event_queue", "siwa_worker DELETE event_queue",
     ]
 
     @Test("each role's grants are exactly the README's; PUBLIC executes nothing of siwa's; the receiver only inserts events")
