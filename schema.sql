@@ -271,7 +271,13 @@ BEGIN
     SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
     WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
     existed := FOUND;
-    IF existed AND acct.status = 'deleted' AND store_apple_token.signed_in_at <= acct.status_event_time THEN
+    -- Not newer than a deletion of this user: the deleted account's grant, also when the user came
+    -- back since (the account is active again) or the deletion is still to be applied (found by
+    -- its event: an index probe of events_dedupe_key).
+    IF (existed AND acct.status = 'deleted' AND store_apple_token.signed_in_at <= acct.status_event_time)
+       OR EXISTS (SELECT FROM siwa.events e
+                  WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'deletion-requested')
+                    AND e.event_time >= store_apple_token.signed_in_at) THEN
         INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
         VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id,
                 store_apple_token.ciphertext, 'stale-sign-in');
@@ -515,7 +521,10 @@ CREATE OR REPLACE VIEW siwa.account_status_summary AS
 
 -- Privileges. The receiver may only add events; the worker applies them; dashboards read views.
 GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard, siwa_api;
-GRANT INSERT ON siwa.events TO siwa_receiver;
+-- The receiver writes a notification's own columns only: never its progress (attempts,
+-- next_attempt_at, outcome, ...); which types and statuses it may write: "Only signed facts" below.
+REVOKE INSERT ON siwa.events FROM siwa_receiver;
+GRANT INSERT (jti, aud, sub, type, event_time, email, is_private_email, status, claims) ON siwa.events TO siwa_receiver;
 GRANT SELECT (jti) ON siwa.events TO siwa_receiver;  -- INSERT ... RETURNING jti: which rows were new
 GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
 GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
@@ -529,7 +538,9 @@ GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
 -- The API (POST /apple/tokens, /apple/refresh-tokens) stores tokens and queues the revocation of
 -- a token it could not keep; nothing else. The receiver only inserts events.
 GRANT EXECUTE ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean, timestamptz) TO siwa_api;
-GRANT INSERT ON siwa.revocations TO siwa_api;
+-- (the columns of a token to revoke: never its status or outcome, so never a faked `done`)
+REVOKE INSERT ON siwa.revocations FROM siwa_api;
+GRANT INSERT (apple_sub, client_id, key_id, ciphertext, reason) ON siwa.revocations TO siwa_api;
 GRANT SELECT ON siwa.backlog TO siwa_api;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
@@ -709,5 +720,56 @@ CREATE TABLE IF NOT EXISTS siwa.reconcile_pace (
 );
 INSERT INTO siwa.reconcile_pace (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
 GRANT SELECT, UPDATE ON siwa.reconcile_pace TO siwa_worker;
+
+-- === Only signed facts (issue 30) ===
+-- The event types and claims siwa-notify writes itself, from a verified path, are refused to
+-- any other writer of siwa.events, whatever its grants (the receiver's role above all):
+--   sign-in             siwa.store_apple_token (SECURITY DEFINER: runs as the owner), called by siwa_api
+--   deletion-requested  siwa.request_deletion (SECURITY DEFINER), called by siwa_worker or the app
+--   claims.source       'sign-in' / 'in-app' (the two functions above), 'reconcile' (the worker's
+--                       consent-revoked of a grant found gone: ReconcileStatements, as siwa_worker)
+--   status              anything but 'pending' or 'ignored' at insert (a 'dead' row `replay` would
+--                       bring back, a 'done' one that blocks the real event as a duplicate)
+-- (`transfer import` writes no event.) Allowed: the owner of siwa.events (hence the definer
+-- functions), a superuser, and, for a reconcile row only, a role with siwa_worker's privileges.
+-- Refused with insufficient_privilege, in the same statement: nothing of the batch is stored.
+-- A row trigger whose WHEN names only these cases: Apple's notifications never call it (the
+-- receiver's multi-row insert costs what it did; bench/README.md).
+CREATE OR REPLACE FUNCTION siwa.refuse_unsigned_event() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    privileged boolean;
+BEGIN
+    -- SECURITY INVOKER: current_user is the inserting role (the owner inside a definer function).
+    SELECT r.rolsuper OR pg_has_role(current_user, c.relowner, 'USAGE') INTO privileged
+    FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = 'siwa.events'::regclass;
+    IF coalesce(privileged, false) THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.type NOT IN ('sign-in', 'deletion-requested') AND NEW.status IN ('pending', 'ignored')
+       AND NEW.type = 'consent-revoked' AND NEW.claims ->> 'source' = 'reconcile'
+       AND pg_has_role(current_user, 'siwa_worker', 'USAGE') THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'siwa.events: only siwa-notify''s verified paths may record a % event (source %, status %)',
+        NEW.type, coalesce(NEW.claims ->> 'source', 'none'), NEW.status
+        USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.refuse_unsigned_event() FROM PUBLIC;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass) THEN
+        CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
+            FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
+                               OR NEW.claims ? 'source')
+            EXECUTE FUNCTION siwa.refuse_unsigned_event();
+    END IF;
+END
+$$;
+-- PUBLIC executes none of siwa's functions (the README's grants table, checked by a test): the
+-- dashboards and the worker hold subject_hash by name; a trigger function is never called directly.
+REVOKE ALL ON FUNCTION siwa.subject_hash(text), siwa.notify_new_forwards() FROM PUBLIC;
+-- === end of only signed facts ===
 
 COMMIT;
