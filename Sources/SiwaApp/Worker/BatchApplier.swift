@@ -78,17 +78,14 @@ enum BatchApplier {
                 let since = decision.newState.accountSince ?? (item.event.eventTimeMillis + 1)
                 comebacks.append(.init(sub: sub, sinceMillis: since))
             }
-            // Tokens signed in at or before a deletion or consent-revoked that took effect: an
+            // Tokens signed in at or before a deletion or consent-revoked, whatever its outcome (a
+            // deletion made stale by a newer sign-in still ends what was held before it): an
             // in-app deletion revokes them at Apple (moved, encrypted, into siwa.revocations);
             // Apple's own account-delete and consent-revoked ended the grant: erased.
-            if decision.outcome == .applied {
-                let t = item.event.eventTimeMillis
-                switch item.event.type {
-                case .deletionRequested: moveTokens.append(.init(sub: sub, atMillis: t, clientID: item.audience))
-                case .accountDelete: eraseTokens.append(.init(sub: sub, atMillis: t, clientID: nil))
-                case .consentRevoked: eraseTokens.append(.init(sub: sub, atMillis: t, clientID: item.audience))
-                default: break
-                }
+            switch TokenRules.effect(of: item.event, audience: item.audience, outcome: decision.outcome) {
+            case .none: break
+            case .revoke(let t, let clientID): moveTokens.append(.init(sub: sub, atMillis: t, clientID: clientID))
+            case .erase(let t, let clientID): eraseTokens.append(.init(sub: sub, atMillis: t, clientID: clientID))
             }
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
