@@ -85,6 +85,29 @@ struct TransferCommandTests {
         #expect(daysLeft?.split(separator: " ").last == "60", "\(table.stdout)")
     }
 
+    @Test("import respects a deletion in the receiving team: a user already deleted there gets no active app account, only the mapping")
+    func importKeepsADeletedUserDeleted() throws {
+        let teams = try TransferTeams()
+        try teams.seedSending(active: 3)
+        let export = try teams.export()
+        #expect(export.status == 0, "\(export.stderr)")
+        // User 001.a2 already signed in to this team's own app and deleted the account here.
+        let deleted = DevApple.transferredSub(sub: "001.a2", team: T.receivingTeamID)
+        _ = try TestDatabase.query(
+            teams.receivingDatabase,
+            "INSERT INTO siwa.accounts (apple_sub, status, status_event_time, deleted_at) VALUES ($1, 'deleted', now(), now())", [deleted])
+        let imported = try teams.import(export.stdout)
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(try T.column(teams.receivingDatabase, "SELECT status FROM siwa.accounts WHERE apple_sub = '\(deleted)'") == ["deleted"])
+        #expect(
+            try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.app_accounts WHERE apple_sub = '\(deleted)' AND status <> 'deleted'")
+                == 0,
+            "a user deleted in this team came back active through the import")
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.accounts WHERE apple_sub = '\(deleted)' AND email IS NOT NULL") == 0)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.app_accounts WHERE status = 'active'") == 2)
+        #expect(try T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.transfers WHERE new_sub = '\(deleted)'") == 1)
+    }
+
     /// The `/auth/usermigrationinfo` calls of `fake`, in the order they came.
     static func migrationCalls(_ fake: FakeApple) -> [FakeApple.Call] {
         fake.calls(to: "/auth/usermigrationinfo").sorted { $0.at < $1.at }

@@ -12,13 +12,15 @@ import SiwaPostgres
 ///   Answers 200 `{"sub","email","is_private_email","email_verified"}`; 400 `malformed_json`,
 ///   `missing_code`, `unknown_client_id`, `invalid_grant`, `nonce_mismatch`; 502
 ///   `apple_unavailable`, `invalid_client`, `apple_rejected`, `invalid_id_token`; 503
-///   `keys_unavailable`, `database_unavailable`. Once Apple redeemed the code, a failure never
-///   drops the refresh token: it is queued for revocation (durably).
+///   `keys_unavailable`, `database_unavailable`; 409 `account_deleted` (a sign-in not newer than
+///   the user's deletion: not a user). Once Apple redeemed the code, a failure never drops the
+///   refresh token: it is queued for revocation (durably).
 /// - `POST /apple/refresh-tokens` `{"client_id", "refresh_token", "id_token"}`, for a backend that
 ///   exchanges codes itself: the `id_token` (issued at most an hour ago) is verified as above; the
 ///   refresh token is validated once at Apple (`grant_type=refresh_token`; refused: 400
-///   `invalid_refresh_token`; an `id_token` in Apple's answer must name the same user). Answers
-///   200 `{"stored":"created"|"updated"|"deleted"}`.
+///   `invalid_refresh_token`; Apple's answer must carry an `id_token`, else 400
+///   `unbound_refresh_token`, naming the same user). Answers 200 `{"stored":"created"|"updated"}`;
+///   409 `account_deleted` as above.
 public final class TokenExchange: Sendable {
     public static let path = "/apple/tokens"
     public static let handoverPath = "/apple/refresh-tokens"
@@ -101,6 +103,9 @@ public final class TokenExchange: Sendable {
         case .failure(let refusal):
             discard(tokens.refreshToken, sub: claims.sub, clientID: clientID)
             return refusal
+        case .success(.deleted):
+            // Older than the user's deletion: not a user (the token is queued for revocation).
+            return .error(409, "account_deleted")
         case .success:
             var answer: [String: JSONValue] = ["sub": .string(claims.sub)]
             answer["email"] = claims.email.map { .string($0) } ?? .null
@@ -127,7 +132,15 @@ public final class TokenExchange: Sendable {
         // The token must be alive at Apple, and Apple's own id_token must name the same user.
         switch apple.client.validate(refreshToken: token, clientID: clientID) {
         case .success(let validation):
-            if let fresh = validation.idToken, unverifiedSub(fresh) != claims.sub {
+            // Only Apple's own id_token binds the refresh token to the user: without one, nothing
+            // says the caller did not pair another user's id_token with it.
+            guard let fresh = validation.idToken else {
+                logger.warning(
+                    "refresh token handed over without an id_token in Apple's answer refused",
+                    metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))"])
+                return .error(400, "unbound_refresh_token")
+            }
+            if unverifiedSub(fresh) != claims.sub {
                 logger.warning(
                     "refresh token handed over for another user refused",
                     metadata: ["client_id": "\(clientID)", "sub_hash": "\(SubjectHash.of(claims.sub))"])
@@ -140,6 +153,7 @@ public final class TokenExchange: Sendable {
         }
         switch store(token, claims: claims, clientID: clientID, action: "refresh token handed over") {
         case .failure(let refusal): return refusal
+        case .success(.deleted): return .error(409, "account_deleted")
         case .success(let stored): return Answer(status: 200, body: "{\"stored\":\"\(stored.rawValue)\"}")
         }
     }
@@ -174,6 +188,9 @@ public final class TokenExchange: Sendable {
                 isPrivateEmail: claims.isPrivateEmail, signedInAt: claims.signedInAt)
             let teamID = apple.client.configuration.teamID
             let stored = try pool.withConnection(timeout: 5) { c -> DeletionStatements.TokenStored? in
+                // A worker's batch may hold the account row for seconds: wait for it within the
+                // call's budget rather than lose the sign-in to the pool's 2 s lock timeout.
+                try c.execute(AdminStatements.signInLockWait)
                 // For 60 days after an app transfer the id_token names the user's identifier from
                 // the old team: that identifier is this user (`siwa.transfers`, as `transfer import`).
                 if let transferSub = claims.transferSub {

@@ -9,6 +9,11 @@ enum AdminStatements {
     /// The readiness and gauge probe: 2 s per statement, 1 s for a lock.
     static let beginProbe = begin(statementTimeoutMilliseconds: 2000, lockTimeoutMilliseconds: 1000)
 
+    /// Storing a sign-in (`siwa.store_apple_token`) waits up to 15 s for the account's row lock
+    /// (a worker's batch applying that user's events holds it) instead of the pool's 2 s, within
+    /// the API call's budget: past that, 503 and the token is queued for revocation.
+    static let signInLockWait = "SET LOCAL lock_timeout = 15000; SET LOCAL statement_timeout = 20000"
+
     static func begin(statementTimeoutMilliseconds: Int, lockTimeoutMilliseconds: Int) -> String {
         "BEGIN; SET LOCAL statement_timeout = \(statementTimeoutMilliseconds); SET LOCAL lock_timeout = \(lockTimeoutMilliseconds)"
     }

@@ -77,7 +77,8 @@ enum TransferStatements {
     }
 
     /// Creates the accounts and their app accounts (`aud` the client id; active, email recorded;
-    /// one already there, e.g. signed in since, is kept as it is), maps the identifiers and, when
+    /// one already there, e.g. signed in since, is kept as it is; a user already deleted in this
+    /// team stays deleted: no app account, no forward, only the mapping), maps the identifiers and, when
     /// forwarding is on, queues a `user-migrated` forward for each identifier mapped now (id
     /// `msg_transfer_<transfers.id>`, source `transfer`, event_time `migrated_at`), all in one
     /// statement. Rows are inserted in `COLLATE "C"` order, the order the worker locks them in.
@@ -94,9 +95,13 @@ enum TransferStatements {
             INSERT INTO siwa.accounts (apple_sub, email, is_private_email, status)
             SELECT new_sub, email, is_private_email, 'active' FROM users ORDER BY new_sub COLLATE "C"
             ON CONFLICT (apple_sub) DO NOTHING
+        ), deleted AS (
+            SELECT a.apple_sub FROM siwa.accounts a
+            WHERE a.apple_sub = ANY (ARRAY(SELECT new_sub FROM users)) AND a.status = 'deleted'
         ), apps AS (
             INSERT INTO siwa.app_accounts (apple_sub, aud, status, email, is_private_email)
-            SELECT new_sub, $5, 'active', email, is_private_email FROM users ORDER BY new_sub COLLATE "C"
+            SELECT new_sub, $5, 'active', email, is_private_email FROM users
+            WHERE new_sub NOT IN (SELECT apple_sub FROM deleted) ORDER BY new_sub COLLATE "C"
             ON CONFLICT (apple_sub, aud) DO NOTHING
         ), mapped AS (
             UPDATE siwa.transfers t SET new_sub = m.new_sub, migrated_at = now()
@@ -105,7 +110,7 @@ enum TransferStatements {
         )
         INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, transfer_sub)
         SELECT 'msg_transfer_' || id, new_sub, $5, 'user-migrated', migrated_at, 'transfer', transfer_sub
-        FROM mapped WHERE $6::boolean ORDER BY id
+        FROM mapped WHERE $6::boolean AND new_sub NOT IN (SELECT apple_sub FROM deleted) ORDER BY id
         ON CONFLICT (id) DO NOTHING
         """,
         bind: { batch in
