@@ -96,12 +96,15 @@ enum Runner {
             throw CLIError("cannot start: \(error)")
         }
         // SIGHUP re-reads SIWA_API_TOKEN_FILE (rotation without a restart).
+        EarlySignals.notePending()
         signal(SIGHUP, SIG_IGN)
         let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         // The application logs the outcome (the tokens in use stay when the file is invalid).
         hangup.setEventHandler { _ = try? app.reloadAPITokens() }
         hangup.resume()
         defer { hangup.cancel() }
+        // One that came while starting (held since the first instruction) is served now.
+        if EarlySignals.hangUpReceived.exchange(false, ordering: .relaxed) { _ = try? app.reloadAPITokens() }
         termination.wait()
         logger.notice("shutting down")
         app.shutdown()

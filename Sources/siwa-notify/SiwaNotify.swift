@@ -1,6 +1,5 @@
 import ArgumentParser
 
-@main
 struct SiwaNotify: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "siwa-notify",

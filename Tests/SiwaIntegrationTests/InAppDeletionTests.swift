@@ -91,15 +91,15 @@ struct InAppDeletionTests {
         #expect(try H.post(offURL + "/apple/refresh-tokens", json: body, token: h.apiToken).status == 404)
     }
 
-    @Test("SIGHUP makes a running `serve` re-read SIWA_API_TOKEN_FILE; an invalid file keeps the tokens in use, with a line saying so")
+    @Test(
+        "SIGHUP makes a running `serve` re-read SIWA_API_TOKEN_FILE; an invalid or half-written file keeps the tokens in use, with a line saying so"
+    )
     func apiTokensReloadOnSIGHUP() throws {
         let h = try H(roles: .receive)
         defer { h.stop() }
-        let adminPort = ServerProcess.freePort()
-        let server = try ServerProcess(["serve"], environment: h.environment.merging(["SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)"]) { _, n in n })
+        let (server, url) = try h.serve()
         defer { _ = server.terminate() }
         #expect(server.waitForLog("worker started"), "\(server.log)")
-        let url = "http://127.0.0.1:\(adminPort)/apple/tokens"
         /// 400 malformed_json: admitted; 401: refused.
         func status(_ token: String) throws -> Int { try H.post(url, json: "{", token: token).status }
         let rotated = "rotated_" + SHA256.hex(SecureRandom.bytes(16))
@@ -115,7 +115,24 @@ struct InAppDeletionTests {
         #expect(server.waitForLog("API tokens not reloaded; the previous ones stay"), "\(server.log)")
         #expect(server.log.contains("too_short") || server.log.contains("at least 16"), "the line says why")
         #expect(try status(rotated) == 400 && status("too-short") == 401)
-        #expect(!server.log.contains(rotated) && !server.log.contains(h.apiToken), "no token in the log")
+
+        // `echo $TOKEN > file` caught midway (truncated, 24 characters written): never loaded.
+        let third = "third_" + SHA256.hex(SecureRandom.bytes(16))
+        func lines(_ text: String) -> Int { server.log.components(separatedBy: text).count - 1 }
+        let file = try #require(FileHandle(forWritingAtPath: h.apiTokenFile))
+        try file.truncate(atOffset: 0)
+        try file.write(contentsOf: Data(third.prefix(24).utf8))
+        try file.synchronize()
+        server.signal(SIGHUP)
+        #expect(h.eventually(30) { lines("API tokens not reloaded") == 2 }, "\(server.log.suffix(400))")
+        #expect(try status(rotated) == 400, "the tokens in use were dropped")
+        #expect(try status(String(third.prefix(24))) == 401, "a half-written token admits")
+        try file.write(contentsOf: Data((third.dropFirst(24) + "\n").utf8))
+        try file.close()
+        server.signal(SIGHUP)
+        #expect(h.eventually(30) { lines("API tokens reloaded") == 2 }, "\(server.log.suffix(400))")
+        #expect(try status(third) == 400 && status(rotated) == 401)
+        #expect(!server.log.contains(rotated) && !server.log.contains(h.apiToken) && !server.log.contains(third.prefix(24)), "no token in the log")
         #expect(server.terminate() == 0)
     }
 

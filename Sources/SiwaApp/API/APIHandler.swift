@@ -34,11 +34,42 @@ public final class APIHandler: Sendable {
             }
         }
 
-        /// Re-reads the file; on error the tokens in use stay (and the error is thrown).
+        /// Re-reads the file; on error the tokens in use stay (and the error is thrown). The file
+        /// may be being rewritten in place (`echo ... > file`): it must read the same twice and its
+        /// last line must end (a newline), or the tokens in use stay; a file renamed over it
+        /// (write a new one, `mv` it) is always whole.
         public func reload() throws -> Int {
-            let fresh = try Self.read(file)
+            let fresh = try Self.readSettled(file)
             current.withLock { $0 = fresh }
             return fresh.count
+        }
+
+        static func readSettled(_ file: String, attempts: Int = 10, pause: Double = 0.05) throws -> APITokens {
+            func bytes() throws -> [UInt8] {
+                guard let data = FileManager.default.contents(atPath: file) else {
+                    throw Application.StartError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
+                }
+                return Array(data)
+            }
+            var previous = try bytes()
+            for _ in 0..<attempts {
+                Thread.sleep(forTimeInterval: pause)
+                let again = try bytes()
+                guard again == previous else {
+                    previous = again
+                    continue
+                }
+                guard again.last == UInt8(ascii: "\n") else {
+                    throw Application.StartError(
+                        description: "SIWA_API_TOKEN_FILE: \(file) ends inside a line (still being written? write a new file and rename it over)")
+                }
+                do {
+                    return try APITokens(fileContents: again)
+                } catch {
+                    throw Application.StartError(description: "SIWA_API_TOKEN_FILE: \(file) \(error)")
+                }
+            }
+            throw Application.StartError(description: "SIWA_API_TOKEN_FILE: \(file) kept changing while read")
         }
 
         func admits(_ authorization: String?) -> Bool { current.withLock { $0 }.admits(authorization: authorization) }

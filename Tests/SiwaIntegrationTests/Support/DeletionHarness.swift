@@ -8,6 +8,10 @@ import SiwaFetch
 import SiwaPostgres
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// An in-process siwa-notify with in-app deletion on: a fresh database, a `FakeApple` on loopback
 /// (its `/auth/keys` is also the key set the receiver and the code exchange trust), the team's
 /// `.p8` and a token key written to a temporary directory, short worker retries.
@@ -96,6 +100,22 @@ final class DeletionHarness: Sendable {
         app.shutdown()
         fake.stop()
         try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The real binary's `serve` on this configuration, with its admin listener on a port of its
+    /// own: the process and the URL of `POST /apple/tokens` there. `hangUpUnblocked`: spawned with
+    /// SIGHUP deliverable, as a shell or systemd starts it (the test runner's threads block it,
+    /// and a child inherits the mask of the thread that spawns it).
+    func serve(hangUpUnblocked: Bool = false) throws -> (server: ServerProcess, tokensURL: String) {
+        let adminPort = ServerProcess.freePort()
+        var hangUp = sigset_t(), previous = sigset_t()
+        sigemptyset(&hangUp)
+        sigaddset(&hangUp, SIGHUP)
+        if hangUpUnblocked { pthread_sigmask(SIG_UNBLOCK, &hangUp, &previous) }
+        defer { if hangUpUnblocked { pthread_sigmask(SIG_SETMASK, &previous, nil) } }
+        let server = try ServerProcess(
+            ["serve"], environment: environment.merging(["SIWA_ADMIN_LISTEN": "127.0.0.1:\(adminPort)"]) { _, n in n })
+        return (server, "http://127.0.0.1:\(adminPort)/apple/tokens")
     }
 
     /// The environment that configures the same in-app deletion for the real binary.
