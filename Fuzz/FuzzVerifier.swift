@@ -1,9 +1,9 @@
-// libFuzzer entry for SiwaCore: request body -> verified notification -> account decision.
+// The `verifier` fuzz target: request body -> verified notification -> account decision.
 //
 // Built by `scripts/fuzz` with swiftc directly, in ONE module together with Sources/SiwaCore/*.swift
 // (so internal helpers such as `NotificationVerifier.formatUTC` are reachable), with
-// `-sanitize=fuzzer,address -parse-as-library -enable-experimental-feature Extern`.
-// See Fuzz/README.md for the invariants checked here.
+// `-sanitize=fuzzer,address -parse-as-library -enable-experimental-feature Extern`; the libFuzzer
+// entry points are in FuzzMain.swift. See Fuzz/README.md for the invariants checked here.
 //
 // Every input is treated as an HTTP request body (the corpus files and crash artifacts are plain
 // bodies). A structure-aware custom mutator (bottom of this file) decodes the JWS inside
@@ -52,26 +52,23 @@ enum FuzzSetup {
 
 // MARK: - Entry point
 
-@_cdecl("LLVMFuzzerInitialize")
-public func fuzzInitialize(_ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>) -> CInt {
-    // formatUTC at and around the edges of its documented range, and of days/eras.
-    for s: Int64 in [-315_000_000_000, -315_000_000_001, -314_999_999_999, 253_402_300_800, 253_402_300_799, 253_402_300_801,
-                     0, -1, 1, 86_399, 86_400, -86_400, -86_401, 951_782_400, 4_107_542_400, -62_135_596_800, -62_135_596_801,
-                     -62_167_219_200, .min, .max] {
-        FuzzChecks.checkUTC(s)
+enum VerifierTarget {
+    static func initialize() {
+        // formatUTC at and around the edges of its documented range, and of days/eras.
+        for s: Int64 in [-315_000_000_000, -315_000_000_001, -314_999_999_999, 253_402_300_800, 253_402_300_799, 253_402_300_801,
+                         0, -1, 1, 86_399, 86_400, -86_400, -86_401, 951_782_400, 4_107_542_400, -62_135_596_800, -62_135_596_801,
+                         -62_167_219_200, .min, .max] {
+            FuzzChecks.checkUTC(s)
+        }
     }
-    return 0
-}
 
-@_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
-    let body = Array(UnsafeBufferPointer(start: data, count: size))
-    FuzzChecks.json(body)
-    FuzzChecks.base64(body)
-    FuzzChecks.verifier(body)
-    FuzzChecks.jwks(body)
-    FuzzChecks.formatUTC(body)
-    return 0
+    static func testOneInput(_ body: [UInt8]) {
+        FuzzChecks.json(body)
+        FuzzChecks.base64(body)
+        FuzzChecks.verifier(body)
+        FuzzChecks.jwks(body)
+        FuzzChecks.formatUTC(body)
+    }
 }
 
 struct SignatureCall: Equatable {
@@ -437,21 +434,6 @@ enum FuzzChecks {
 
 // MARK: - Structure-aware mutator
 
-@_extern(c, "LLVMFuzzerMutate")
-func LLVMFuzzerMutate(_ data: UnsafeMutablePointer<UInt8>, _ size: Int, _ maxSize: Int) -> Int
-
-@_cdecl("LLVMFuzzerCustomMutator")
-public func fuzzCustomMutator(_ data: UnsafeMutablePointer<UInt8>, _ size: Int, _ maxSize: Int, _ seed: UInt32) -> Int {
-    var rng = SplitMix64(state: UInt64(seed) &* 0x9E37_79B9_7F4A_7C15 &+ 1)
-    if rng.below(5) == 0 { return LLVMFuzzerMutate(data, size, maxSize) } // plain byte-level mutation
-    let body = Array(UnsafeBufferPointer(start: data, count: size))
-    guard let out = StructuredMutator.mutate(body, &rng), out.count <= maxSize, out != body else {
-        return LLVMFuzzerMutate(data, size, maxSize)
-    }
-    out.withUnsafeBufferPointer { data.update(from: $0.baseAddress!, count: out.count) }
-    return out.count
-}
-
 struct SplitMix64 {
     var state: UInt64
     mutating func next() -> UInt64 {
@@ -513,6 +495,10 @@ enum StructuredMutator {
                  .string(String(repeating: "t", count: 65))],
         "email": [.string("x@privaterelay.appleid.com"), .string(String(repeating: "m", count: 320)), .string(String(repeating: "m", count: 321))],
         "is_private_email": [.bool(true), .bool(false), .string("true"), .string("false"), .string("TRUE"), .number(1)],
+        "email_verified": [.bool(true), .bool(false), .string("true"), .string("false"), .string("1"), .null],
+        "nonce": [.string("n-0S6_WzA2Mj"), .string(""), .string("n-0S6_WzA2Mj\u{301}")],
+        "auth_time": times,
+        "transfer_sub": [.string("000111.4e5f6a7b8c9d0e1f2a3b4c5d6e7f8091.0001"), .string(""), .string(longA), .string(longA + "b")],
         "events": [.object([:]), .string(""), .string("{}"), .string("[]"), .string("{"),
                    .string(#"{"type":"account-delete","sub":"s","event_time":1}"#),
                    .object(["type": .string("email-enabled"), "sub": .string("s"), "event_time": .number(1)])],
@@ -538,7 +524,8 @@ enum StructuredMutator {
         }
     }
 
-    static func mutate(_ body: [UInt8], _ rng: inout SplitMix64) -> [UInt8]? {
+    /// `claimKeys`: the claims to set or delete (the id-token target passes its own).
+    static func mutate(_ body: [UInt8], _ rng: inout SplitMix64, claimKeys: [String] = StructuredMutator.claimKeys) -> [UInt8]? {
         guard var bodyObject = (try? JSONParser.parse(body))?.objectValue else { return nil }
         if case .array(let keys)? = bodyObject["keys"] {
             bodyObject["keys"] = .array(mutateJWKS(keys, &rng))

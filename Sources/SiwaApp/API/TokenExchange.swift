@@ -74,17 +74,15 @@ public final class TokenExchange: Sendable {
     // MARK: - Code exchange
 
     func exchange(_ body: [UInt8]) -> Answer {
-        guard let object = (try? JSONParser.parse(body))?.objectValue else { return .error(400, "malformed_json") }
-        guard let code = object["code"]?.stringValue, !code.isEmpty else { return .error(400, "missing_code") }
-        guard let clientID = object["client_id"]?.stringValue, audiences.containsExactly(clientID) else {
-            return .error(400, "unknown_client_id")
+        let request: CodeExchangeRequest
+        do {
+            request = try CodeExchangeRequest.parse(body, audiences: audiences)
+        } catch {
+            return .error(400, error.rawValue)
         }
-        for optional in ["redirect_uri", "nonce"] {
-            if let value = object[optional], value.stringValue == nil { return .error(400, "malformed_json") }
-        }
-        let nonce = object["nonce"]?.stringValue
+        let (clientID, nonce) = (request.clientID, request.nonce)
         let tokens: AppleTokenResponse
-        switch apple.client.exchange(code: code, clientID: clientID, redirectURI: object["redirect_uri"]?.stringValue) {
+        switch apple.client.exchange(code: request.code, clientID: clientID, redirectURI: request.redirectURI) {
         case .success(let response): tokens = response
         case .invalidGrant: return .error(400, "invalid_grant")
         case .invalidClient: return .error(502, "invalid_client")
@@ -118,12 +116,13 @@ public final class TokenExchange: Sendable {
     // MARK: - Hand-over
 
     func handOver(_ body: [UInt8]) -> Answer {
-        guard let object = (try? JSONParser.parse(body))?.objectValue else { return .error(400, "malformed_json") }
-        guard let clientID = object["client_id"]?.stringValue, audiences.containsExactly(clientID) else {
-            return .error(400, "unknown_client_id")
+        let request: HandOverRequest
+        do {
+            request = try HandOverRequest.parse(body, audiences: audiences)
+        } catch {
+            return .error(400, error.rawValue)
         }
-        guard let token = object["refresh_token"]?.stringValue, !token.isEmpty else { return .error(400, "missing_refresh_token") }
-        guard let idToken = object["id_token"]?.stringValue, !idToken.isEmpty else { return .error(400, "missing_id_token") }
+        let (clientID, token, idToken) = (request.clientID, request.refreshToken, request.idToken)
         let claims: IDTokenClaims
         switch verify(idToken, clientID: clientID, nonce: nil, maxAge: Self.handoverMaxAge) {
         case .success(let c): claims = c
