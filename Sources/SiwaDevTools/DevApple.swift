@@ -64,6 +64,10 @@ public final class DevApple: Sendable {
         case throttled(retryAfter: Int?)
         /// Like `normal` (the call takes effect at once), but the answer is sent `seconds` later.
         case delay(Double)
+        /// Apple's answer after the same checks (200 for a good revoke), but the call changes
+        /// nothing: a revoke Apple answers 200 and does not perform (its 200 proves nothing), so
+        /// the token still validates afterwards.
+        case acceptWithoutEffect
     }
 
     /// The answers of one endpoint: the `first` ones in order, one per call, then `then` for good.
@@ -368,7 +372,7 @@ extension DevApple {
             case .invalidClient: final = .json(400, #"{"error":"invalid_client"}"#)
             case .status(let status, let body): final = .json(status, body)
             case .hang: final = nil
-            case .delay: final = response
+            case .delay, .acceptWithoutEffect: final = response
             case .throttled(let retryAfter):
                 final = .json(
                     429, #"{"error":"too_many_requests"}"#,

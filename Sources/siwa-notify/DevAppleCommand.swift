@@ -39,6 +39,8 @@ struct DevAppleCommand: ParsableCommand {
     var receivingPort: UInt16 = 9181
     @Option(help: "Refresh tokens starting with this prefix validate although this fake never issued them (load tests).")
     var acceptRefreshTokens: String?
+    @Flag(help: "Answer 200 to every revoke and perform none (as Apple may): siwa-notify's proof then finds it unconfirmed.")
+    var fakeRevokes = false
     @Flag(help: "Do not print a line per call (load tests).")
     var quiet = false
     @OptionGroup var options: ConfigurationOptions
@@ -76,7 +78,8 @@ struct DevAppleCommand: ParsableCommand {
                 sub: user, email: fixedEmail ?? "\(hash)@privaterelay.appleid.com",
                 isPrivateEmail: fixedEmail == nil, emailVerified: true, nonce: fixedNonce)
         }
-        if !quiet { configuration.onCall = { call in Self.say(Self.describe(call)) } }
+        let fake = fakeRevokes
+        if !quiet { configuration.onCall = { call in Self.say(Self.describe(call, fakeRevokes: fake)) } }
         if let prefix = acceptRefreshTokens {
             configuration.unknownRefreshToken = { token in token.hasPrefix(prefix) ? DevApple.devSub(forCode: token) : nil }
         }
@@ -86,6 +89,7 @@ struct DevAppleCommand: ParsableCommand {
         } catch {
             throw CLIError("dev-apple: cannot listen on 127.0.0.1:\(port): \(error)")
         }
+        if fakeRevokes { server.answerRevoke(.acceptWithoutEffect) }
 
         Self.say(
             """
@@ -115,13 +119,15 @@ struct DevAppleCommand: ParsableCommand {
 
     /// One line per call: endpoint, status, client id and the user's subject hash (never a code,
     /// token, secret or raw sub).
-    static func describe(_ call: DevApple.Call) -> String {
+    static func describe(_ call: DevApple.Call, fakeRevokes: Bool = false) -> String {
         var line = "\(call.method) \(call.path) \(call.status)"
         if let clientID = call.form?["client_id"] { line += " client_id=\(clientID)" }
         if let sub = call.sub { line += " sub_hash=\(SubjectHash.of(sub))" }
         if let error = call.error { line += " error=\(error)" }
         if let problem = call.secretProblem { line += " client_secret_problem=\"\(problem)\"" }
-        if call.path == "/auth/revoke" && call.status == 200 { line += " (refresh token revoked)" }
+        if call.path == "/auth/revoke" && call.status == 200 {
+            line += fakeRevokes ? " (answered 200, NOT revoked: --fake-revokes)" : " (refresh token revoked)"
+        }
         if call.path == "/auth/token" && call.status == 200 {
             switch call.form?["grant_type"] {
             case "client_credentials": line += " (access token issued for user.migration)"

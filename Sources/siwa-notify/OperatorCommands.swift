@@ -66,20 +66,23 @@ struct Replay: ParsableCommand {
     }
 }
 
-struct Revoke: ParsableCommand {
+struct DeleteUser: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "delete-user",
         abstract: "Delete a user: the worker deletes the account by its next batch, then every token is revoked at Apple.",
-        discussion: "Same as `select siwa.request_deletion(sub, aud)`. The user's tokens of every client id are revoked.")
-    @Option(help: "The user's Apple sub.")
-    var sub: String
-    @Option(help: "The client id (one of SIWA_AUDIENCES) of the app asking. Default: none named.")
-    var aud: String?
+        discussion: """
+            Same as `select siwa.request_deletion(sub, aud)`. The user's tokens of every client id are revoked, \
+            each revocation proven (the token validated once after Apple's 200); `user-report --sub S` shows the evidence.
+            """)
+    @OptionGroup var user: DeletionArguments
     @OptionGroup var options: ConfigurationOptions
 
-    func run() throws {
+    func run() throws { try Self.queue(sub: user.sub, aud: user.aud, options: options, command: "delete-user") }
+
+    static func queue(sub: String, aud: String?, options: ConfigurationOptions, command: String) throws {
         let config = try options.load(requireAudiences: false)
         if let aud, !config.audiences.isEmpty, !config.audiences.containsExactly(aud) {
-            throw CLIError("revoke: --aud \(aud) is not one of SIWA_AUDIENCES (\(config.audiences.joined(separator: ",")))")
+            throw CLIError("\(command): --aud \(aud) is not one of SIWA_AUDIENCES (\(config.audiences.joined(separator: ",")))")
         }
         do {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
@@ -87,8 +90,55 @@ struct Revoke: ParsableCommand {
                 "queued \(count) deletion\(count == 1 ? "" : "s")"
                     + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
         } catch {
-            throw CLIError("revoke failed: \(error)")
+            throw CLIError("\(command) failed: \(error)")
         }
+    }
+}
+
+/// The command's earlier name, kept for scripts that use it.
+struct Revoke: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Alias of delete-user (its earlier name): delete a user and revoke every token at Apple.",
+        discussion: "Exactly `delete-user --sub S [--aud A]`; see `siwa-notify delete-user --help`.")
+    @OptionGroup var user: DeletionArguments
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws { try DeleteUser.queue(sub: user.sub, aud: user.aud, options: options, command: "revoke") }
+}
+
+/// The user `delete-user` (and `revoke`) deletes.
+struct DeletionArguments: ParsableArguments {
+    @Option(help: "The user's Apple sub.")
+    var sub: String
+    @Option(help: "The client id (one of SIWA_AUDIENCES) of the app asking. Default: none named.")
+    var aud: String?
+}
+
+struct UserReportCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "user-report",
+        abstract: "Print a user's timeline as JSON for a reviewer: events, effects, deletion evidence.",
+        discussion: """
+            Reads `siwa.user_report(sub)`: the account and its apps, every stored event with what the worker made \
+            of it, the sessions revoked, the refresh tokens held (never the token), every revocation at Apple with \
+            each call (status, time) and its proof (`confirmation`: confirmed, unconfirmed, pending), and each \
+            deletion (requested, applied locally, the revocations it queued). Emails masked (j•••@example.com). \
+            Exit 1 when nothing is stored about the sub.
+            """)
+    @Option(help: "The user's Apple sub.")
+    var sub: String
+    @OptionGroup var options: ConfigurationOptions
+
+    func run() throws {
+        let config = try options.load(requireAudiences: false)
+        let report: String?
+        do {
+            report = try UserReport.json(sub: sub, conninfo: try operatorDatabase(config))
+        } catch {
+            throw CLIError("user-report failed: \(error)")
+        }
+        guard let report else { throw CLIError("user-report: nothing is stored about this sub") }
+        print(report)
     }
 }
 

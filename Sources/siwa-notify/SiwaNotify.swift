@@ -6,8 +6,8 @@ struct SiwaNotify: ParsableCommand {
         abstract: "Receives Sign in with Apple server-to-server notifications: verified, durable, applied exactly once.",
         discussion: "Configuration comes from SIWA_* environment variables; a flag of the same name overrides one.",
         subcommands: [
-            Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, Revoke.self,
-            Rekey.self, DevAppleCommand.self, ForwardTest.self, TransferCommand.self,
+            Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, DeleteUser.self,
+            Revoke.self, UserReportCommand.self, Rekey.self, DevAppleCommand.self, ForwardTest.self, TransferCommand.self,
         ],
         defaultSubcommand: Serve.self
     )

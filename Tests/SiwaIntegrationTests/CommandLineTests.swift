@@ -119,7 +119,10 @@ struct CommandLineTests {
 
     @Test("--help works on every command")
     func help() throws {
-        for command in [[], ["serve"], ["receive"], ["work"], ["migrate"], ["simulate"], ["inspect"], ["replay"], ["status"], ["rekey"]] {
+        for command in [
+            [], ["serve"], ["receive"], ["work"], ["migrate"], ["simulate"], ["inspect"], ["replay"], ["status"], ["rekey"],
+            ["delete-user"], ["revoke"], ["user-report"],
+        ] {
             let result = try Self.run(command + ["--help"], environment: [:])
             #expect(result.status == 0, "\(command)")
             #expect(result.output.contains("USAGE"), "\(command)")

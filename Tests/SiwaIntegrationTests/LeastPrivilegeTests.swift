@@ -183,6 +183,10 @@ struct LeastPrivilegeTests {
         "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
         "siwa_worker SELECT revocations", "siwa_worker INSERT revocations", "siwa_worker UPDATE revocations",
         "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
+        // Revocation proof and the user report.
+        "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
+        "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
+        "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or a `siwa_` role, read from

@@ -184,6 +184,13 @@ public final class AdminProbe: Service {
                     value: Double(by["no_token"] ?? 0)),
             ]
         }
+        if let unconfirmed = (try? c.row(RevocationStatements.unconfirmedCount)) ?? nil {
+            gauges.append(
+                Gauge(
+                    name: "siwa_revocations_unconfirmed",
+                    help: "Revocations whose refresh token still worked at Apple after Apple's 200 (revoked again with backoff).",
+                    value: Double(unconfirmed)))
+        }
         if forwarding, let f = (try? c.row(ForwardStatements.backlog)) ?? nil {
             gauges += [
                 Gauge(

@@ -43,7 +43,9 @@ public final class Metrics: Sendable {
         state.withLock { $0.events["\(outcome)|\(type)", default: 0] += 1 }
     }
 
-    /// A revocation attempt at Apple ended: `revoked`, `failed` (will retry) or `dead`.
+    /// A revocation attempt at Apple ended: `revoked` (done: confirmed, or no token),
+    /// `unconfirmed` (the token still worked after Apple's 200: revoked again), `failed` (will
+    /// retry) or `dead`.
     public func revocation(outcome: String) {
         state.withLock { $0.revocations[outcome, default: 0] += 1 }
     }

@@ -23,6 +23,9 @@ enum RevocationStatements {
         var attempts: Int
         /// Seconds since the job was queued (its retry window runs from then).
         var ageSeconds: Double
+        /// `siwa.revocations.confirmation` when claimed: `pending` (Apple already answered the
+        /// revoke with 200; only the validation is left), `unconfirmed`, or nil.
+        var confirmation: String? = nil
     }
 
     /// Up to `$1` due jobs (pending, failed, or running with an expired lease), leased for `$2`
@@ -38,7 +41,7 @@ enum RevocationStatements {
               ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) due
         WHERE r.id = due.id
         RETURNING r.id, r.apple_sub, r.client_id, r.key_id, r.ciphertext, r.attempts,
-                  extract(epoch FROM now() - r.created_at)::double precision AS age
+                  extract(epoch FROM now() - r.created_at)::double precision AS age, r.confirmation
         """,
         bind: { [String($0.limit), String($0.leaseSeconds)] },
         decode: { row throws(PostgresError) in
@@ -47,23 +50,31 @@ enum RevocationStatements {
             return Job(
                 id: try row.int64("id"), sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
                 token: keyID.flatMap { k in ciphertext.map { DeletionStatements.StoredToken(keyID: k, ciphertext: $0) } },
-                attempts: try row.int("attempts"), ageSeconds: try row.double("age"))
+                attempts: try row.int("attempts"), ageSeconds: try row.double("age"), confirmation: try row.optionalText("confirmation"))
         })
 
-    /// Apple accepted the revocation (or the token was already gone): the ciphertext is erased.
-    static let markDone = Statement<Int64, Void>(
+    /// The revocation is finished at Apple: the ciphertext is erased. `confirmed`: Apple refused
+    /// the token after (or instead of) the revoke's 200 (`confirmation` `confirmed`); false for a
+    /// job that had no token to revoke.
+    static let markDone = Statement<(id: Int64, confirmed: Bool), Void>(
         "revocation_done",
         """
         UPDATE siwa.revocations SET status = 'done', ciphertext = NULL, key_id = NULL, last_error = NULL,
-            finished_at = now() WHERE id = $1 AND status = 'running'
+            finished_at = now(),
+            confirmation = CASE WHEN $2::boolean THEN 'confirmed' ELSE confirmation END,
+            confirmed_at = CASE WHEN $2::boolean THEN now() ELSE confirmed_at END
+        WHERE id = $1 AND status = 'running'
         """,
-        bind: { [String($0)] })
+        bind: { [String($0.id), SQLEncoding.bool($0.confirmed)] })
 
     struct Failure {
         var id: Int64
         var dead: Bool
         var error: String
         var retryInSeconds: Double
+        /// The job's `confirmation` from now on: `pending` (revoked, not proven yet), `unconfirmed`
+        /// (the token still worked after a 200), or nil.
+        var confirmation: String? = nil
     }
 
     /// A failed attempt: `failed` (retried at `next_attempt_at`) or `dead` (kept, encrypted, for `replay`).
@@ -71,10 +82,48 @@ enum RevocationStatements {
         "revocation_failed",
         """
         UPDATE siwa.revocations SET status = $2, last_error = $3,
-            next_attempt_at = now() + $4::double precision * interval '1 second'
+            next_attempt_at = now() + $4::double precision * interval '1 second', confirmation = $5
         WHERE id = $1 AND status = 'running'
         """,
-        bind: { [String($0.id), $0.dead ? "dead" : "failed", String($0.error.prefix(500)), String($0.retryInSeconds)] })
+        bind: { [String($0.id), $0.dead ? "dead" : "failed", String($0.error.prefix(500)), String($0.retryInSeconds), $0.confirmation] })
+
+    /// One call to Apple for a revocation (`siwa.revocation_calls`): the deletion's evidence.
+    struct Call: Sendable, Equatable {
+        /// `revoke` or `validate`.
+        var kind: String
+        /// When it was sent, Unix seconds.
+        var at: Double
+        /// Apple's HTTP status; nil when Apple did not answer.
+        var httpStatus: Int?
+        /// `success`, `invalid_grant`, `invalid_client`, `rejected` or `transient`.
+        var outcome: String
+        /// The failure's reason code (never a token).
+        var detail: String?
+    }
+
+    /// The calls of one attempt, in the order they were made: one statement, arrays for the batch.
+    static let recordCalls = Statement<(revocationID: Int64, calls: [Call]), Void>(
+        "revocation_calls",
+        """
+        INSERT INTO siwa.revocation_calls (revocation_id, kind, at, http_status, outcome, detail)
+        SELECT $1::bigint, u.kind, to_timestamp(u.at), u.http_status, u.outcome, u.detail
+        FROM unnest($2::text[], $3::double precision[], $4::integer[], $5::text[], $6::text[]) WITH ORDINALITY
+            AS u(kind, at, http_status, outcome, detail, n)
+        ORDER BY u.n
+        """,
+        bind: {
+            [
+                String($0.revocationID), SQLEncoding.array($0.calls.map(\.kind)), SQLEncoding.array($0.calls.map { String($0.at) }),
+                SQLEncoding.array($0.calls.map { $0.httpStatus.map(Int64.init) }), SQLEncoding.array($0.calls.map(\.outcome)),
+                SQLEncoding.array($0.calls.map { $0.detail.map { String($0.prefix(200)) } }),
+            ]
+        })
+
+    /// Revocations whose token still worked at Apple after a 200 (`status`, `/metrics`, the alert).
+    static let unconfirmedCount = Statement<Void, Int>(
+        "revocations_unconfirmed",
+        "SELECT count(*)::int AS n FROM siwa.revocations WHERE confirmation = 'unconfirmed'",
+        decode: { row throws(PostgresError) in try row.int("n") })
 
     /// Revocations by status (for `status` and `/metrics`).
     static let counts = Statement<Void, (status: String, count: Int)>(

@@ -433,7 +433,8 @@ enum WorkerStatements {
         bind: { _ in [] })
 
     /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
-    /// its own; pending, failed and dead events are never touched). The day range uses
+    /// its own; pending, failed and dead events are never touched; in-app deletion requests are
+    /// kept: they are the deletion's evidence, `user-report`). The day range uses
     /// `events_day_type_idx`, so a table with nothing old costs nothing.
     static let prune = Statement<Int, Void>(
         "prune_events",
@@ -441,7 +442,7 @@ enum WorkerStatements {
         DELETE FROM siwa.events WHERE id IN (
             SELECT id FROM siwa.events
             WHERE (received_at AT TIME ZONE 'UTC')::date < (now() AT TIME ZONE 'UTC')::date - $1::int + 1
-              AND status IN ('done', 'ignored')
+              AND status IN ('done', 'ignored') AND type <> 'deletion-requested'
               AND coalesce(processed_at, received_at) < now() - $1::int * interval '1 day'
             LIMIT 1000 FOR UPDATE SKIP LOCKED)
         """,

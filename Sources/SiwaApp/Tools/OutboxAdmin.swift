@@ -74,6 +74,9 @@ public enum OutboxAdmin {
         public var revocationsDone: Int?
         public var revocationsDead: Int?
         public var revocationsNoToken: Int?
+        /// Revocations whose token still worked at Apple after Apple's 200 (revoked again with
+        /// backoff; `siwa.unconfirmed_revocations`).
+        public var revocationsUnconfirmed: Int? = nil
         /// Forwarding (`SIWA_FORWARD_URL`): on in this environment, and its queue.
         public var forwarding: Bool?
         public var forwards: Forwards?
@@ -149,6 +152,7 @@ public enum OutboxAdmin {
             revocationsWaiting: ["pending", "running", "failed"].reduce(0) { $0 + (revocations[$1] ?? 0) },
             revocationsDone: revocations["done"] ?? 0, revocationsDead: revocations["dead"] ?? 0,
             revocationsNoToken: revocations["no_token"] ?? 0, forwarding: forwarding, forwards: forwards, apps: apps)
+        report.revocationsUnconfirmed = try c.row(RevocationStatements.unconfirmedCount) ?? 0
         report.transfers = try c.row(TransferStatements.counts).map { t in
             Report.Transfers(
                 exported: t.exported, mapped: t.mapped, unmapped: t.unmapped,
@@ -178,6 +182,7 @@ public enum OutboxAdmin {
                 ["revocations waiting", String(r.revocationsWaiting ?? 0)],
                 ["revocations done", String(r.revocationsDone ?? 0)],
                 ["revocations dead", String(r.revocationsDead ?? 0)],
+                ["revocations unconfirmed", String(r.revocationsUnconfirmed ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
             ] + forwardRows(r) + reconciliationRows(r.reconciliation) + transferRows(r.transfers))
         out +=

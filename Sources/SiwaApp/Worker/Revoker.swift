@@ -10,6 +10,12 @@ import Synchronization
 /// that call Apple outside any transaction, and records each outcome in a short transaction of its
 /// own. A process killed mid-call leaves the job `running` until its lease ends; it is then
 /// claimed again, counted as an attempt (revoking a revoked token is harmless: Apple answers 200).
+///
+/// Apple's revoke answers 200 to anything, so a revocation is proven: after the 200 the same
+/// token is validated once (`grant_type=refresh_token`, in the same call slot, so the validation
+/// is paced like the revoke). `invalid_grant` confirms it (`done`, `confirmed`); a token that still
+/// works is `unconfirmed` and revoked again with backoff; a validation that got no answer is
+/// retried alone (`pending`). Every call is recorded with Apple's status and its time.
 public final class Revoker: Service {
     public struct Options: Sendable {
         /// Calls to Apple at once. Default 4.
@@ -38,12 +44,20 @@ public final class Revoker: Service {
     /// Woken by a finished call and by `stop`.
     private let wakeups = WakeSignal()
     private let finished = StopSignal()
-    private let results = Mutex<[(RevocationStatements.Job, Outcome)]>([])
+    private let results = Mutex<[(RevocationStatements.Job, Attempt)]>([])
     private let inFlight = Atomic<Int>(0)
 
     enum Outcome {
-        case revoked
-        case failed(String, retryAfter: Int?)
+        /// Finished: Apple refuses the token (`confirmed`), or there was no token to revoke.
+        case revoked(confirmed: Bool)
+        /// Retried with backoff, then dead. `confirmation`: the job's from now on.
+        case failed(String, retryAfter: Int?, confirmation: String?)
+    }
+
+    /// An attempt's outcome and the calls to Apple it made, in order.
+    struct Attempt {
+        var outcome: Outcome
+        var calls: [RevocationStatements.Call] = []
     }
 
     public init(conninfo: String, apple: InAppDeletion, options: Options = Options(), logger: Logger, metrics: Metrics) {
@@ -119,28 +133,73 @@ public final class Revoker: Service {
         }
     }
 
-    /// One call to Apple, no database.
-    private func revoke(_ job: RevocationStatements.Job) -> Outcome {
-        guard let stored = job.token else { return .revoked }
+    /// The calls to Apple of one attempt (the revoke unless Apple already accepted it, then the
+    /// validation that proves it), no database.
+    private func revoke(_ job: RevocationStatements.Job) -> Attempt {
+        guard let stored = job.token else { return Attempt(outcome: .revoked(confirmed: false)) }
+        let kept = job.confirmation
         if !apple.audiences.isEmpty && !apple.audiences.containsExactly(job.clientID) {
-            return .failed("unknown_client_id: the token's client id is not in SIWA_AUDIENCES", retryAfter: nil)
+            return Attempt(outcome: .failed("unknown_client_id: the token's client id is not in SIWA_AUDIENCES", retryAfter: nil, confirmation: kept))
         }
         let token: String
         do {
             token = try apple.vault.open(stored, sub: job.sub, clientID: job.clientID)
         } catch {
-            return .failed("\(error)", retryAfter: nil)
+            return Attempt(outcome: .failed("\(error)", retryAfter: nil, confirmation: kept))
         }
-        switch apple.client.revoke(refreshToken: token, clientID: job.clientID) {
-        case .success, .invalidGrant:
-            // invalid_grant: the token is no longer valid at Apple: nothing left to revoke.
-            return .revoked
+        var calls: [RevocationStatements.Call] = []
+        if job.confirmation != "pending" {
+            let sent = Date().timeIntervalSince1970
+            let result = apple.client.revoke(refreshToken: token, clientID: job.clientID)
+            calls.append(Self.call("revoke", at: sent, result))
+            switch result {
+            case .success: break
+            case .invalidGrant:
+                // Apple refuses the token itself: nothing is left to revoke, and that is the proof.
+                return Attempt(outcome: .revoked(confirmed: true), calls: calls)
+            case .invalidClient:
+                return Attempt(outcome: .failed(Self.invalidClient, retryAfter: nil, confirmation: kept), calls: calls)
+            case .rejected(let failure):
+                return Attempt(outcome: .failed("rejected: \(failure)", retryAfter: nil, confirmation: kept), calls: calls)
+            case .transient(let failure):
+                return Attempt(outcome: .failed("transient: \(failure)", retryAfter: failure.retryAfter, confirmation: kept), calls: calls)
+            }
+        }
+        // Apple said 200, which it says to anything: the same token, validated once, proves it.
+        let sent = Date().timeIntervalSince1970
+        let check = apple.client.validate(refreshToken: token, clientID: job.clientID)
+        calls.append(Self.call("validate", at: sent, check))
+        switch check {
+        case .invalidGrant:
+            return Attempt(outcome: .revoked(confirmed: true), calls: calls)
+        case .success:
+            return Attempt(
+                outcome: .failed(
+                    "unconfirmed: Apple answered the revoke with 200 but the token still works; revoking again", retryAfter: nil,
+                    confirmation: "unconfirmed"),
+                calls: calls)
         case .invalidClient:
-            return .failed("invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID, the .p8 key)", retryAfter: nil)
+            return Attempt(outcome: .failed("not proven: validation " + Self.invalidClient, retryAfter: nil, confirmation: "pending"), calls: calls)
         case .rejected(let failure):
-            return .failed("rejected: \(failure)", retryAfter: nil)
+            return Attempt(outcome: .failed("not proven: validation rejected: \(failure)", retryAfter: nil, confirmation: "pending"), calls: calls)
         case .transient(let failure):
-            return .failed("transient: \(failure)", retryAfter: failure.retryAfter)
+            return Attempt(
+                outcome: .failed("not proven: validation transient: \(failure)", retryAfter: failure.retryAfter, confirmation: "pending"),
+                calls: calls)
+        }
+    }
+
+    private static let invalidClient =
+        "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID, the .p8 key)"
+
+    /// A call's evidence: Apple's status and outcome, never the token.
+    private static func call<T>(_ kind: String, at: Double, _ result: AppleCallResult<T>) -> RevocationStatements.Call {
+        switch result {
+        case .success: return .init(kind: kind, at: at, httpStatus: 200, outcome: "success")
+        case .invalidGrant: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_grant")
+        case .invalidClient: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_client")
+        case .rejected(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "rejected", detail: f.description)
+        case .transient(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "transient", detail: f.description)
         }
     }
 
@@ -154,11 +213,11 @@ public final class Revoker: Service {
     /// another session holds locked (past the lock timeout) is kept for a later round; the others
     /// are recorded, and the loop goes on claiming.
     private func record(on connection: PostgresConnection) throws(PostgresError) {
-        let done = results.withLock { r -> [(RevocationStatements.Job, Outcome)] in
+        let done = results.withLock { r -> [(RevocationStatements.Job, Attempt)] in
             defer { r.removeAll() }
             return r
         }
-        var waiting: [(RevocationStatements.Job, Outcome)] = []
+        var waiting: [(RevocationStatements.Job, Attempt)] = []
         defer { if !waiting.isEmpty { results.withLock { $0.append(contentsOf: waiting) } } }
         for (index, (job, outcome)) in done.enumerated() {
             do throws(PostgresError) {
@@ -179,31 +238,41 @@ public final class Revoker: Service {
 
     /// Writes one outcome in the caller's transaction; returns what to count and log once it committed.
     private func record(
-        _ job: RevocationStatements.Job, _ outcome: Outcome, on c: PostgresConnection
+        _ job: RevocationStatements.Job, _ attempt: Attempt, on c: PostgresConnection
     ) throws(PostgresError) -> () -> Void {
         let subHash = SubjectHash.of(job.sub)
-        switch outcome {
-        case .revoked:
-            try c.affected(RevocationStatements.markDone, job.id)
+        if !attempt.calls.isEmpty {
+            try c.affected(RevocationStatements.recordCalls, (job.id, attempt.calls))
+        }
+        switch attempt.outcome {
+        case .revoked(let confirmed):
+            try c.affected(RevocationStatements.markDone, (job.id, confirmed))
             return { [self] in
                 metrics.revocation(outcome: "revoked")
                 logger.info(
-                    "refresh token revoked at Apple",
+                    confirmed ? "refresh token revoked at Apple, confirmed (Apple refuses it now)" : "revocation without a token: nothing to revoke",
                     metadata: [
                         "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)",
                     ])
             }
-        case .failed(let message, let retryAfter):
+        case .failed(let message, let retryAfter, let confirmation):
             let next = options.schedule.next(
                 afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
             let dead = next == .dead
             let delay: Double
             if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
-            try c.affected(RevocationStatements.markFailed, .init(id: job.id, dead: dead, error: message, retryInSeconds: delay))
+            try c.affected(
+                RevocationStatements.markFailed,
+                .init(id: job.id, dead: dead, error: message, retryInSeconds: delay, confirmation: confirmation))
+            let unconfirmed = confirmation == "unconfirmed" && attempt.calls.last?.kind == "validate"
             return { [self] in
-                metrics.revocation(outcome: dead ? "dead" : "failed")
+                metrics.revocation(outcome: dead ? "dead" : unconfirmed ? "unconfirmed" : "failed")
                 logger.warning(
-                    dead ? "revocation at Apple dead-lettered" : "revocation at Apple failed, will retry",
+                    dead
+                        ? "revocation at Apple dead-lettered"
+                        : unconfirmed
+                            ? "revocation at Apple unconfirmed: the token still works after Apple's 200; revoking again"
+                            : "revocation at Apple failed, will retry",
                     metadata: [
                         "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
                         "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
