@@ -135,6 +135,7 @@ public final class Application: Sendable {
             conninfo = embedded.conninfo
         }
         try migrate(conninfo)
+        logDurability(conninfo)
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
         if let revocation {
@@ -298,6 +299,26 @@ public final class Application: Sendable {
         try group.start(WakeUpListener(conninfo: conninfo, channel: ForwardStatements.channel, waking: sender.wakeups, logger: logger))
         logger.info(
             "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
+    }
+
+    /// Says what a commit answered 200 survives (contract §13); a warning when a failover or a
+    /// crash may lose it.
+    private func logDurability(_ conninfo: String) {
+        do {
+            let durability = try DatabaseDurability.read(conninfo: conninfo)
+            let metadata: Logger.Metadata = [
+                "promise": "\(durability.promise.rawValue)", "synchronous_commit": "\(durability.synchronousCommit)",
+                "synchronous_standbys": "\(durability.synchronousStandbys.map(String.init) ?? "unknown")",
+                "asynchronous_standbys": "\(durability.asynchronousStandbys.map(String.init) ?? "unknown")",
+            ]
+            if let warning = durability.warning {
+                logger.warning("database durability: \(warning)", metadata: metadata)
+            } else {
+                logger.info("database durability: \(durability.summary)", metadata: metadata)
+            }
+        } catch {
+            logger.warning("database durability unknown", metadata: ["error": "\(error)"])
+        }
     }
 
     private func migrate(_ conninfo: String) throws {

@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 import SiwaPostgres
 import Synchronization
 
@@ -155,7 +156,7 @@ public final class AdminProbe: Service {
                 // The database answered even when the backlog cannot be read (a statement
                 // timeout on a huge outbox, a role without the view): no gauges then.
                 let backlog = (try? c.row(OperatorStatements.backlog)) ?? nil
-                return (backlog, Self.moreGauges(on: c, forwarding: forwarding))
+                return (backlog, Self.moreGauges(on: c, forwarding: forwarding) + Self.durabilityGauges(on: c))
             }
             result.answered = true
         } catch {
@@ -204,6 +205,12 @@ public final class AdminProbe: Service {
             ]
         }
         return gauges
+    }
+
+    /// What the database promises about a commit (`siwa_database_synchronous_standbys`).
+    private static func durabilityGauges(on c: PostgresConnection) -> [Gauge] {
+        guard let durability = try? DatabaseDurability.read(on: c) else { return [] }
+        return durability.gauges.map { Gauge(name: $0.name, help: $0.help, value: $0.value) }
     }
 
     private func answerAll(_ result: Reading) {

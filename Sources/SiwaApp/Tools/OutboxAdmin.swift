@@ -90,6 +90,8 @@ public enum OutboxAdmin {
         /// once, grants found gone (consent-revoked queued, while their events are kept), tokens
         /// whose last validation failed (retried with backoff).
         public var reconciliation: Reconciliation? = nil
+        /// What the database promises about a commit answered 200 (contract §13).
+        public var durability: DatabaseDurability? = nil
 
         public struct Reconciliation: Sendable, Codable, Equatable {
             public var validated: Int
@@ -161,6 +163,7 @@ public enum OutboxAdmin {
         report.reconciliation = try c.row(ReconcileStatements.counts).map {
             Report.Reconciliation(validated: $0.validated, grantsGone: $0.gone, failing: $0.failing)
         }
+        report.durability = try? DatabaseDurability.read(on: c)
         return report
     }
 
@@ -184,7 +187,7 @@ public enum OutboxAdmin {
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["revocations unconfirmed", String(r.revocationsUnconfirmed ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
-            ] + forwardRows(r) + reconciliationRows(r.reconciliation) + transferRows(r.transfers))
+            ] + forwardRows(r) + reconciliationRows(r.reconciliation) + transferRows(r.transfers) + durabilityRows(r.durability))
         out +=
             "\n"
             + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
@@ -213,6 +216,15 @@ public enum OutboxAdmin {
             ["oldest forward waiting", duration(f?.oldestWaitingAgeSeconds ?? 0)],
             ["forwards delivered (1h)", String(f?.deliveredLastHour ?? 0)],
             ["forward latency p50/p99", "\(ms(f?.deliveryP50Millis)) / \(ms(f?.deliveryP99Millis))"],
+        ]
+    }
+
+    /// What a commit answered 200 survives, and the numbers behind it.
+    static func durabilityRows(_ d: DatabaseDurability?) -> [[String]] {
+        guard let d else { return [["database durability", "unknown (cannot read it)"]] }
+        return [
+            ["database durability", d.summary],
+            ["synchronous standbys", d.synchronousStandbys.map(String.init) ?? "unknown — grant pg_monitor to \(d.role)"],
         ]
     }
 
