@@ -44,7 +44,9 @@ let package = Package(
             ],
             resources: [
                 // schema.sql (a symlink to the repository root's) compiled into the binary.
-                .embedInCode("Resources/schema.sql")
+                .embedInCode("Resources/schema.sql"),
+                // docs/openapi.json (generated from docs/openapi.yaml), served at GET /openapi.json.
+                .embedInCode("Resources/openapi.json"),
             ]),
 
         // Development tools: the fake Apple (`dev-apple`) and the notification signer (`simulate`).

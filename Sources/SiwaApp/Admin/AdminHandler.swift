@@ -29,6 +29,9 @@ public final class AdminHandler: HTTPHandler {
         self.api = api
     }
 
+    /// This listener's OpenAPI 3.1 description (docs/openapi.json, compiled in).
+    static let openAPI: [UInt8] = PackageResources.openapi_json
+
     /// Readiness turns 503 from now on (graceful shutdown).
     public func startDraining() {
         draining.store(true, ordering: .relaxed)
@@ -64,6 +67,8 @@ public final class AdminHandler: HTTPHandler {
             }
         case "/healthz":
             responder.respond(.text(200, "ok\n"))
+        case "/openapi.json":
+            responder.respond(HTTPResponse(status: 200, headers: [HTTPHeader("Content-Type", "application/json")], body: Self.openAPI))
         case "/readyz":
             readiness { ready, why in responder.respond(.text(ready ? 200 : 503, why + "\n")) }
         case "/metrics":

@@ -94,6 +94,7 @@ final class DeletionHarness: Sendable {
         }
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
         adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
+        AdminAnswers.register(adminURL)
     }
 
     func stop() {
@@ -148,6 +149,7 @@ final class DeletionHarness: Sendable {
                 headers: ["Content-Type: \(contentType)"] + (token.map { ["Authorization: Bearer \($0)"] } ?? []),
                 body: Array(json.utf8), connectTimeout: 5, totalTimeout: timeout,
                 allowedSchemes: [.http]))
+        AdminAnswers.record(method: "POST", url: url, status: response.status, headers: response.headers, body: response.body)
         return Reply(status: response.status, body: String(decoding: response.body, as: UTF8.self))
     }
 
@@ -215,6 +217,7 @@ final class DeletionHarness: Sendable {
 
     func admin(_ path: String) throws -> Reply {
         let response = try Fetcher.perform(FetchRequest(url: adminURL + path, allowedSchemes: [.http]))
+        AdminAnswers.record(method: "GET", url: adminURL + path, status: response.status, headers: response.headers, body: response.body)
         return Reply(status: response.status, body: String(decoding: response.body, as: UTF8.self))
     }
 

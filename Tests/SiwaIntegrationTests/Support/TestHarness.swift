@@ -85,6 +85,7 @@ final class TestHarness: Sendable {
         try app.start()
         baseURL = "http://127.0.0.1:\(app.publicPort ?? 0)"
         adminURL = "http://127.0.0.1:\(app.adminPort ?? 0)"
+        AdminAnswers.register(adminURL)
         startedAt = Date()
     }
 
@@ -170,6 +171,7 @@ final class TestHarness: Sendable {
 
     func admin(_ path: String) throws -> Reply {
         let response = try Fetcher.perform(FetchRequest(url: adminURL + path, allowedSchemes: [.http]))
+        AdminAnswers.record(method: "GET", url: adminURL + path, status: response.status, headers: response.headers, body: response.body)
         return Reply(status: response.status, headers: response.headers, body: String(decoding: response.body, as: UTF8.self))
     }
 
