@@ -224,6 +224,7 @@ public final class Application: Sendable {
             workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
+            workerOptions.authLibraries = try authLibraries(conninfo: conninfo)
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let revocation {
@@ -248,6 +249,25 @@ public final class Application: Sendable {
             }
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
+    }
+
+    /// `SIWA_APPLY_TO`'s targets, checked with the worker's role: a missing table, column,
+    /// index or grant stops the start with one line naming it.
+    private func authLibraries(conninfo: String) throws -> AuthLibraryTargets {
+        let targets: AuthLibraryTargets
+        do {
+            targets = try AuthLibraryCheck.resolve(configuration.authLibraries, conninfo: conninfo)
+        } catch {
+            throw StartError(description: "\(error)")
+        }
+        for schema in targets.schemas {
+            logger.info(
+                "applying events to an auth library's tables",
+                metadata: [
+                    "target": "\(schema.kind.rawValue)", "accounts": "\(schema.identities.table)", "on_account_delete": "\(targets.policy.rawValue)",
+                ])
+        }
+        return targets
     }
 
     /// Re-reads `SIWA_API_TOKEN_FILE` (SIGHUP): returns how many tokens are in use now, nil when

@@ -70,19 +70,23 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// most once per this interval (contract §10; on with in-app deletion). Default 86400 (24h);
     /// 0 is off; otherwise 1s...365d.
     public var reconcileEvery: Int = 86_400
+    /// `SIWA_APPLY_TO`, `SIWA_ON_ACCOUNT_DELETE` and the auth libraries' table names (contract §12).
+    /// Default: no target.
+    public var authLibraries = AuthLibraryConfiguration()
 
     /// Every variable `load` reads, in the README's order (a test checks the README's table and
     /// the command-line flags against this list).
-    public static let variables = [
-        "SIWA_DATABASE_URL", "SIWA_DATA_DIR", "SIWA_AUDIENCES", "SIWA_JWKS_URL", "SIWA_LISTEN", "SIWA_PATH",
-        "SIWA_ADMIN_LISTEN", "SIWA_MAX_BODY", "SIWA_LOG_LEVEL", "SIWA_LOG_FORMAT", "SIWA_CONNECTION_TIMEOUT",
-        "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
-        "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
-        "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
-        "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
-        "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
-        "SIWA_RECONCILE_EVERY",
-    ]
+    public static let variables =
+        [
+            "SIWA_DATABASE_URL", "SIWA_DATA_DIR", "SIWA_AUDIENCES", "SIWA_JWKS_URL", "SIWA_LISTEN", "SIWA_PATH",
+            "SIWA_ADMIN_LISTEN", "SIWA_MAX_BODY", "SIWA_LOG_LEVEL", "SIWA_LOG_FORMAT", "SIWA_CONNECTION_TIMEOUT",
+            "SIWA_MAX_CONNECTIONS", "SIWA_HTTP_THREADS", "SIWA_MAX_ATTEMPTS", "SIWA_RETENTION_DAYS",
+            "SIWA_JWKS_MIN_REFRESH", "SIWA_COMMIT_TIMEOUT", "SIWA_WORKER_STATEMENT_TIMEOUT", "SIWA_WORKER_LOCK_TIMEOUT",
+            "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
+            "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
+            "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
+            "SIWA_RECONCILE_EVERY",
+        ] + AuthLibraryConfiguration.variables
 
     /// Audience always accepted in dev mode.
     public static let devAudience = "com.example.siwa-notify.dev"
@@ -233,6 +237,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.reconcileEvery = try Self.duration(
             "SIWA_RECONCILE_EVERY", value("SIWA_RECONCILE_EVERY"), range: 1...(365 * 86_400), allowZero: true,
             default: config.reconcileEvery)
+        config.authLibraries = try AuthLibraryConfiguration.load(value)
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

@@ -73,6 +73,14 @@ struct ConfigurationOptions: ParsableArguments {
     var forwardRetryFor: String?
     @Option(name: .customLong("reconcile-every"), help: "Validate stored refresh tokens this often (SIWA_RECONCILE_EVERY, default 24h, 0 off).")
     var reconcileEvery: String?
+    @Option(name: .customLong("apply-to"), help: "Auth libraries whose tables events are applied to: supabase, better-auth, authjs (SIWA_APPLY_TO).")
+    var applyTo: String?
+    @Option(name: .customLong("on-account-delete"), help: "unlink (default) or delete-user (SIWA_ON_ACCOUNT_DELETE).")
+    var onAccountDelete: String?
+    @Option(name: .customLong("better-auth-tables"), help: "Better Auth's user,session,account tables if renamed (SIWA_BETTER_AUTH_TABLES).")
+    var betterAuthTables: String?
+    @Option(name: .customLong("authjs-tables"), help: "Auth.js's users,sessions,accounts tables if renamed (SIWA_AUTHJS_TABLES).")
+    var authjsTables: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -109,6 +117,10 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile
         o["SIWA_FORWARD_RETRY_FOR"] = forwardRetryFor
         o["SIWA_RECONCILE_EVERY"] = reconcileEvery
+        o["SIWA_APPLY_TO"] = applyTo
+        o["SIWA_ON_ACCOUNT_DELETE"] = onAccountDelete
+        o["SIWA_BETTER_AUTH_TABLES"] = betterAuthTables
+        o["SIWA_AUTHJS_TABLES"] = authjsTables
         return o
     }
 

@@ -20,8 +20,10 @@ enum BatchApplier {
 
     /// Applies `events` (distinct subs) in the caller's transaction; returns each one's decision, in order.
     /// `forward`: queue a forward for each event that took effect (forwarding is on).
+    /// `libraries`: the auth libraries' tables the events also apply to (`SIWA_APPLY_TO`).
     static func apply(
-        _ events: [ClaimedEvent], hook: Hook, forward: Bool = false, on c: PostgresConnection
+        _ events: [ClaimedEvent], hook: Hook, forward: Bool = false, libraries: AuthLibraryTargets = .none,
+        on c: PostgresConnection
     ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
@@ -91,6 +93,7 @@ enum BatchApplier {
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !changedApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, changedApps) }
         if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
+        try AuthLibraryApplier.apply(libraries, events: events, decisions: decisions, on: c)
         // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
         // Sign-ins are not forwarded (the app made them); an in-app deletion goes as account-delete.
         if forward {

@@ -35,6 +35,8 @@ public final class Worker: Service {
         public var connections: Int = 1
         /// Queue a forward for every event that takes effect (`SIWA_FORWARD_URL` is set). Default false.
         public var forwarding: Bool = false
+        /// The auth libraries' tables events also apply to (`SIWA_APPLY_TO`, checked at start). Default none.
+        public var authLibraries: AuthLibraryTargets = .none
         public init() {}
     }
 
@@ -162,7 +164,7 @@ public final class Worker: Service {
             if first.count > 1 {
                 do throws(PostgresError) {
                     let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
-                        try BatchApplier.apply(first, hook: hook, forward: options.forwarding, on: c)
+                        try BatchApplier.apply(first, hook: hook, forward: options.forwarding, libraries: options.authLibraries, on: c)
                     }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
@@ -227,7 +229,7 @@ public final class Worker: Service {
     ) throws(PostgresError) {
         do throws(PostgresError) {
             let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
-                try BatchApplier.apply([item], hook: hook, forward: options.forwarding, on: c)[0]
+                try BatchApplier.apply([item], hook: hook, forward: options.forwarding, libraries: options.authLibraries, on: c)[0]
             }
             report.applied.append((item, decision))
         } catch {

@@ -1,0 +1,130 @@
+import SiwaCore
+import SiwaPostgres
+
+/// The start-up check of `SIWA_APPLY_TO` (contract §12): each target's tables are found (Better
+/// Auth's column style and Auth.js's adapter detected), and the tables, columns, indexes and
+/// grants its statements need are there, for the role the worker runs as. A target that lacks
+/// one stops the start with one line naming everything missing.
+public enum AuthLibraryCheck {
+    public struct Failure: Error, CustomStringConvertible, Sendable {
+        public var description: String
+    }
+
+    /// What the worker's statements need of one table.
+    struct TableNeed: Equatable {
+        var table: TableName
+        var select: [String]
+        var update: [String] = []
+        /// Some index must start with one of these column sets (any order within a set): the
+        /// probes of the batch statements.
+        var index: [[String]] = []
+    }
+
+    static func needs(_ s: AuthLibrarySchema, policy: AccountDeletePolicy) -> [TableNeed] {
+        let i = s.identities, x = s.sessions
+        var needs = [
+            TableNeed(
+                table: i.table, select: [i.user, i.provider, i.subject] + (i.data.map { [$0] } ?? []),
+                update: [i.data, i.updatedAt].compactMap { $0 }, index: [[i.subject], [i.provider, i.subject]]),
+            TableNeed(table: x.table, select: [x.user] + [x.createdAt, x.refreshTokens == nil ? nil : x.id].compactMap { $0 }, index: [[x.user]]),
+        ]
+        if let tokens = x.refreshTokens {
+            needs.append(TableNeed(table: tokens.table, select: [tokens.session], index: [[tokens.session]]))
+        }
+        if policy == .deleteUser {
+            // The "no other identity" probe, by user.
+            needs.append(TableNeed(table: i.table, select: [], index: [[i.user]]))
+            needs.append(TableNeed(table: s.users, select: [s.userID]))
+        }
+        return needs
+    }
+
+    /// The grants an operator gives the worker's role for this target (README, "Grants for auth libraries").
+    public static func grants(_ s: AuthLibrarySchema, policy: AccountDeletePolicy, role: String = "siwa_worker") -> [String] {
+        var out: [String] = []
+        for schema in Set(needs(s, policy: policy).compactMap(\.table.schema)).sorted() {
+            out.append(AuthLibraryStatements.grantUsage(onSchema: schema, to: role))
+        }
+        for need in needs(s, policy: policy) where !need.select.isEmpty {
+            out.append(AuthLibraryStatements.grant(on: need.table, select: need.select, update: need.update, to: role))
+        }
+        return out
+    }
+
+    /// Resolves and checks every target of `config` on `c` (the worker's role).
+    public static func resolve(_ config: AuthLibraryConfiguration, conninfo: String) throws -> AuthLibraryTargets {
+        guard !config.targets.isEmpty else { return .none }
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify start-up check")
+        var schemas: [AuthLibrarySchema] = []
+        for kind in config.targets {
+            let schema: AuthLibrarySchema
+            switch kind {
+            case .supabase:
+                schema = .supabase
+            case .betterAuth:
+                let tables = config.betterAuthTables ?? AuthLibrarySchema.betterAuthDefaultTables
+                var snake = false
+                if let account = try c.row(AuthLibraryStatements.table, tables[2].quoted) {
+                    let names = Set(try c.rows(AuthLibraryStatements.columns, account.oid).map(\.name))
+                    snake = !names.contains("userId") && names.contains("user_id")
+                }
+                schema = .betterAuth(tables: tables, snakeCase: snake)
+            case .authjs:
+                var tables = config.authjsTables ?? AuthLibrarySchema.authjsPostgresTables
+                if config.authjsTables == nil, try c.row(AuthLibraryStatements.table, tables[2].quoted) == nil,
+                    try c.row(AuthLibraryStatements.table, AuthLibrarySchema.authjsPrismaTables[2].quoted) != nil
+                {
+                    tables = AuthLibrarySchema.authjsPrismaTables
+                }
+                schema = .authjs(tables: tables)
+            }
+            let problems = try check(schema, policy: config.onAccountDelete, on: c)
+            if !problems.isEmpty {
+                throw Failure(description: "SIWA_APPLY_TO=\(kind.rawValue): " + problems.joined(separator: "; "))
+            }
+            schemas.append(schema)
+        }
+        return AuthLibraryTargets(schemas: schemas, policy: config.onAccountDelete)
+    }
+
+    /// What is missing for `schema`, one phrase each (empty: ready).
+    static func check(_ schema: AuthLibrarySchema, policy: AccountDeletePolicy, on c: PostgresConnection) throws(PostgresError) -> [String] {
+        var problems: [String] = []
+        let grantsHint = "(README: Grants for auth libraries)"
+        for need in needs(schema, policy: policy) {
+            guard let facts = try c.row(AuthLibraryStatements.table, need.table.quoted) else {
+                let missing = "missing table \(need.table)"
+                if !problems.contains(missing) { problems.append(missing) }
+                continue
+            }
+            let columns = Dictionary(try c.rows(AuthLibraryStatements.columns, facts.oid).map { ($0.name, $0) }) { a, _ in a }
+            let absent = (need.select + need.update + need.index.flatMap { $0 }).filter { columns[$0] == nil }
+            var seen: Set<String> = []
+            for name in absent where seen.insert(name).inserted { problems.append("missing column \(need.table).\(name)") }
+            if !absent.isEmpty { continue }
+            if !facts.schemaUsage { problems.append("no usage privilege on the schema of \(need.table) \(grantsHint)") }
+            let noSelect = need.select.filter { columns[$0]?.select != true }
+            if !noSelect.isEmpty { problems.append("no select privilege on \(need.table) (\(noSelect.joined(separator: ", "))) \(grantsHint)") }
+            let noUpdate = need.update.filter { columns[$0]?.update != true }
+            if !noUpdate.isEmpty { problems.append("no update privilege on \(need.table) (\(noUpdate.joined(separator: ", "))) \(grantsHint)") }
+            if !need.select.isEmpty && !facts.delete { problems.append("no delete privilege on \(need.table) \(grantsHint)") }
+            if facts.rowsHidden {
+                problems.append("row-level security on \(need.table) hides its rows from this role (add a policy for it: README)")
+            }
+            if !need.index.isEmpty {
+                let indexes = try c.rows(AuthLibraryStatements.indexes, facts.oid)
+                let found = need.index.contains { wanted in
+                    indexes.contains { keys in keys.count >= wanted.count && Set(keys.prefix(wanted.count)) == Set(wanted) }
+                }
+                if !found {
+                    let wanted = need.index[0]
+                    problems.append(
+                        "no index on \(need.table) (\(wanted.joined(separator: ", "))): \(AuthLibraryStatements.createIndex(on: need.table, wanted))")
+                }
+            }
+        }
+        var unique: [String] = []
+        for p in problems where !unique.contains(p) { unique.append(p) }
+        return unique
+    }
+}
