@@ -1760,9 +1760,77 @@ def duration_seconds(text):
     return int(text[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]
 
 
+# ---------------------------------------------------------------------------------------------
+# Mode: authlib (the worker with SIWA_APPLY_TO=supabase against without, at AUTHLIB_ACCOUNTS users)
+
+# Supabase Auth's tables as far as the worker uses them (columns, keys, indexes and foreign keys of
+# github.com/supabase/auth's migrations; the full schema is in the tests, AuthLibrarySchemas.swift).
+AUTHLIB_SUPABASE_SQL = """
+    DROP SCHEMA IF EXISTS auth CASCADE;
+    CREATE SCHEMA auth;
+    CREATE TABLE auth.users (id uuid PRIMARY KEY, email varchar(255), created_at timestamptz);
+    CREATE TABLE auth.identities (provider_id text NOT NULL, user_id uuid NOT NULL REFERENCES auth.users ON DELETE CASCADE,
+        identity_data jsonb NOT NULL, provider text NOT NULL, created_at timestamptz, updated_at timestamptz,
+        email text GENERATED ALWAYS AS (lower(identity_data ->> 'email')) STORED,
+        id uuid NOT NULL DEFAULT gen_random_uuid() PRIMARY KEY, UNIQUE (provider_id, provider));
+    CREATE TABLE auth.sessions (id uuid PRIMARY KEY, user_id uuid NOT NULL REFERENCES auth.users ON DELETE CASCADE,
+        created_at timestamptz, updated_at timestamptz);
+    CREATE TABLE auth.refresh_tokens (id bigserial PRIMARY KEY, token varchar(255) UNIQUE, user_id varchar(255),
+        revoked bool, created_at timestamptz, session_id uuid REFERENCES auth.sessions ON DELETE CASCADE);
+"""
+
+
+def authlib_load(accounts):
+    """siwa's accounts and sessions, and a Supabase user (Apple identity, session, refresh token) for each."""
+    psql("TRUNCATE siwa.accounts, siwa.sessions, siwa.events")
+    for sql in scale_accounts_sql(accounts, 1):
+        psql_script(sql)
+    psql_script(AUTHLIB_SUPABASE_SQL)
+    psql_script(f"""
+        INSERT INTO auth.users (id, created_at) SELECT md5('u' || a)::uuid, now() FROM generate_series(0, {accounts - 1}) a;
+        INSERT INTO auth.identities (provider_id, user_id, identity_data, provider, created_at)
+        SELECT public.bench_sub(a, ''), md5('u' || a)::uuid, '{{}}', 'apple', now() FROM generate_series(0, {accounts - 1}) a;
+        INSERT INTO auth.sessions (id, user_id, created_at)
+        SELECT md5('s' || a)::uuid, md5('u' || a)::uuid, now() - interval '3 days' FROM generate_series(0, {accounts - 1}) a;
+        INSERT INTO auth.refresh_tokens (token, user_id, revoked, created_at, session_id)
+        SELECT md5('t' || a), md5('u' || a), false, now() - interval '3 days', md5('s' || a)::uuid FROM generate_series(0, {accounts - 1}) a;
+        CREATE INDEX ON auth.identities (user_id);
+        CREATE INDEX ON auth.sessions (user_id, created_at);
+        CREATE INDEX ON auth.refresh_tokens (session_id, revoked);
+        CHECKPOINT;
+    """)
+
+
+def authlib():
+    accounts = env_int("AUTHLIB_ACCOUNTS", 1000000)
+    backlog = env_int("AUTHLIB_BACKLOG", 100000)
+    migrate()
+    psql_script(SCALE_FUNCTIONS)
+    backlog_sql, _, _ = scale_backlog_sql(backlog, accounts)
+    runs = {}
+    # Each run on a fresh load (the first run's deletions would change the second's work).
+    for target in ["", "supabase"]:
+        label = f"authlib {target or 'no target'}"
+        log(f"{label}: loading {accounts} accounts with a session, and as many Supabase users")
+        authlib_load(accounts)
+        psql_script(backlog_sql)
+        psql_script(analyze_tables() + "ANALYZE auth.users, auth.identities, auth.sessions, auth.refresh_tokens; CHECKPOINT;")
+        os.environ["SIWA_APPLY_TO"] = target
+        try:
+            runs[target or "none"] = drain(1, label=label)
+        finally:
+            os.environ.pop("SIWA_APPLY_TO", None)
+        runs[target or "none"]["supabase_sessions_left"] = int(psql("SELECT count(*) FROM auth.sessions"))
+    ratio = round(runs["supabase"]["events_per_s"] / runs["none"]["events_per_s"], 3) if runs["none"]["events_per_s"] else None
+    log(f"authlib: {runs['none']['events_per_s']:.0f} events/s without a target, {runs['supabase']['events_per_s']:.0f} with "
+        f"supabase: ratio {ratio} (aim >= 0.8)")
+    return {"accounts": accounts, "backlog": backlog, "runs": runs, "ratio": ratio, "aims": {"ratio": 0.8}}
+
+
 MODES = {"throughput": throughput, "latency": latency, "worker": worker, "lag": lag, "workers": workers,
          "scale": scale, "compare": compare, "transfer": transfer_mode}
 MODES["forward"] = forward
+MODES["authlib"] = authlib
 ALL = ["throughput", "latency", "worker", "lag", "workers", "scale"]
 
 

@@ -74,6 +74,7 @@ struct AuthLibraryTests {
         try db.apply()
         #expect(try Self.supabaseSessions(db, "a") == "n1")
         #expect(try Self.supabaseSessions(db, "b") == "o1,n1")
+        #expect(try db.scalar("SELECT count(*) FROM auth.refresh_tokens") == "5")
         // G's Google identity has A's sub as provider id: not Apple, untouched.
         #expect(try Self.supabaseSessions(db, "c") == "o1,n1")
         #expect(try db.scalar("SELECT count(*) FROM auth.identities") == "4")
@@ -106,11 +107,14 @@ struct AuthLibraryTests {
         #expect(try db.scalar("SELECT identity_data ->> 'email_forwarding' FROM auth.identities WHERE provider_id = 'sb.b'") == "true")
     }
 
-    @Test("Supabase, unlink: account-delete ends the sessions before it and removes the Apple identity; the user stays; deletion is final")
+    @Test(
+        "Supabase, unlink: account-delete (and an in-app deletion) ends the sessions before it and removes the Apple identity; the user stays; deletion is final"
+    )
     func supabaseDeleteUnlink() throws {
         let db = try Self.supabase(.unlink)
         #expect(try db.event("account-delete", sub: "sb.a", at: db.t0))
-        #expect(try db.event("account-delete", sub: "sb.b", at: db.t0 + 2 * Self.hour))
+        // The app deletes B itself (now: after both of B's sessions).
+        _ = try TestDatabase.query(db.url, "SELECT siwa.request_deletion('sb.b', NULL)")
         try db.apply()
         #expect(try Self.supabaseSessions(db, "a") == "n1")
         #expect(try Self.supabaseSessions(db, "b") == "")

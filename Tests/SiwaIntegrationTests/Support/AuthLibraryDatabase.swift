@@ -54,11 +54,18 @@ final class AuthLibraryDatabase {
         try AuthLibraryCheck.resolve(config, conninfo: workerURL)
     }
 
-    private lazy var worker: Worker = {
+    private var worker: Worker?
+
+    /// The worker, with the targets the start-up check resolved (made on first use).
+    private func startedWorker() throws -> Worker {
+        if let worker { return worker }
         var options = Worker.Options()
-        options.authLibraries = (try? resolve()) ?? .none
-        return Worker(conninfo: workerURL, options: options, logger: Logger(label: "authlib") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
-    }()
+        options.authLibraries = try resolve()
+        let made = Worker(
+            conninfo: workerURL, options: options, logger: Logger(label: "authlib") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
+        worker = made
+        return made
+    }
 
     /// Queues an event (as the receiver would have stored it).
     func event(
@@ -80,6 +87,7 @@ final class AuthLibraryDatabase {
     /// Applies every queued event (batches until the queue is empty); fails if any failed.
     func apply() throws {
         let c = try PostgresConnection(conninfo: workerURL)
+        let worker = try startedWorker()
         while try worker.processBatch(on: c) > 0 {}
         let failed = try scalar("SELECT string_agg(last_error, ' | ') FROM siwa.events WHERE status <> 'done'")
         if let failed { throw PostgresError(code: .queryFailed, serverMessage: failed) }
