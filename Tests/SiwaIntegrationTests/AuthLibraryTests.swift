@@ -441,6 +441,10 @@ struct AuthLibraryTests {
             for policy in AccountDeletePolicy.allCases {
                 for grant in AuthLibraryCheck.grants(schema, policy: policy) {
                     #expect(readme.contains(grant), "README lacks \(grant)")
+                    // No password, no session or provider token: the worker's role may not read them.
+                    let secrets = ["password", "token", "Token", "refresh", "access"]
+                    let select = grant.components(separatedBy: "SELECT (").dropFirst().first?.prefix { $0 != ")" } ?? ""
+                    #expect(!secrets.contains { select.contains($0) }, "\(grant)")
                 }
             }
         }
