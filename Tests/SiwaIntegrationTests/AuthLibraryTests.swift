@@ -394,7 +394,7 @@ struct AuthLibraryTests {
         let better = try Self.betterAuth(.deleteUser)
         #expect(try better.resolve().schemas == [.betterAuth(tables: AuthLibrarySchema.betterAuthDefaultTables, snakeCase: false)])
         _ = try TestDatabase.query(better.url, #"REVOKE DELETE ON "session" FROM \#(better.role)"#)
-        #expect(try failure(better) == "SIWA_APPLY_TO=better-auth: no delete privilege on session (README: Grants for auth libraries)")
+        #expect(try failure(better) == "SIWA_APPLY_TO=better-auth: no delete privilege on session (README: Privileges on the libraries' tables)")
 
         // Better Auth's own schema has no index on "accountId": the check names the one to create.
         let noIndex = try AuthLibraryDatabase(schema: AuthLibrarySchemas.betterAuth, config: Self.config(.betterAuth))
@@ -402,7 +402,7 @@ struct AuthLibraryTests {
 
         let authjs = try Self.authjs(.unlink, prisma: false)
         _ = try TestDatabase.query(authjs.url, #"REVOKE SELECT ("userId") ON sessions FROM \#(authjs.role)"#)
-        #expect(try failure(authjs) == "SIWA_APPLY_TO=authjs: no select privilege on sessions (userId) (README: Grants for auth libraries)")
+        #expect(try failure(authjs) == "SIWA_APPLY_TO=authjs: no select privilege on sessions (userId) (README: Privileges on the libraries' tables)")
 
         let none = try AuthLibraryDatabase(schema: "", config: Self.config(.authjs), grant: false)
         #expect(try failure(none) == "SIWA_APPLY_TO=authjs: missing table accounts; missing table sessions")

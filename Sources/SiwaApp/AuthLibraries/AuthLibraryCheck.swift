@@ -39,7 +39,7 @@ public enum AuthLibraryCheck {
         return needs
     }
 
-    /// The grants an operator gives the worker's role for this target (README, "Grants for auth libraries").
+    /// The grants an operator gives the worker's role for this target (README, "Privileges on the libraries' tables").
     public static func grants(_ s: AuthLibrarySchema, policy: AccountDeletePolicy, role: String = "siwa_worker") -> [String] {
         var out: [String] = []
         for schema in Set(needs(s, policy: policy).compactMap(\.table.schema)).sorted() {
@@ -90,7 +90,7 @@ public enum AuthLibraryCheck {
     /// What is missing for `schema`, one phrase each (empty: ready).
     static func check(_ schema: AuthLibrarySchema, policy: AccountDeletePolicy, on c: PostgresConnection) throws(PostgresError) -> [String] {
         var problems: [String] = []
-        let grantsHint = "(README: Grants for auth libraries)"
+        let grantsHint = "(README: Privileges on the libraries' tables)"
         for need in needs(schema, policy: policy) {
             guard let facts = try c.row(AuthLibraryStatements.table, need.table.quoted) else {
                 let missing = "missing table \(need.table)"

@@ -105,7 +105,7 @@ enum AuthLibraryStatements {
             })
     }
 
-    // MARK: What the operator runs (README, "Grants for auth libraries")
+    // MARK: What the operator runs (README, "Privileges on the libraries' tables")
 
     static func grantUsage(onSchema schema: String, to role: String) -> String {
         "GRANT USAGE ON SCHEMA \(q(schema)) TO \(role);"
