@@ -33,6 +33,20 @@ struct InsertPolicyTests {
         #expect(p.copyOf == [1: 0, 2: 0])
     }
 
+    @Test("two events of one user, app and type at different event_times (and jtis) in one batch: both rows, both accepted")
+    func sameTypeDistinctTimes() {
+        // A user turning forwarding off, on and off again: the burst after an outage.
+        let batch = [
+            Self.n("j1", sub: "s1", type: "email-disabled", ms: 1_752_572_190_719),
+            Self.n("j2", sub: "s1", type: "email-enabled", ms: 1_752_572_190_720),
+            Self.n("j3", sub: "s1", type: "email-disabled", ms: 1_752_572_190_721),
+        ]
+        let p = InsertPolicy.plan(batch)
+        #expect(p.unique == [0, 1, 2] && p.copyOf.isEmpty)
+        let results = InsertPolicy.results(p.unique.map { batch[$0] }, inserted: ["j1", "j2", "j3"])
+        #expect(InsertPolicy.answers(p, batchSize: 3, uniqueResults: results) == Array(repeating: .committed(.accepted), count: 3))
+    }
+
     @Test("answers: rows returned are accepted (unknown types ignored), the others duplicates; copies follow their row")
     func answers() {
         let batch = [Self.n("j1"), Self.n("j1"), Self.n("j2", sub: "t", type: "something-new"), Self.n("j3", sub: "u")]

@@ -42,10 +42,13 @@ struct KeyRotationTests {
         }
     }
 
-    @Test("keys unobtainable for an unknown kid: 503 with Retry-After")
+    @Test("keys unobtainable for an unknown kid: a fetch is tried and fails (counted), 503 with Retry-After")
     func keysUnavailable() throws {
         try TestHarness.with { h throws in
             try FileManager.default.removeItem(atPath: h.jwksPath)
+            // Past the fetch rate limit: the 503 below must come from a failed fetch, not from
+            // the limit (which answers 503 without fetching).
+            h.waitForKeyFetchWindow()
             let stranger = NotificationSigner(key: TestHarness.sharedKey, kid: "never-seen")
             let reply = try h.post(
                 token: try stranger.sign(
@@ -54,6 +57,9 @@ struct KeyRotationTests {
             #expect(reply.status == 503)
             #expect(reply.code == "keys_unavailable")
             #expect(reply.headers["retry-after"] != nil)
+            let failures = try h.admin("/metrics").body.split(separator: "\n")
+                .first { $0.hasPrefix("siwa_key_refreshes_total{result=\"failure\"} ") }
+            #expect((failures?.split(separator: " ").last.flatMap { Double($0) } ?? 0) >= 1, "the fetch was tried and failed")
             // Known keys keep working while the key set cannot be fetched.
             #expect(try h.post(token: try h.token(sub: "sub.stillok")).code == "accepted")
         }

@@ -36,6 +36,22 @@ struct KeyStoreTests {
         return store.check(kid: signer.kid, signingInput: jws.signingInput, signature: jws.signature)
     }
 
+    @Test("a fetched key admits its own signatures only: tampered, or another key's under its kid, is invalid")
+    func signatureChecked() throws {
+        try Self.withServer { server in
+            let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            try store.load()
+            let token = try Self.keyA.sign(claims: NotificationSigner.claims(audience: "a", type: "consent-revoked", sub: "s"))
+            let jws = try CompactJWS.parse(token)
+            #expect(store.check(kid: "key-a", signingInput: jws.signingInput, signature: jws.signature) == .valid)
+            var flipped = jws.signature
+            flipped[7] ^= 0x01
+            #expect(store.check(kid: "key-a", signingInput: jws.signingInput, signature: flipped) == .invalid)
+            let impostor = NotificationSigner(key: Self.keyB.key, kid: "key-a")
+            #expect(try Self.check(store, impostor) == .invalid)
+        }
+    }
+
     @Test("rotation: a new kid refused by a fetch is accepted after a later fetch has it; the old one keeps working")
     func rotation() throws {
         try Self.withServer { server in
