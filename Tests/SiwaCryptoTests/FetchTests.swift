@@ -128,9 +128,22 @@ func expectFetchError(
         #expect(Fetcher.milliseconds(.infinity) == 86_400_000)
     }
 
-    @Test func initializeIsIdempotentAndThreadSafe() {
-        DispatchQueue.concurrentPerform(iterations: 32) { _ in Fetcher.initialize() }
+    @Test func initializeIsIdempotentAndThreadSafe() throws {
+        let file = try TempFile(bytes: Array("fetched".utf8))
+        let url = file.url
+        let fetched = Atomic<Int>(0)
+        // Initialise and fetch from 32 threads at once: every fetch works, the init succeeded once.
+        DispatchQueue.concurrentPerform(iterations: 32) { _ in
+            Fetcher.initialize()
+            if let response = try? Fetcher.perform(FetchRequest(url: url, allowedSchemes: [.file])),
+                response.status == 200 && response.body == Array("fetched".utf8)
+            {
+                fetched.add(1, ordering: .relaxed)
+            }
+        }
         Fetcher.initialize()
+        #expect(fetched.load(ordering: .relaxed) == 32)
+        #expect(throws: Never.self) { try Fetcher.checkGlobalInit() }
     }
 
     @Test func errorDescriptions() {

@@ -54,8 +54,12 @@ struct ReceiverStatusTests {
             #expect(reply.status == 200)
             #expect(reply.code == "ignored")
             #expect(try h.scalar("SELECT status FROM siwa.events WHERE sub = 'sub.unknown'") == "ignored")
-            Thread.sleep(forTimeInterval: 0.5)
-            #expect(try h.scalar("SELECT count(*) FROM siwa.accounts") == "0")
+            // A known event sent after it, applied: the worker has been past the ignored one.
+            #expect(try h.post(token: try h.token(type: "consent-revoked", sub: "sub.known")).code == "accepted")
+            #expect(try h.waitForWorker(timeout: 20))
+            #expect(try h.scalar("SELECT status FROM siwa.accounts WHERE apple_sub = 'sub.known'") == "consent_revoked")
+            #expect(try h.scalar("SELECT count(*) FROM siwa.accounts WHERE apple_sub = 'sub.unknown'") == "0")
+            #expect(try h.scalar("SELECT status FROM siwa.events WHERE sub = 'sub.unknown'") == "ignored")
         }
     }
 

@@ -367,7 +367,11 @@ struct ReconcileTests {
         let new = try harness.signIn(sub: sub)
         #expect(try Self.storedToken(harness.conninfo, sub, vault: vault) == new)
         // The invalid_grant (about the old token) arrives and is recorded: it changes nothing.
-        Thread.sleep(forTimeInterval: 4)
+        // Waited for by its own sign (counted as superseded), not by a sleep.
+        #expect(
+            eventually(timeout: 20) {
+                harness.app.metrics.render(gauges: []).contains("siwa_reconcile_total{outcome=\"superseded\"} 1")
+            }, "the outcome was recorded")
         let gone = harness.fake.calls(to: "/auth/token").filter { $0.form?["refresh_token"] == old }
         #expect(gone.count == 1 && gone.first?.error == "invalid_grant")
         #expect(try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "0")

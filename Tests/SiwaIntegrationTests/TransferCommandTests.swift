@@ -322,6 +322,11 @@ struct TransferCommandTests {
         let work = try ServerProcess(["work"], environment: environment)
         defer { _ = work.terminate() }
         #expect(eventually(timeout: 30) { receiver.deliveries.count >= 5 }, "\(work.log)")
+        #expect(
+            eventually(timeout: 30) {
+                (try? T.count(teams.receivingDatabase, "SELECT count(*) FROM siwa.forwards WHERE status = 'delivered'")) == 5
+            })
+        #expect(receiver.settledDeliveries().count == 5, "each forwarded once, counted after a quiet period")
         let mapped = Dictionary(
             uniqueKeysWithValues: try TestDatabase.query(
                 teams.receivingDatabase, "SELECT transfer_sub, new_sub FROM siwa.transfers WHERE direction = 'import'"

@@ -32,7 +32,12 @@ public final class Metrics: Sendable {
 
     private let state = Mutex(State())
 
-    public init() {}
+    /// The writer whose drops `siwa_log_lines_dropped_total` counts (stderr's in the product).
+    private let logWriter: LogWriter
+
+    public init(logWriter: LogWriter = .standardError) {
+        self.logWriter = logWriter
+    }
 
     public func request(status: Int, reason: String) {
         state.withLock { $0.requests["\(status)|\(reason)", default: 0] += 1 }
@@ -54,7 +59,8 @@ public final class Metrics: Sendable {
         state.withLock { $0.keyRefreshes[succeeded ? "success" : "failure", default: 0] += 1 }
     }
 
-    /// A reconciliation validation: `valid`, `grant_gone` or `error` (429, 5xx, network, a key).
+    /// A reconciliation validation: `valid`, `grant_gone`, `superseded` (gone, but the token was
+    /// replaced by a new sign-in meanwhile) or `error` (429, 5xx, network, a key).
     public func reconcile(outcome: String) {
         state.withLock { $0.reconcile[outcome, default: 0] += 1 }
     }
@@ -105,7 +111,7 @@ public final class Metrics: Sendable {
         }
         out += "# HELP siwa_reconcile_total Stored refresh tokens validated at Apple by reconciliation, by outcome.\n"
         out += "# TYPE siwa_reconcile_total counter\n"
-        for outcome in ["valid", "grant_gone", "error"] {
+        for outcome in ["valid", "grant_gone", "superseded", "error"] {
             out += "siwa_reconcile_total{outcome=\"\(outcome)\"} \(s.reconcile[outcome, default: 0])\n"
         }
         out += Self.render(name: "siwa_verification_seconds", help: "Time to verify a notification.", s.verification)
@@ -118,7 +124,7 @@ public final class Metrics: Sendable {
         }
         out += Self.render(
             name: "siwa_forward_delivery_seconds", help: "Time from a forward's POST to its commit as delivered.", s.forwardDelivery)
-        out += Self.renderLogDrops(LogWriter.standardError.statistics.droppedLines)
+        out += Self.renderLogDrops(logWriter.statistics.droppedLines)
         for gauge in gauges {
             out += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.format(gauge.value))\n"
         }

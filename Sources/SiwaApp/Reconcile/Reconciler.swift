@@ -190,6 +190,10 @@ public final class Reconciler: Service {
             if queued > 0 {
                 count(\.gone, "grant_gone")
                 logger.notice("reconciliation: grant gone at Apple, consent-revoked queued", metadata: metadata)
+            } else {
+                // The token was replaced (a new sign-in) while Apple was asked: nothing to queue.
+                metrics.reconcile(outcome: "superseded")
+                logger.info("reconciliation: grant gone at Apple for a token replaced meanwhile, nothing queued", metadata: metadata)
             }
         case .invalidClient, .rejected, .transient:
             count(\.errors, "error")

@@ -13,15 +13,27 @@ enum TestDatabase {
     }
 
     /// True when `SIWA_TEST_DATABASE_URL` is set: suites that need the shared cluster are
-    /// enabled on it (`.enabled(if: TestDatabase.isAvailable, ...)`) instead of failing.
+    /// enabled on it (`.enabled(if: TestDatabase.isAvailable, ...)`) instead of failing. Also true
+    /// when the database is required (`isRequired`): the suites then run and fail with `Missing`.
     static var isAvailable: Bool {
-        !(ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"] ?? "").isEmpty
+        !(ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"] ?? "").isEmpty || isRequired
+    }
+
+    /// True under CI (`CI` set, not `false`/`0`) or with `SIWA_REQUIRE_DATABASE` set: a plain
+    /// `swift test` there must not pass by skipping every database test.
+    static var isRequired: Bool { requirement(ProcessInfo.processInfo.environment) }
+
+    static func requirement(_ environment: [String: String]) -> Bool {
+        ["CI", "SIWA_REQUIRE_DATABASE"].contains { name in
+            guard let value = environment[name]?.lowercased() else { return false }
+            return !["", "0", "false", "no"].contains(value)
+        }
     }
 
     /// True when the PostgreSQL server binaries (`initdb`, `pg_ctl`) are installed: suites that
-    /// start an embedded cluster of their own need only these.
+    /// start an embedded cluster of their own need only these (required like the database).
     static var hasServerBinaries: Bool {
-        EmbeddedPostgres.findBinaries() != nil
+        EmbeddedPostgres.findBinaries() != nil || isRequired
     }
 
     /// Runs `body` with a private embedded PostgreSQL in a temporary directory of its own, started,
