@@ -21,6 +21,8 @@ final class ConnectionState: @unchecked Sendable {
     var discarded = 0
     var tooLarge = false
     var dispatched = false
+    /// Counted in the server's in-flight requests (false: refused at shutdown).
+    var counted = true
     let exchange = Mutex(Exchange())
 
     init(connection: OpaquePointer, head: HTTPRequestHead, registry: SuspendedConnections) {

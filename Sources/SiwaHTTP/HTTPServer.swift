@@ -46,8 +46,8 @@ public final class HTTPServer: Sendable {
     /// Where the listener is in its life. `shutdown` moves it from `running` to `stopping` once
     /// (a second call returns at once), then to `stopped`, or to `abandoned` when a connection
     /// could not be released in time: libmicrohttpd aborts the process when stopped with a
-    /// suspended connection, so the quiesced daemon is then left to the process's exit (and its
-    /// context kept alive for it) rather than stopped or waited for without end.
+    /// suspended connection, so the daemon is then left to the process's exit (and its context
+    /// kept alive for it) rather than stopped or waited for without end.
     public enum State: Sendable, Equatable {
         case running
         case stopping
@@ -76,9 +76,15 @@ public final class HTTPServer: Sendable {
         shutdown(deadline: Deadline(secondsFromNow: grace))
     }
 
-    /// Stops accepting new connections, lets in-flight requests finish until `deadline`, answers
-    /// those still waiting `503 shutting_down`, then stops the daemon. Returns within `deadline`
-    /// plus `releaseBudget` whatever the handler does. Safe to call more than once.
+    /// Stops admitting requests (those arriving from now on are answered `503 shutting_down` at
+    /// once), lets in-flight requests finish until `deadline`, answers those still waiting
+    /// `503 shutting_down`, then stops the daemon. Returns within `deadline` plus `releaseBudget`
+    /// whatever the handler does. Safe to call more than once.
+    ///
+    /// Admission is closed here, not with `MHD_quiesce_daemon`: on an epoll thread pool that call
+    /// removes the listen socket from each worker's epoll set while the worker may be removing it
+    /// itself (at its connection limit), and the loser's `ENOENT` is an `MHD_PANIC` (abort) in
+    /// 0.9.75. The listen socket stays open until `MHD_stop_daemon`, which joins the workers first.
     @discardableResult
     public func shutdown(deadline: Deadline) -> State {
         let handle = daemon.withLock { lifecycle -> DaemonHandle? in
@@ -87,8 +93,7 @@ public final class HTTPServer: Sendable {
             return handle
         }
         guard let current = handle?.pointer else { return state }
-        let fd = MHD_quiesce_daemon(current)
-        if fd >= 0 { close(fd) }
+        context.closeAdmission()
         defer { context.stopSweeper() }
         context.waitUntilIdle(until: deadline)
         // Still waiting for an answer: answer 503 (the client retries) and give the polling
@@ -147,7 +152,10 @@ final class ServerContext: Sendable {
     let maxBody: Int
     /// Seconds a client may take to send one whole request, however it trickles it.
     let requestTimeout: Double
+    /// Admitted requests not completed yet (those refused at shutdown are not counted).
     let inFlight = Atomic<Int>(0)
+    /// False once shutdown began: requests are refused at their first call.
+    private let admitting = Atomic<Bool>(true)
     /// Signalled when `inFlight` drops to 0 (graceful shutdown waits on it).
     private let idle = NSCondition()
     let connections = Mutex<[UInt: Tracked]>([:])
@@ -162,6 +170,20 @@ final class ServerContext: Sendable {
             idle.broadcast()
             idle.unlock()
         }
+    }
+
+    /// Counts a new request in flight, or refuses it (false) once admission is closed. Counted
+    /// before the flag is read, and the flag cleared before shutdown reads the count (both
+    /// sequentially consistent): a request is either refused or waited for, never neither.
+    func admit() -> Bool {
+        inFlight.add(1, ordering: .sequentiallyConsistent)
+        if admitting.load(ordering: .sequentiallyConsistent) { return true }
+        requestCompleted()
+        return false
+    }
+
+    func closeAdmission() {
+        admitting.store(false, ordering: .sequentiallyConsistent)
     }
 
     /// Waits until no request is in flight, or until `deadline`.
@@ -281,7 +303,14 @@ private func accessCallback(
             headers: context.keptHeaders.compactMap { name in header(connection, name).map { HTTPHeader(name, $0) } })
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
-        context.inFlight.add(1, ordering: .relaxed)
+        guard context.admit() else {
+            // Shutting down: answered at once, never handed to the handler (nor suspended).
+            state.counted = false
+            state.dispatched = true
+            state.deliver(SuspendedConnections.shutdownResponse)
+            _ = state.takeResponseOrSuspend()
+            return queue(SuspendedConnections.shutdownResponse, on: connection)
+        }
         if let early = context.handler.head(head) {
             state.dispatched = true
             state.deliver(early)
@@ -340,9 +369,11 @@ private func completedCallback(
         }
     }
     guard let conCls, let existing = conCls.pointee else { return }
-    Unmanaged<ConnectionState>.fromOpaque(existing).release()
+    let state = Unmanaged<ConnectionState>.fromOpaque(existing)
+    let counted = state.takeUnretainedValue().counted
+    state.release()
     conCls.pointee = nil
-    context.requestCompleted()
+    if counted { context.requestCompleted() }
 }
 
 private func connectionCallback(
