@@ -7,12 +7,9 @@ import Testing
 /// function added later is checked without a new test (and fails here until it is listed).
 @Suite("Function privileges", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct FunctionPrivilegeTests {
-    /// Who may execute what, besides the owner: "grantee function(argument types)". PUBLIC keeps
-    /// only two functions that give nothing away: a trigger function (which cannot be called
-    /// directly) and the hash of a sub (a pure function of its argument).
+    /// Who may execute what, besides the owner: "grantee function(argument types)". PUBLIC may
+    /// execute nothing.
     static let allowed: Set<String> = [
-        "PUBLIC siwa.notify_new_forwards()",
-        "PUBLIC siwa.subject_hash(text)",
         "siwa_dashboard siwa.subject_hash(text)",
         "siwa_worker siwa.subject_hash(text)",
         "siwa_worker siwa.on_event(siwa.events,siwa.accounts)",
