@@ -21,17 +21,27 @@ struct HTTPServerShutdownTests {
         }
     }
 
-    /// Sends one request on a new connection and returns the socket (the answer is read later).
-    static func send(port: UInt16) throws -> Int32 {
+    /// A socket connected to 127.0.0.1:`port`; nil when the connection was refused.
+    static func connected(port: UInt16) -> Int32? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
+        let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        try #require(connected == 0)
+        guard result == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
+    /// Sends one request on a new connection and returns the socket (the answer is read later).
+    static func send(port: UInt16) throws -> Int32 {
+        let fd = try #require(connected(port: port))
         let request = Array("GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8)
         #expect(write(fd, request, request.count) == request.count)
         return fd
@@ -87,21 +97,9 @@ struct HTTPServerShutdownTests {
     /// One request on a new connection (Connection: close); the status code, nil when the
     /// server refused, reset or closed the connection without an answer.
     static func request(port: UInt16) -> Int? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
+        guard let fd = connected(port: port) else { return nil }
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
         let request = Array("POST /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}".utf8)
         _ = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         let answer = readAll(fd)
