@@ -123,9 +123,11 @@ public final class Reconciler: Service {
                         counted = Self.now()
                     }
                     let spacing = schedule.spacing(tokens: tokens)
-                    let rows = try c.rows(
-                        ReconcileStatements.claim,
-                        .init(spacing: spacing, limit: schedule.batchSize(spacing: spacing), leaseMargin: schedule.leaseMargin))
+                    let claim = ReconcileStatements.Claim(
+                        spacing: spacing, limit: schedule.batchSize(spacing: spacing), leaseMargin: schedule.leaseMargin)
+                    let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+                        try c.rows(ReconcileStatements.claim, claim)
+                    }
                     let now = Self.now()
                     claimed = rows.map { ($0, now + $0.slotIn) }.sorted { $0.at < $1.at }
                     if claimed.isEmpty {
@@ -161,9 +163,10 @@ public final class Reconciler: Service {
     private func record(_ valid: inout [(sub: String, clientID: String, at: Double)], on c: PostgresConnection) throws(PostgresError) {
         guard !valid.isEmpty else { return }
         let now = Self.now()
-        try c.affected(
-            ReconcileStatements.recordValid,
-            (valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: max(0, now - $0.at)) }, interval))
+        let tokens = valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: max(0, now - $0.at)) }
+        _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+            try c.affected(ReconcileStatements.recordValid, (tokens, interval))
+        }
         valid.removeAll()
     }
 

@@ -64,7 +64,8 @@ enum DeletionStatements {
     }
 
     /// In-app deletions taking effect: the users' tokens signed in at or before the deletion move,
-    /// still encrypted, into `siwa.revocations`; a user with none gets one `no_token` row.
+    /// still encrypted, into `siwa.revocations`; a user with none gets one `no_token` row. (Tokens
+    /// found by `= ANY (ARRAY[d.sub])`: a probe per user, see `WorkerStatements`.)
     static let moveTokensToRevocation = Statement<[Deletion], Void>(
         "move_tokens_to_revocation",
         """
@@ -72,7 +73,7 @@ enum DeletionStatements {
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, at_ms, client_id)
         ), moved AS (
             DELETE FROM siwa.apple_tokens t USING d
-            WHERE t.apple_sub = d.sub AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "d.at_ms"))
+            WHERE t.apple_sub = ANY (ARRAY[d.sub]) AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "d.at_ms"))
             RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext
         ), queued AS (
             INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
@@ -97,13 +98,14 @@ enum DeletionStatements {
     }
 
     /// Erases tokens signed in at or before the event (Apple's account-delete: every app's;
-    /// consent-revoked: that app's). Apple ended the grant: nothing to revoke.
+    /// consent-revoked: that app's). Apple ended the grant: nothing to revoke. (A probe per
+    /// element, as `moveTokensToRevocation`.)
     static let eraseTokens = Statement<[Erasure], Void>(
         "erase_tokens",
         """
         DELETE FROM siwa.apple_tokens t
         USING unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, at_ms, client_id)
-        WHERE t.apple_sub = u.sub AND (u.client_id IS NULL OR t.client_id = u.client_id)
+        WHERE t.apple_sub = ANY (ARRAY[u.sub]) AND (u.client_id IS NULL OR t.client_id = u.client_id)
           AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "u.at_ms"))
         """,
         bind: { rows in

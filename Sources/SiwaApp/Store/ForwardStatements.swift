@@ -57,23 +57,26 @@ enum ForwardStatements {
     /// the undelivered ones are then sent without it, and delivered ones keep no address here.
     /// Rows are locked in id order, as `recordOutcomes` locks them (no deadlock with a sender).
     static let eraseEmails = Statement<[String], Void>(
-        "erase_forward_emails", eraseEmails(where: "f.sub = ANY($1::text[])"), bind: { [SQLEncoding.array($0)] })
+        "erase_forward_emails", eraseEmails(where: "x.sub = ANY($1::text[])"), bind: { [SQLEncoding.array($0)] })
 
     /// The forwards of a deleted account's events, when the user has come back since
     /// (`WorkerStatements.eraseEventEmailsBefore`): those older than the comeback lose their email.
     static let eraseEmailsBefore = Statement<WorkerStatements.Comeback, Void>(
         "erase_forward_emails_before",
-        eraseEmails(where: "f.sub = $1 AND f.event_time < \(SQLEncoding.timestamp(millis: "$2::bigint"))"),
+        eraseEmails(where: "x.sub = $1 AND x.event_time < \(SQLEncoding.timestamp(millis: "$2::bigint"))"),
         bind: { [$0.sub, String($0.sinceMillis)] })
 
-    /// Erases the email of the forwards matching `condition` (alias `f`), locked in id order.
+    /// Erases the email of the forwards matching `condition` (alias `x`), locked in id order.
+    /// They are found first (`forwards_email_idx`), then locked by primary key in id order:
+    /// asked for rows in id order outright, a planner that believed the table empty read its whole
+    /// primary key rather than sort a few rows.
     private static func eraseEmails(where condition: String) -> String {
         """
         WITH target AS (
             SELECT f.id FROM siwa.forwards f
-            WHERE \(condition) AND f.email IS NOT NULL
+            WHERE f.id = ANY (ARRAY(SELECT x.id FROM siwa.forwards x WHERE \(condition) AND x.email IS NOT NULL))
             ORDER BY f.id FOR UPDATE)
-        UPDATE siwa.forwards f SET email = NULL FROM target t WHERE f.id = t.id
+        UPDATE siwa.forwards f SET email = NULL WHERE f.id = ANY (ARRAY(SELECT t.id FROM target t))
         """
     }
 
@@ -93,7 +96,10 @@ enum ForwardStatements {
 
     /// Leases up to `limit` due forwards, each the earliest waiting one of its sub (a sub's later
     /// forward waits while an earlier one is pending, failed or in flight; dead ones do not
-    /// count). A lease that expired (its sender died) makes the forward due again. The leased
+    /// count): the first waiting forward of its sub, found by one probe of
+    /// `forwards_waiting_sub_idx` in a correlated subquery (as `NOT EXISTS` it was an anti-join
+    /// whose inner side, with statistics that saw nothing waiting, read a whole partial index for
+    /// each due row). A lease that expired (its sender died) makes the forward due again. The leased
     /// rows are found through the primary key (`= ANY(ARRAY(...))`): joined to the CTE, the
     /// generic plan of this prepared statement guessed a tenth of the table and hashed a
     /// sequential scan of all of `siwa.forwards`, delivered rows included, on every claim.
@@ -104,9 +110,8 @@ enum ForwardStatements {
             SELECT f.id FROM siwa.forwards f
             WHERE f.status IN ('pending', 'failed') AND f.next_attempt_at <= now()
               AND (f.lease_until IS NULL OR f.lease_until <= now())
-              AND NOT EXISTS (
-                  SELECT FROM siwa.forwards e
-                  WHERE e.sub = f.sub AND e.seq < f.seq AND e.status IN ('pending', 'failed'))
+              AND (SELECT e.seq FROM siwa.forwards e
+                   WHERE e.sub = f.sub AND e.status IN ('pending', 'failed') ORDER BY e.seq LIMIT 1) = f.seq
             ORDER BY f.next_attempt_at, f.seq
             LIMIT $1
             FOR UPDATE SKIP LOCKED)
@@ -138,7 +143,8 @@ enum ForwardStatements {
 
     /// Records attempts' outcomes and ends their leases. Only forwards still waiting are
     /// written (a late outcome never undoes a delivery recorded by another sender after a
-    /// lease expired). Rows are locked in id order.
+    /// lease expired). Rows are locked in id order, and written by a probe per outcome
+    /// (`= ANY (ARRAY[u.id])`: see `WorkerStatements`).
     static let recordOutcomes = Statement<[Outcome], Void>(
         "record_forward_outcomes",
         """
@@ -150,9 +156,9 @@ enum ForwardStatements {
             next_attempt_at = CASE WHEN u.status = 'failed' THEN now() + u.retry_in * interval '1 second' ELSE f.next_attempt_at END,
             delivered_at = CASE WHEN u.status = 'delivered' THEN now() END,
             delivery_ms = u.ms
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::double precision[], $5::bigint[]) AS u(id, status, error, retry_in, ms),
-            locked
-        WHERE f.id = u.id AND locked.id = u.id
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::double precision[], $5::bigint[]) AS u(id, status, error, retry_in, ms)
+            JOIN locked ON locked.id = u.id
+        WHERE f.id = ANY (ARRAY[u.id])
         """,
         bind: { rows in
             [
@@ -217,10 +223,10 @@ enum ForwardStatements {
     static let prune = Statement<Int, Void>(
         "prune_forwards",
         """
-        DELETE FROM siwa.forwards WHERE id IN (
+        DELETE FROM siwa.forwards WHERE id = ANY (ARRAY(
             SELECT id FROM siwa.forwards
             WHERE status = 'delivered' AND delivered_at < now() - $1::int * interval '1 day'
-            LIMIT 1000 FOR UPDATE SKIP LOCKED)
+            LIMIT 1000 FOR UPDATE SKIP LOCKED))
         """,
         bind: { [String($0)] })
 }

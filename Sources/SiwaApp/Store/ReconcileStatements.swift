@@ -52,6 +52,8 @@ enum ReconcileStatements {
     /// until `leaseMargin` seconds after its own slot (another process skips it meanwhile; a
     /// process that dies leaves it to come due again), so the lease covers the batch whatever the
     /// spacing. The pace row is locked only by this statement, after the tokens (no deadlock).
+    /// Run under `WorkerStatements.beginKeyLookups`: the due index in order, then a probe per
+    /// token (`= ANY (ARRAY[s.apple_sub])`, see `WorkerStatements`).
     static let claim = Statement<Claim, Claimed>(
         "reconcile_claim",
         """
@@ -72,7 +74,7 @@ enum ReconcileStatements {
             FROM due d CROSS JOIN pace p
         )
         UPDATE siwa.apple_tokens t SET next_validation_at = s.slot + make_interval(secs => $3)
-        FROM slotted s WHERE t.apple_sub = s.apple_sub AND t.client_id = s.client_id
+        FROM slotted s WHERE t.apple_sub = ANY (ARRAY[s.apple_sub]) AND t.client_id = ANY (ARRAY[s.client_id])
         RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures,
                   extract(epoch FROM s.slot - now())::float8 AS slot_in
         """,
@@ -92,14 +94,15 @@ enum ReconcileStatements {
     }
 
     /// Apple validated these tokens: each due again one interval (`$4`) after its validation
-    /// (the database's clock minus `ago`: no clock of another host is trusted).
+    /// (the database's clock minus `ago`: no clock of another host is trusted). A probe per token,
+    /// under `WorkerStatements.beginKeyLookups`.
     static let recordValid = Statement<(tokens: [Valid], interval: Double), Void>(
         "reconcile_record_valid",
         """
         UPDATE siwa.apple_tokens t SET validated_at = now() - make_interval(secs => v.ago),
                next_validation_at = now() - make_interval(secs => v.ago) + make_interval(secs => $4), validation_failures = 0
         FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, ago)
-        WHERE t.apple_sub = v.apple_sub AND t.client_id = v.client_id
+        WHERE t.apple_sub = ANY (ARRAY[v.apple_sub]) AND t.client_id = ANY (ARRAY[v.client_id])
         """,
         bind: {
             [

@@ -10,8 +10,10 @@ enum RevocationStatements {
     /// Opens the revoker's short transactions (claim, outcome): a row that another session holds
     /// (an operator's `SELECT … FOR UPDATE`, a long transaction) fails the statement after
     /// `lockTimeoutMilliseconds` instead of holding the revoker; transaction-local (`SET LOCAL`).
+    /// Key lookups only (`WorkerStatements.keyLookupsOnly`): the claim reads the due index in order.
     static func begin(statementTimeoutMilliseconds: Int, lockTimeoutMilliseconds: Int) -> String {
         AdminStatements.begin(statementTimeoutMilliseconds: statementTimeoutMilliseconds, lockTimeoutMilliseconds: lockTimeoutMilliseconds)
+            + "; " + WorkerStatements.keyLookupsOnly.sql
     }
 
     struct Job: Sendable {
@@ -36,10 +38,10 @@ enum RevocationStatements {
         """
         UPDATE siwa.revocations r SET status = 'running', attempts = r.attempts + 1,
             next_attempt_at = now() + $2::double precision * interval '1 second'
-        FROM (SELECT id FROM siwa.revocations
-              WHERE status IN ('pending', 'running', 'failed') AND next_attempt_at <= now()
-              ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED) due
-        WHERE r.id = due.id
+        WHERE r.id = ANY (ARRAY(
+            SELECT id FROM siwa.revocations
+            WHERE status IN ('pending', 'running', 'failed') AND next_attempt_at <= now()
+            ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED))
         RETURNING r.id, r.apple_sub, r.client_id, r.key_id, r.ciphertext, r.attempts,
                   extract(epoch FROM now() - r.created_at)::double precision AS age, r.confirmation
         """,
@@ -56,6 +58,9 @@ enum RevocationStatements {
     /// The revocation is finished at Apple: the ciphertext is erased. `confirmed`: Apple refused
     /// the token after (or instead of) the revoke's 200 (`confirmation` `confirmed`); false for a
     /// job that had no token to revoke.
+    /// The row is found by its primary key: the status test is written `COLLATE "C"` (the same
+    /// test) so that the planner cannot match it to `revocations_due_idx`'s predicate, an index it
+    /// scanned whole for one id when its statistics said the index was nearly empty.
     static let markDone = Statement<(id: Int64, confirmed: Bool), Void>(
         "revocation_done",
         """
@@ -63,7 +68,7 @@ enum RevocationStatements {
             finished_at = now(),
             confirmation = CASE WHEN $2::boolean THEN 'confirmed' ELSE confirmation END,
             confirmed_at = CASE WHEN $2::boolean THEN now() ELSE confirmed_at END
-        WHERE id = $1 AND status = 'running'
+        WHERE id = $1 AND status = 'running' COLLATE "C"
         """,
         bind: { [String($0.id), SQLEncoding.bool($0.confirmed)] })
 
@@ -77,13 +82,14 @@ enum RevocationStatements {
         var confirmation: String? = nil
     }
 
-    /// A failed attempt: `failed` (retried at `next_attempt_at`) or `dead` (kept, encrypted, for `replay`).
+    /// A failed attempt: `failed` (retried at `next_attempt_at`) or `dead` (kept, encrypted, for
+    /// `replay`). By primary key, as `markDone`.
     static let markFailed = Statement<Failure, Void>(
         "revocation_failed",
         """
         UPDATE siwa.revocations SET status = $2, last_error = $3,
             next_attempt_at = now() + $4::double precision * interval '1 second', confirmation = $5
-        WHERE id = $1 AND status = 'running'
+        WHERE id = $1 AND status = 'running' COLLATE "C"
         """,
         bind: { [String($0.id), $0.dead ? "dead" : "failed", String($0.error.prefix(500)), String($0.retryInSeconds), $0.confirmation] })
 

@@ -23,6 +23,14 @@ struct ClaimedEvent: Sendable {
 /// the operator hook, prune. Each batch statement takes arrays and touches rows by key only
 /// (index lookups); `beginBatch` scopes planner settings that keep them so whatever the
 /// statistics say (a table bulk-loaded without ANALYZE is no reason for a scan per batch).
+///
+/// Driven by the batch by construction: a table is reached only through an index condition
+/// holding the batch's keys, `= ANY($1)`, `= ANY (ARRAY(SELECT …))`, or, where each row of the
+/// batch brings its own values, `= ANY (ARRAY[u.key])`. The last is no equality between two
+/// columns, so the planner cannot hash, merge or turn the join round: without a sequential scan
+/// the table's only way in is a probe per batch row, on the inner side of a loop over the batch.
+/// (A plain `t.key = u.key` let a planner that believed the table nearly empty, analyzed while it
+/// was, put a scan of its whole primary key outside a loop over the batch.)
 enum WorkerStatements {
     /// The NOTIFY channel of new events (the statement trigger on `siwa.events`).
     static let channel = "siwa_events"
@@ -49,6 +57,10 @@ enum WorkerStatements {
         SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off
         """,
         bind: { _ in [] })
+
+    /// A short transaction of key lookups only, for the statements of the other background
+    /// parts (retention, reconciliation) that are batch-driven as the worker's are.
+    static let beginKeyLookups = "BEGIN; " + keyLookupsOnly.sql
 
     /// Before the operator hook runs: the planner as configured (the hook's own queries).
     static let plannerDefaults = Statement<Void, Void>(
@@ -194,7 +206,7 @@ enum WorkerStatements {
             updated_at = now(),
             deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) END
         FROM \(accountRows)
-        WHERE a.apple_sub = u.sub
+        WHERE a.apple_sub = ANY (ARRAY[u.sub])
         """,
         bind: accountBinds)
 
@@ -313,8 +325,7 @@ enum WorkerStatements {
             WHERE \(condition) AND \(holdsEmail)
             FOR UPDATE SKIP LOCKED)
         UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
-        FROM target t
-        WHERE e.id = t.id
+        WHERE e.id = ANY (ARRAY(SELECT t.id FROM target t))
         """
     }
 
@@ -323,18 +334,19 @@ enum WorkerStatements {
     /// while the transaction that created that user's account *as deleted* (a user never seen
     /// before) was still open saw no row to wait for and kept its address. Swept by the worker
     /// (a small partial index: unknown types are rare); claimed rows are skipped, as above. The
-    /// recent unknown-type events are listed first (an InitPlan over that index), then looked up
-    /// by key: joined freely, a planner whose statistics saw no deleted account started from
-    /// `accounts_status_idx` and probed every deleted user's events (96 ms a sweep with 25,000
-    /// deleted users against 2.5; bench/README, session 10).
+    /// recent unknown-type events are listed first (an InitPlan over that index), and each one's
+    /// account is read by its key in a correlated subquery (no join to turn round): joined freely,
+    /// a planner whose statistics saw no deleted account started from `accounts_status_idx` and
+    /// probed every deleted user's events (96 ms a sweep with 25,000 deleted users against 2.5;
+    /// bench/README, session 10).
     static let eraseRacedIgnoredEmails = Statement<Void, Void>(
         "erase_raced_ignored_emails",
         eraseEmails(
             where: """
                 e.id = ANY (ARRAY(
                     SELECT r.id FROM siwa.events r
-                    WHERE \(unknownType) AND r.status = 'ignored' AND r.received_at > now() - interval '1 hour'))
-                  AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
+                    WHERE \(unknownType) AND r.status = 'ignored' AND r.received_at > now() - interval '1 hour'
+                      AND (SELECT a.status FROM siwa.accounts a WHERE a.apple_sub = r.sub) = 'deleted'))
                 """),
         bind: { _ in [] })
 
@@ -374,13 +386,14 @@ enum WorkerStatements {
 
     /// An event that failed (its savepoint, erasure included, rolled back) for a user whose
     /// account is deleted loses its address now: it may stay `dead` for ever, and a hook that
-    /// refuses deleted users' events makes exactly that likely.
+    /// refuses deleted users' events makes exactly that likely. (The account by its key in a
+    /// correlated subquery: no join whose order statistics could turn.)
     static let eraseFailedEventEmail = Statement<Int64, Void>(
         "erase_failed_event_email",
         """
         UPDATE siwa.events e SET email = NULL, claims = \(claimsWithoutEmail)
         WHERE e.id = $1 AND \(holdsEmail)
-          AND EXISTS (SELECT FROM siwa.accounts a WHERE a.apple_sub = e.sub AND a.status = 'deleted')
+          AND (SELECT a.status FROM siwa.accounts a WHERE a.apple_sub = e.sub) = 'deleted'
         """,
         bind: { [String($0)] })
 
@@ -392,7 +405,7 @@ enum WorkerStatements {
         UPDATE siwa.events e SET status = 'done', processed_at = now(), attempts = e.attempts + 1,
             outcome = u.outcome, last_error = NULL
         FROM unnest($1::bigint[], $2::text[]) AS u(id, outcome)
-        WHERE e.id = u.id
+        WHERE e.id = ANY (ARRAY[u.id])
         """,
         bind: { rows in [SQLEncoding.array(rows.map { $0.id }), SQLEncoding.array(rows.map { $0.outcome })] })
 
@@ -410,10 +423,14 @@ enum WorkerStatements {
         decode: { row throws(PostgresError) in try row.bool("is_default") })
 
     /// Calls the operator hook for each event, in event-time order, after it was marked done.
+    /// Planned with the planner's defaults (for the hook's own queries): the account is a
+    /// `LATERAL` subquery that cannot be flattened (`OFFSET 0`), so it is looked up per event,
+    /// never scanned whole and joined.
     static let callHook = Statement<[Int64], Void>(
         "call_hook",
         """
-        SELECT siwa.on_event(e, a) FROM siwa.events e JOIN siwa.accounts a ON a.apple_sub = e.sub
+        SELECT siwa.on_event(e, x.a) FROM siwa.events e
+        CROSS JOIN LATERAL (SELECT a FROM siwa.accounts a WHERE a.apple_sub = e.sub OFFSET 0) x
         WHERE e.id = ANY($1::bigint[]) ORDER BY e.event_time, e.id
         """,
         bind: { [SQLEncoding.array($0)] })
@@ -422,29 +439,37 @@ enum WorkerStatements {
     /// through every INSERT, UPDATE, DELETE and TRUNCATE, but not through an `UPDATE` of `id`, a
     /// trigger disabled by hand or `session_replication_role = replica`. Such a row is claimed and
     /// skipped for ever, and a batch's worth at the head of the queue would starve the worker:
-    /// the retention pass drops them (one probe of `siwa.events` per queued event). A row whose
-    /// status differs from its event's is kept: the event still needs work.
+    /// the retention pass drops those among the next 10,000 due (the head a claim reads; a
+    /// stale row further back is dropped when it comes due) and among 10,000 dead rows, one
+    /// probe of `siwa.events` each: never a pass over a backlog of a million. A row whose status
+    /// differs from its event's is kept: the event still needs work.
     static let dropStaleQueueRows = Statement<Void, Void>(
         "drop_stale_queue_rows",
         """
         DELETE FROM siwa.event_queue q
-        WHERE NOT EXISTS (SELECT FROM siwa.events e WHERE e.id = q.id AND e.status IN ('pending', 'failed', 'dead'))
+        WHERE q.id = ANY (ARRAY(
+                SELECT h.id FROM siwa.event_queue h
+                WHERE h.status IN ('pending', 'failed') AND h.next_attempt_at <= now()
+                ORDER BY h.next_attempt_at, h.id LIMIT 10000)
+              || ARRAY(SELECT d.id FROM siwa.event_queue d WHERE d.status = 'dead' ORDER BY d.id LIMIT 10000))
+          AND coalesce((SELECT e.status IN ('pending', 'failed', 'dead') FROM siwa.events e WHERE e.id = q.id), false) = false
         """,
         bind: { _ in [] })
 
     /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
     /// its own; pending, failed and dead events are never touched; in-app deletion requests are
     /// kept: they are the deletion's evidence, `user-report`). The day range uses
-    /// `events_day_type_idx`, so a table with nothing old costs nothing.
+    /// `events_day_type_idx`, so a table with nothing old costs nothing; the rows found are then
+    /// deleted by primary key.
     static let prune = Statement<Int, Void>(
         "prune_events",
         """
-        DELETE FROM siwa.events WHERE id IN (
+        DELETE FROM siwa.events WHERE id = ANY (ARRAY(
             SELECT id FROM siwa.events
             WHERE (received_at AT TIME ZONE 'UTC')::date < (now() AT TIME ZONE 'UTC')::date - $1::int + 1
               AND status IN ('done', 'ignored') AND type <> 'deletion-requested'
               AND coalesce(processed_at, received_at) < now() - $1::int * interval '1 day'
-            LIMIT 1000 FOR UPDATE SKIP LOCKED)
+            LIMIT 1000 FOR UPDATE SKIP LOCKED))
         """,
         bind: { [String($0)] })
 }

@@ -2,7 +2,8 @@ import Logging
 import SiwaPostgres
 
 /// Deletes done and ignored events older than the retention (`SIWA_RETENTION_DAYS`), 1000 rows
-/// per short transaction (no long locks); pending, failed and dead events are never touched.
+/// per short transaction (no long locks, key lookups only); pending, failed and dead events are
+/// never touched.
 public enum Retention {
     /// One pruning pass; returns how many events it deleted.
     @discardableResult
@@ -12,7 +13,9 @@ public enum Retention {
     ) throws(PostgresError) -> Int {
         var total = 0
         for _ in 0..<maxBatches {
-            let deleted = try connection.affected(WorkerStatements.prune, days)
+            let deleted = try connection.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+                try c.affected(WorkerStatements.prune, days)
+            }
             total += deleted
             if deleted < 1000 || stopping?.isStopped == true { break }
         }
@@ -23,7 +26,16 @@ public enum Retention {
     /// returns how many.
     @discardableResult
     public static func dropStaleQueueRows(on connection: PostgresConnection) throws(PostgresError) -> Int {
-        try connection.affected(WorkerStatements.dropStaleQueueRows, ())
+        try connection.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+            try c.affected(WorkerStatements.dropStaleQueueRows, ())
+        }
+    }
+
+    /// Deletes up to 1000 delivered forwards older than `days`; returns how many.
+    static func pruneForwards(on connection: PostgresConnection, olderThanDays days: Int) throws(PostgresError) -> Int {
+        try connection.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+            try c.affected(ForwardStatements.prune, days)
+        }
     }
 
     /// The periodic service: a pass every `interval` seconds.
@@ -34,7 +46,7 @@ public enum Retention {
                 let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
                 // Delivered forwards follow the events' retention.
                 var batches = 0
-                while batches < 100, !stopping.isStopped, try connection.affected(ForwardStatements.prune, days) == 1000 {
+                while batches < 100, !stopping.isStopped, try pruneForwards(on: connection, olderThanDays: days) == 1000 {
                     batches += 1
                 }
                 if pruned > 0 {
