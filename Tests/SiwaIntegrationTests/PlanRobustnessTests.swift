@@ -1,0 +1,305 @@
+import Foundation
+import SiwaCore
+import SiwaPostgres
+import Testing
+
+@testable import SiwaApp
+
+/// Every hot statement, the triggers it fires included, costs a batch of n rows about n index
+/// probes whatever the statistics say: in four states of the statistics, each statement runs
+/// (as the code defines it, with the code's own transaction settings, then rolled back) on tables
+/// of `base` rows and again after they grew 10× without ANALYZE. The backend's own counters of
+/// the transaction (`pg_stat_get_xact_*`: they count the trigger's statements too) show what it
+/// read: no sequential scan of a siwa table, no index read further than a few entries per batch
+/// row, and the buffers it touched do not grow with the tables.
+@Suite(
+    "Plans: batch-driven whatever the statistics say",
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+struct PlanRobustnessTests {
+    /// Rows per table before the tables grow 10×, and the batch size.
+    static let base = 5000
+    static let batch = 100
+
+    /// The tables no statement may read whole.
+    static let tables = [
+        "siwa.events", "siwa.event_queue", "siwa.accounts", "siwa.app_accounts", "siwa.sessions", "siwa.forwards",
+        "siwa.revocations", "siwa.apple_tokens",
+    ]
+
+    enum Statistics: String, CaseIterable, CustomTestStringConvertible {
+        /// A new database: no table ever analyzed.
+        case neverAnalyzed = "never analyzed"
+        /// Analyzed while empty after a drain (vacuumed, the pages kept: the queue's usual state,
+        /// believed to hold no row), then filled.
+        case analyzedEmpty = "analyzed while empty, then filled"
+        /// Analyzed full of history (every session revoked, every event done, forward delivered,
+        /// revocation done), emptied (TRUNCATE: the column statistics stay), then filled with live rows.
+        case analyzedFullThenRefilled = "analyzed full, emptied and refilled"
+        /// Analyzed at a hundredth of its size, then bulk-loaded.
+        case bulkLoaded = "bulk-loaded without ANALYZE"
+
+        var testDescription: String { rawValue }
+    }
+
+    /// Users `from...to`: an account (every tenth deleted), an app account, a live session, a done
+    /// event holding an address and a pending one (queued), a forward and a revocation (half of
+    /// them waiting), a stored token that is due; every hundredth of the first `base` users also
+    /// has a recent event of an unknown type. `history`: sessions revoked, events done, forwards delivered, revocations
+    /// done. Done events of every fiftieth of the first `base` users are older than the retention.
+    static func load(from: Int, to: Int, history: Bool = false) -> String {
+        let waiting = history ? "false" : "g % 2 = 0"
+        return """
+            INSERT INTO siwa.accounts (apple_sub, status, deleted_at, email, is_private_email)
+            SELECT 'u.' || g, CASE WHEN g % 10 = 0 THEN 'deleted' ELSE 'active' END, CASE WHEN g % 10 = 0 THEN now() END,
+                   'u' || g || '@privaterelay.appleid.com', true
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.app_accounts (apple_sub, aud) SELECT 'u.' || g, 'com.example.a' FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.sessions (apple_sub, aud, created_at, revoked_at, revoked_reason)
+            SELECT 'u.' || g, 'com.example.a', now() - interval '1 hour', \(history ? "now(), 'old'" : "NULL, NULL")
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, processed_at, outcome,
+                                     received_at, claims)
+            SELECT 'd-' || g, 'com.example.a', 'u.' || g, 'email-disabled', now() - interval '41 days',
+                   'u' || g || '@privaterelay.appleid.com', true, 'done', now(), 'applied',
+                   CASE WHEN g % 50 = 0 AND g <= \(base) THEN now() - interval '40 days' ELSE now() END,
+                   jsonb_build_object('events', '{"email":"u' || g || '@privaterelay.appleid.com"}')
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, next_attempt_at, claims)
+            SELECT 'p-' || g, 'com.example.a', 'u.' || g, 'consent-revoked', now() - interval '1 day',
+                   \(history ? "'done'" : "'pending'"), now() - interval '1 hour' + g * interval '1 millisecond', '{}'
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, status, claims)
+            SELECT 'i-' || g, 'com.example.a', 'u.' || g, 'some-new-type', now(), 'u' || g || '@example.com', 'ignored', '{}'
+            FROM generate_series(\(from), \(to)) g WHERE g % 100 = 0 AND g <= \(base);
+            INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, email, status, delivered_at)
+            SELECT 'f-' || g, 'u.' || g, 'com.example.a', 'email-disabled', now(), 'apple', 'u' || g || '@privaterelay.appleid.com',
+                   CASE WHEN \(waiting) THEN 'pending' ELSE 'delivered' END, CASE WHEN \(waiting) THEN NULL ELSE now() END
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason, status)
+            SELECT 'u.' || g, 'com.example.a', 'k1', '\\x00', 'in-app-deletion', CASE WHEN \(waiting) THEN 'pending' ELSE 'done' END
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, next_validation_at)
+            SELECT 'u.' || g, 'com.example.a', 'k1', '\\x00', now() - interval '1 day', now() - (g % 100) * interval '1 minute'
+            FROM generate_series(\(from), \(to)) g;
+            """
+    }
+
+    static let emptyAll = """
+        DELETE FROM siwa.forwards; DELETE FROM siwa.revocations; DELETE FROM siwa.apple_tokens; DELETE FROM siwa.sessions;
+        DELETE FROM siwa.app_accounts; DELETE FROM siwa.accounts; DELETE FROM siwa.events;
+        """
+
+    static var analyzeAll: String { "ANALYZE " + tables.joined(separator: ", ") + ";" }
+
+    /// Brings a new database to `state` with `base` users.
+    static func prepare(_ url: String, _ state: Statistics) throws {
+        let quiet = tables.map { "ALTER TABLE \($0) SET (autovacuum_enabled = false);" }.joined(separator: "\n")
+        _ = try TestDatabase.query(url, quiet)
+        switch state {
+        case .neverAnalyzed:
+            _ = try TestDatabase.query(url, load(from: 1, to: base))
+        case .analyzedEmpty:
+            _ = try TestDatabase.query(url, load(from: 1, to: base) + emptyAll)
+            for table in tables { _ = try TestDatabase.query(url, "VACUUM (TRUNCATE false) \(table)") }
+            _ = try TestDatabase.query(url, analyzeAll)
+            _ = try TestDatabase.query(url, load(from: 1, to: base))
+        case .analyzedFullThenRefilled:
+            _ = try TestDatabase.query(url, load(from: 1, to: base, history: true) + analyzeAll)
+            // (The queue is emptied by siwa.events' TRUNCATE trigger.)
+            _ = try TestDatabase.query(url, "TRUNCATE " + tables.filter { $0 != "siwa.event_queue" }.joined(separator: ", ") + " CASCADE")
+            _ = try TestDatabase.query(url, load(from: 1, to: base))
+        case .bulkLoaded:
+            _ = try TestDatabase.query(url, load(from: 1, to: base / 100) + analyzeAll)
+            _ = try TestDatabase.query(url, load(from: base / 100 + 1, to: base))
+        }
+    }
+
+    /// One statement as the code runs it: the transaction's opening, settings made before it
+    /// (`setup`), its SQL and parameters, and how many rows its batch holds.
+    struct Probe {
+        var name: String
+        var begin: String
+        var setup: [String] = []
+        var sql: String
+        var parameters: [String?]
+        var rows: Int
+    }
+
+    /// What one run read, per relation (`siwa.x`, or `siwa.x index`).
+    struct Reads {
+        var seqScans: [String: Int] = [:]
+        var indexEntries: [String: Int] = [:]
+        var blocks = 0
+    }
+
+    static let counters = """
+        SELECT coalesce(i.indrelid, c.oid)::regclass::text AS tbl, c.relname, c.relkind::text,
+               pg_stat_get_xact_numscans(c.oid), pg_stat_get_xact_tuples_returned(c.oid), pg_stat_get_xact_blocks_fetched(c.oid)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace LEFT JOIN pg_index i ON i.indexrelid = c.oid
+        WHERE n.nspname = 'siwa' AND c.relkind IN ('r', 'i')
+        """
+
+    static func snapshot(_ c: PostgresConnection) throws -> [String: (table: String, kind: String, scans: Int, tuples: Int, blocks: Int)] {
+        var out: [String: (table: String, kind: String, scans: Int, tuples: Int, blocks: Int)] = [:]
+        for row in try c.execute(counters).rows {
+            out[row[1] ?? ""] = (row[0] ?? "", row[2] ?? "", Int(row[3] ?? "") ?? 0, Int(row[4] ?? "") ?? 0, Int(row[5] ?? "") ?? 0)
+        }
+        return out
+    }
+
+    /// Runs `probe` in its own transaction, rolled back; returns what it read of `tables`.
+    static func measure(_ c: PostgresConnection, _ probe: Probe) throws -> Reads {
+        try c.execute(probe.begin)
+        defer { _ = try? c.execute("ROLLBACK") }
+        for statement in probe.setup { try c.execute(statement) }
+        let before = try snapshot(c)
+        try c.execute(probe.sql, probe.parameters)
+        let after = try snapshot(c)
+        var reads = Reads()
+        for (relation, now) in after where tables.contains(now.table) {
+            let then = before[relation] ?? (now.table, now.kind, 0, 0, 0)
+            reads.blocks += now.blocks - then.blocks
+            if now.kind == "r" {
+                if now.scans > then.scans { reads.seqScans[now.table] = now.scans - then.scans }
+            } else if now.tuples > then.tuples {
+                reads.indexEntries[relation] = now.tuples - then.tuples
+            }
+        }
+        return reads
+    }
+
+    /// The users of a batch, spread over the first `base` (a tenth of them deleted).
+    static let subs = (0..<batch).map { "u.\($0 * 49 + 1)" }
+
+    /// The hot statements, with a batch each.
+    static func probes(_ c: PostgresConnection) throws -> [Probe] {
+        let worker = WorkerStatements.beginBatch(statementTimeoutSeconds: 60, lockTimeoutSeconds: 5)
+        let revoker = RevocationStatements.begin(statementTimeoutMilliseconds: 60000, lockTimeoutMilliseconds: 5000)
+        let keys = WorkerStatements.beginKeyLookups
+        let pending = try c.execute(
+            "SELECT id FROM siwa.events WHERE jti = ANY($1::text[]) ORDER BY id", [SQLEncoding.array(subs.map { "p-" + $0.dropFirst(2) })]
+        ).rows.compactMap { $0[0].flatMap(Int64.init) }
+        let forwards = subs.compactMap { sub -> String? in Int(sub.dropFirst(2))! % 2 == 0 ? "f-" + sub.dropFirst(2) : nil }
+        let revocation = try c.execute("SELECT id FROM siwa.revocations WHERE apple_sub = $1", [subs[1]]).scalar ?? "0"
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let claimed = pending.enumerated().map { (i, id) in
+            ClaimedEvent(
+                id: id, audience: "com.example.a",
+                event: AppleEvent(type: .emailEnabled, sub: subs[i], eventTimeMillis: now, email: "x@privaterelay.appleid.com"),
+                attempts: 0)
+        }
+        let notifications = (0..<batch).map { (i: Int) -> VerifiedNotification in
+            let sub: String = i % 10 == 0 ? "new.\(i)" : subs[i]
+            let type: String = i % 5 == 0 ? "some-new-type" : "email-enabled"
+            return StoreTests.notification(
+                jti: "rx-\(i)", aud: "com.example.a", sub: sub, type: type, ms: now - Int64(i), email: "r\(i)@privaterelay.appleid.com")
+        }
+        let active = AccountState(status: .active)
+        var states: [(sub: String, state: AccountState)] = subs.map { ($0, active) }
+        for k in 0..<10 { states.append(("new.\(k)", active)) }
+        func probe<B, R>(_ statement: Statement<B, R>, _ binds: B, begin: String, rows: Int, setup: [String] = []) -> Probe {
+            Probe(name: statement.name, begin: begin, setup: setup, sql: statement.sql, parameters: statement.bind(binds), rows: rows)
+        }
+        var list: [Probe] = []
+        list.append(
+            probe(OutboxStatements.insert, notifications, begin: "BEGIN", rows: batch))
+        list.append(
+            probe(WorkerStatements.claim, batch, begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.createOrLockAccounts, states, begin: worker, rows: states.count))
+        list.append(
+            probe(WorkerStatements.lockAccounts, subs, begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.updateAccounts, states, begin: worker, rows: states.count))
+        list.append(
+            probe(WorkerStatements.lockAppAccounts, subs, begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.writeAppAccounts, subs.map { ($0, "com.example.a", AccountState(status: .active)) }, begin: worker, rows: batch))
+        list.append(
+            probe(
+                WorkerStatements.revokeSessions, subs.map { .init(sub: $0, createdAtOrBefore: now, reason: "consent-revoked", aud: "com.example.a") },
+                begin: worker, rows: batch))
+        list.append(
+            probe(ForwardStatements.enqueue, .init(events: claimed.map { ($0, .apple) }), begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.eraseEventEmails, subs, begin: worker, rows: batch))
+        list.append(
+            probe(ForwardStatements.eraseEmails, subs, begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.eraseEventEmailsBefore, .init(sub: subs[3], sinceMillis: now), begin: worker, rows: 1))
+        list.append(
+            probe(ForwardStatements.eraseEmailsBefore, .init(sub: subs[3], sinceMillis: now), begin: worker, rows: 1))
+        list.append(
+            probe(
+                DeletionStatements.moveTokensToRevocation, subs.map { .init(sub: $0, atMillis: now, clientID: "com.example.a") },
+                begin: worker, rows: batch))
+        list.append(
+            probe(DeletionStatements.eraseTokens, subs.map { .init(sub: $0, atMillis: now, clientID: nil) }, begin: worker, rows: batch))
+        list.append(
+            probe(WorkerStatements.markDone, pending.map { ($0, "applied") }, begin: worker, rows: batch))
+        list.append(
+            probe(
+                WorkerStatements.callHook, pending, begin: worker, rows: batch,
+                setup: [WorkerStatements.plannerDefaults.sql]))
+        list.append(
+            probe(WorkerStatements.markFailed, .init(id: pending[0], status: .failed, error: "e", retryInSeconds: 60), begin: worker, rows: 1))
+        list.append(
+            probe(WorkerStatements.eraseFailedEventEmail, pending[0], begin: worker, rows: 1))
+        list.append(
+            probe(WorkerStatements.eraseRacedIgnoredEmails, (), begin: worker, rows: base / 100))
+        list.append(
+            probe(DeletionStatements.request, (subs[5], "com.example.a"), begin: "BEGIN", rows: 1))
+        list.append(
+            probe(ForwardStatements.claim, .init(limit: batch, leaseSeconds: 60), begin: ForwardStatements.beginCycle, rows: batch))
+        list.append(
+            probe(
+                ForwardStatements.recordOutcomes,
+                forwards.map { .init(id: $0, status: "delivered", error: nil, retryInSeconds: 0, deliveryMillis: 5) },
+                begin: ForwardStatements.beginCycle, rows: forwards.count))
+        list.append(
+            probe(RevocationStatements.claim, (batch, 60), begin: revoker, rows: batch))
+        list.append(
+            probe(RevocationStatements.markDone, (id: Int64(revocation)!, confirmed: true), begin: revoker, rows: 1))
+        list.append(
+            probe(
+                RevocationStatements.markFailed,
+                RevocationStatements.Failure(id: Int64(revocation)!, dead: false, error: "e", retryInSeconds: 60), begin: revoker,
+                rows: 1))
+        list.append(
+            probe(ReconcileStatements.claim, .init(spacing: 0.01, limit: batch, leaseMargin: 60), begin: keys, rows: batch))
+        list.append(
+            probe(ReconcileStatements.recordValid, (subs.map { .init(sub: $0, clientID: "com.example.a", ago: 1) }, 86400), begin: keys, rows: batch))
+        list.append(
+            probe(WorkerStatements.prune, 30, begin: keys, rows: base / 50))
+        list.append(
+            probe(ForwardStatements.prune, 30, begin: keys, rows: batch))
+        list.append(
+            probe(WorkerStatements.dropStaleQueueRows, (), begin: keys, rows: 20000))
+        return list
+    }
+
+    @Test("every hot statement reads a few index entries per batch row and no more as the tables grow 10×", arguments: Statistics.allCases)
+    func batchDriven(_ state: Statistics) throws {
+        let url = try TestDatabase.create()
+        try Self.prepare(url, state)
+        let c = try PostgresConnection(conninfo: url)
+        let probes = try Self.probes(c)
+        let small = try probes.map { try Self.measure(c, $0) }
+        _ = try TestDatabase.query(url, Self.load(from: Self.base + 1, to: Self.base * 10))
+        let large = try probes.map { try Self.measure(c, $0) }
+        for (i, probe) in probes.enumerated() {
+            for (size, reads) in [("\(Self.base)", small[i]), ("\(Self.base * 10)", large[i])] {
+                #expect(reads.seqScans.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) scans \(reads.seqScans)")
+                // A probe returns the batch row's own entries (a user's two events, say): a few each.
+                let limit = 10 * probe.rows + 100
+                let wide = reads.indexEntries.filter { $0.value > limit }
+                #expect(wide.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) reads \(wide) index entries for \(probe.rows) rows")
+            }
+            // A deeper B-tree level costs a block a probe at most.
+            let allowed = small[i].blocks * 3 / 2 + 2 * probe.rows + 50
+            #expect(
+                large[i].blocks <= allowed,
+                "\(probe.name) (\(state.rawValue)): \(small[i].blocks) blocks with \(Self.base) users, \(large[i].blocks) with 10×")
+        }
+    }
+}
