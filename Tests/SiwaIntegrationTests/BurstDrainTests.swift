@@ -1,0 +1,119 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaPostgres
+import Testing
+
+@testable import SiwaApp
+
+/// A burst after an outage, CI-sized (`bench/run burst` is the full one): 200,000 users, a queue
+/// ANALYZEd while empty (after an earlier drain, as autovacuum finds it), 50,000 notifications of
+/// every type (users old and new, some duplicates) through the receiver's statement, then the
+/// worker's batches until none is left, with an ANALYZE of every table halfway. A batch's cost
+/// depends on the batch only, so the two halves cost the same per event, whatever the ANALYZEs
+/// did: measured as CPU time of the worker's PostgreSQL backend per event (what the plans
+/// spend; far steadier than wall time on a loaded machine), each half within 0.7× of the other.
+@Suite(
+    "Burst: a drain flat whatever the planner believes",
+    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+struct BurstDrainTests {
+    static let users = 200_000
+    static let events = 50_000
+
+    static let allTables = PlanRobustnessTests.tables
+
+    /// CPU seconds of process `pid` (user + system), nil when it is not a local process.
+    static func cpuSeconds(_ pid: Int) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state is field 3, utime 14, stime 15 (man 5 proc).
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// `count` notifications from `first`: every type, users old (already accounts) and new.
+    static func burst(_ first: Int, _ count: Int) -> [VerifiedNotification] {
+        let types = ["consent-revoked", "email-disabled", "email-enabled", "account-delete", "some-new-type"]
+        return (first..<first + count).map { i in
+            // Four in five are users of the 200,000; spread over all of them.
+            let sub = i % 5 == 4 ? "new.\(i)" : "u.\((i * 7919) % users + 1)"
+            let type = types[i % types.count]
+            let email = type.hasPrefix("email") ? "b\(i)@privaterelay.appleid.com" : nil
+            return StoreTests.notification(
+                jti: "burst-\(i)", aud: "com.example.a", sub: sub, type: type, ms: 1_760_000_000_000 + Int64(i), email: email)
+        }
+    }
+
+    /// Inserts `notifications` as the receiver does, 500 a statement.
+    static func send(_ notifications: [VerifiedNotification], on c: PostgresConnection) throws {
+        for start in stride(from: 0, to: notifications.count, by: 500) {
+            let chunk = Array(notifications[start..<min(start + 500, notifications.count)])
+            _ = try c.rows(OutboxStatements.insert, chunk)
+        }
+    }
+
+    @Test("50,000 events on 200,000 users: the half after an ANALYZE costs what the half before did, per event")
+    func flatDrain() throws {
+        let url = try TestDatabase.create()
+        let admin = try PostgresConnection(conninfo: url)
+        // Statistics only from the ANALYZEs below (autovacuum would add its own at random times).
+        try admin.execute(Self.allTables.map { "ALTER TABLE \($0) SET (autovacuum_enabled = false);" }.joined())
+        try admin.execute(
+            """
+            INSERT INTO siwa.accounts (apple_sub, email, is_private_email)
+            SELECT 'u.' || g, 'u' || g || '@privaterelay.appleid.com', true FROM generate_series(1, \(Self.users)) g;
+            INSERT INTO siwa.app_accounts (apple_sub, aud) SELECT 'u.' || g, 'com.example.a' FROM generate_series(1, \(Self.users)) g;
+            INSERT INTO siwa.sessions (apple_sub, aud, created_at) SELECT 'u.' || g, 'com.example.a', now() - interval '1 day'
+            FROM generate_series(1, \(Self.users)) g;
+            """)
+        var options = Worker.Options()
+        options.statementTimeout = 20  // a plan that reads the whole queue per batch fails here, not after an hour
+        let worker = Worker(
+            conninfo: url, options: options, logger: Logger(label: "burst") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
+        let c = try PostgresConnection(conninfo: url)
+        // An earlier burst, drained: the queue is empty and keeps its pages; ANALYZE sees it so.
+        try Self.send(Self.burst(1_000_000, 5000), on: admin)
+        while try worker.processBatch(on: c) > 0 {}
+        try admin.execute("ANALYZE " + Self.allTables.joined(separator: ", "))
+        // The burst: 50,000 notifications and 2,500 of them again (Apple's retries).
+        let notifications = Self.burst(0, Self.events)
+        let queued = notifications.filter { $0.event.type.isKnown }.count  // unknown types are stored, not queued
+        try Self.send(notifications, on: admin)
+        try Self.send(Array(notifications.prefix(2500)), on: admin)
+        let pid = Int(try c.execute("SELECT pg_backend_pid()").scalar ?? "") ?? 0
+        var halves: [(events: Int, cpu: Double, wall: Double)] = []
+        var analyzed = false
+        var applied = 0
+        var startCPU = Self.cpuSeconds(pid)
+        var startWall = Date()
+        while true {
+            let n = try worker.processBatch(on: c)
+            applied += n
+            if !analyzed && applied >= queued / 2 || n == 0 {
+                let cpu = Self.cpuSeconds(pid)
+                let wall = Date().timeIntervalSince(startWall)
+                halves.append((halves.isEmpty ? applied : applied - halves[0].events, (cpu ?? 0) - (startCPU ?? 0), wall))
+                if n == 0 { break }
+                // Halfway: autovacuum's ANALYZE, with the queue full.
+                try admin.execute("ANALYZE " + Self.allTables.joined(separator: ", "))
+                analyzed = true
+                startCPU = Self.cpuSeconds(pid)
+                startWall = Date()
+            }
+        }
+        #expect(applied == queued)
+        #expect(try admin.execute("SELECT count(*) FROM siwa.event_queue").scalar == "0")
+        let summary = halves.map { h in
+            String(
+                format: "%d events: %.0f µs backend CPU, %.0f µs wall per event", h.events, h.cpu / Double(h.events) * 1e6,
+                h.wall / Double(h.events) * 1e6)
+        }.joined(separator: "; ")
+        print("burst drain: \(summary)")
+        // Per event, in each half: the backend's CPU where /proc shows it, else the wall time.
+        let perEvent = halves.map { h in (Self.cpuSeconds(pid) == nil ? h.wall : h.cpu) / Double(max(h.events, 1)) }
+        #expect(halves.count == 2 && perEvent[1] * 0.7 <= perEvent[0], "the second half is slower: \(summary)")
+        #expect(halves.count == 2 && perEvent[0] * 0.7 <= perEvent[1], "the first half is slower: \(summary)")
+    }
+}
