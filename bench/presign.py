@@ -8,7 +8,8 @@
 Bodies are cached per key (CACHE_DIR/<key fingerprint>/<kind>-<count>.bodies) and re-signed when
 older than MAX_AGE (the tokens carry exp = iat + 86400). Every token has a unique `jti` (22 base64url
 characters) and a unique (sub, type, event_time) triple; KIND prefixes the sub, so bodies of
-different kinds never collide in one database. Signing runs on a multiprocessing pool (2 processes
+different kinds never collide in one database. KIND `burst<N>`: every type, most for the N users
+that bench.py's burst mode preloads (see burst_event). Signing runs on a multiprocessing pool (2 processes
 by default, BENCH_SIGN_PROCS).
 """
 import base64
@@ -75,7 +76,10 @@ def _sign_range(bounds):
     for i in range(start, end):
         jti = b64url(hashlib.sha256(f"{fingerprint}/{kind}/{now}/{i}".encode()).digest()[:16])
         sub = f"000{i % 1000:03d}.bench{kind}.{i:08d}"
-        events = json.dumps({"type": event_type, "sub": sub, "event_time": base_ms + i}, separators=(",", ":"))
+        event = {"type": event_type, "sub": sub, "event_time": base_ms + i}
+        if kind.startswith("burst"):
+            event = burst_event(int(kind[len("burst"):]), i, sub, base_ms)
+        events = json.dumps(event, separators=(",", ":"))
         claims = {"iss": "https://appleid.apple.com", "aud": AUDIENCE, "exp": now + 86400, "iat": now,
                   "jti": jti, "events": events}
         payload = b64url(json.dumps(claims, separators=(",", ":")).encode())
@@ -84,6 +88,26 @@ def _sign_range(bounds):
         token = f"{header}.{payload}.{b64url(signature)}"
         out.append(json.dumps({"payload": token}, separators=(",", ":")))
     return out
+
+
+BURST_TYPES = ["consent-revoked", "email-disabled", "email-enabled", "account-delete", "some-new-type"]
+
+
+def bench_sub(a: int) -> str:
+    """The sub of bench account `a` (bench.py SCALE_FUNCTIONS' public.bench_sub(a, ''))."""
+    head = f"{a:06d}" if a < 1000000 else str(a)
+    return f"{head}.{hashlib.md5(str(a).encode()).hexdigest()}.{a % 10000:04d}"
+
+
+def burst_event(accounts: int, i: int, new_sub: str, base_ms: int) -> dict:
+    """Kind `burst<accounts>`: every type in turn (one in five unknown); nine in ten for one of the
+    `accounts` preloaded users (spread over all of them), the others for users never seen."""
+    event_type = BURST_TYPES[i % len(BURST_TYPES)]
+    sub = new_sub if i % 10 == 9 or accounts == 0 else bench_sub((i * 7919) % accounts)
+    event = {"type": event_type, "sub": sub, "event_time": base_ms + i}
+    if event_type.startswith("email-"):
+        event.update({"email": f"b{i}@privaterelay.appleid.com", "is_private_email": "true"})
+    return event
 
 
 def sign(cache: str, kind: str, count: int) -> str:
