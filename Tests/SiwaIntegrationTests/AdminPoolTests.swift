@@ -42,7 +42,7 @@ struct AdminPoolTests {
     }
 
     @Test(
-        "the application's admin pool really runs with them: an exchange whose store waits on a held row lock answers 503 after 2 s (55P03), one slowed past 5 s after 5 s (57014); the token is queued and revoked"
+        "the application's admin pool really runs with them: an exchange whose store waits on a held row lock answers 503 after the sign-in's 15 s lock wait (55P03), one slowed past 20 s after 20 s (57014); the token is queued and revoked"
     )
     func applicationPoolTimeouts() throws {
         let h = try DeletionHarness()
@@ -60,32 +60,33 @@ struct AdminPoolTests {
             let code = "c." + NotificationSigner.newJTI()
             h.fake.addCode(code, user: .init(sub: sub))
             let started = Date()
-            // Without the pool's timeouts it would wait for the holder: the client gives up after 12 s.
+            // Without the pool's timeouts it would wait for the holder: the client gives up after 30 s.
             let reply = try DeletionHarness.post(
-                h.adminURL + "/apple/tokens", json: DeletionHarness.exchangeBody(code: code), timeout: 12, token: h.apiToken)
+                h.adminURL + "/apple/tokens", json: DeletionHarness.exchangeBody(code: code), timeout: 30, token: h.apiToken)
             return (reply, Date().timeIntervalSince(started))
         }
         let revokedBefore = h.fake.revokedTokens.count
-        // store_apple_token locks the account row first: held elsewhere, lock_timeout (2 s) ends the wait.
+        // store_apple_token locks the account row first: held elsewhere, the sign-in's lock wait (15 s,
+        // AdminStatements.signInLockWait: a worker batch may hold the row) ends the wait.
         let locked = try exchange(while: ["SELECT 1 FROM siwa.accounts WHERE apple_sub = $1 FOR UPDATE"])
         #expect(locked.reply.status == 503 && locked.reply.error == "database_unavailable", "\(locked.reply.body)")
-        #expect(locked.seconds >= 1.9 && locked.seconds < 5, "\(locked.seconds) s")
-        // A statement that runs long (a trigger sleeping 10 s on the token insert): statement_timeout (5 s).
+        #expect(locked.seconds >= 14.9 && locked.seconds < 19, "\(locked.seconds) s")
+        // A statement that runs long (a trigger sleeping 25 s on the token insert): the sign-in's statement_timeout (20 s).
         _ = try h.query(
             """
             CREATE FUNCTION public.slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN PERFORM pg_sleep(10); RETURN NEW; END $$;
+            BEGIN PERFORM pg_sleep(25); RETURN NEW; END $$;
             CREATE TRIGGER slow_insert BEFORE INSERT OR UPDATE ON siwa.apple_tokens FOR EACH ROW EXECUTE FUNCTION public.slow_insert();
             """)
         let slow = try exchange(while: [])
         #expect(slow.reply.status == 503 && slow.reply.error == "database_unavailable", "\(slow.reply.body)")
-        #expect(slow.seconds >= 4.9 && slow.seconds < 8, "\(slow.seconds) s")
+        #expect(slow.seconds >= 19.9 && slow.seconds < 24, "\(slow.seconds) s")
         let failures = h.logs.lines.filter { $0.contains("cannot store the refresh token") }
         #expect(failures.count == 2 && failures[0].contains("55P03") && failures[1].contains("57014"), "\(failures)")
         // Both tokens Apple issued were queued for revocation and revoked.
         #expect(h.eventually { h.fake.revokedTokens.count == revokedBefore + 2 })
         print(
-            "admin pool: a held row lock -> 503 after \(String(format: "%.2f", locked.seconds)) s (lock_timeout 2 s); "
-                + "a 10 s statement -> 503 after \(String(format: "%.2f", slow.seconds)) s (statement_timeout 5 s)")
+            "admin pool: a held row lock -> 503 after \(String(format: "%.2f", locked.seconds)) s (sign-in lock wait 15 s); "
+                + "a 25 s statement -> 503 after \(String(format: "%.2f", slow.seconds)) s (sign-in statement_timeout 20 s)")
     }
 }
