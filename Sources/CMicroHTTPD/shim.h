@@ -77,3 +77,20 @@ static inline int siwa_mhd_connection_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info ? info->connect_fd : -1;
 }
+
+/// The peer's numeric address into `out` (NUL-terminated); 0 when unknown.
+static inline int siwa_mhd_client_address(struct MHD_Connection *c, char *out, size_t len) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!info || !info->client_addr) return 0;
+    const struct sockaddr *sa = info->client_addr;
+    if (sa->sa_family == AF_INET)
+        return inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)len) != NULL;
+    if (sa->sa_family == AF_INET6)
+        return inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)len) != NULL;
+    return 0;
+}
+
+/// Calls `each` for every query argument (decoded by libmicrohttpd); returns how many.
+static inline int siwa_mhd_query(struct MHD_Connection *c, MHD_KeyValueIterator each, void *cls) {
+    return MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, each, cls);
+}

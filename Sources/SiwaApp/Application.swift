@@ -183,12 +183,20 @@ public final class Application: Sendable {
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
-        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api)
+        let console = try consoleHandler(tokens: tokens, conninfo: conninfo, inAppDeletion: revocation != nil, group: group)
+        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api, console: console)
+        var adminConfiguration = listenerConfiguration(config.adminListen, threads: 2)
+        adminConfiguration.keptHeaders = ConsoleHandler.keptHeaders
+        adminConfiguration.readsQuery = true
+        adminConfiguration.readsClientAddress = true
         let adminListener = ListenerService(
-            name: "admin listener", configuration: listenerConfiguration(config.adminListen, threads: 2),
+            name: "admin listener", configuration: adminConfiguration,
             handler: admin, prepareToStop: { admin.startDraining() })
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
+        if console != nil {
+            logger.notice("operator console", metadata: ["url": "http://\(config.adminListen.host):\(adminListener.port ?? 0)/console"])
+        }
         // Stopped right before the admin listener (services stop in reverse): code exchanges in
         // flight (waiting on Apple) finish and are answered while the listener and the admin pool
         // are still up; new API calls get 503 busy meanwhile.
@@ -283,6 +291,25 @@ public final class Application: Sendable {
             logger.error("API tokens not reloaded; the previous ones stay", metadata: ["error": "\(error)"])
             throw error
         }
+    }
+
+    /// The operator console (README "Console"), with the API only: its own small pool, stopped
+    /// after its pages in flight have answered.
+    private func consoleHandler(tokens: APIHandler.Tokens?, conninfo: String, inAppDeletion: Bool, group: ServiceGroup) throws -> ConsoleHandler? {
+        guard let tokens else { return nil }
+        let pool = PostgresPool(
+            conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginAdmin)
+        let console = ConsoleHandler(
+            tokens: tokens, pool: pool, secureCookie: configuration.consoleSecureCookie, inAppDeletion: inAppDeletion,
+            forwarding: configuration.forwarding != nil, logger: logger)
+        try group.start(
+            ClosureService(
+                "console", start: {},
+                stop: { deadline in
+                    console.drain(timeout: deadline.remaining)
+                    pool.close()
+                }))
+        return console
     }
 
     /// The API's bearer tokens: `SIWA_API_TOKEN_FILE`; in `--dev` without one, a development token

@@ -64,6 +64,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var apiTokenFile: String?
     /// `SIWA_API_CONCURRENCY`: API calls in flight before `503 busy`. Default 16.
     public var apiConcurrency: Int
+    /// `SIWA_CONSOLE_SECURE_COOKIE` (`true`/`false`): the console cookie's `Secure` flag; nil
+    /// (default): set when the request came over HTTPS.
+    public var consoleSecureCookie: Bool? = nil
     /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
     public var revokeRetryFor: Int
     /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
@@ -85,7 +88,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
             "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
             "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
-            "SIWA_RECONCILE_EVERY",
+            "SIWA_RECONCILE_EVERY", "SIWA_CONSOLE_SECURE_COOKIE",
         ] + AuthLibraryConfiguration.variables
 
     /// Audience always accepted in dev mode.
@@ -231,6 +234,13 @@ public struct ServerConfiguration: Sendable, Equatable {
         config.appleAPI = try AppleAPIConfiguration.load(value)
         config.apiTokenFile = value("SIWA_API_TOKEN_FILE")
         config.apiConcurrency = try integer("SIWA_API_CONCURRENCY", 1...1024, default: config.apiConcurrency)
+        if let secure = value("SIWA_CONSOLE_SECURE_COOKIE") {
+            switch secure.lowercased() {
+            case "true", "1", "on", "yes": config.consoleSecureCookie = true
+            case "false", "0", "off", "no": config.consoleSecureCookie = false
+            default: throw ConfigurationError(variable: "SIWA_CONSOLE_SECURE_COOKIE", problem: "must be true or false")
+            }
+        }
         config.revokeRetryFor = try Self.duration(
             "SIWA_REVOKE_RETRY_FOR", value("SIWA_REVOKE_RETRY_FOR"), range: 60...(365 * 86_400), default: config.revokeRetryFor)
         config.forwarding = try ForwardingConfiguration.load(value)

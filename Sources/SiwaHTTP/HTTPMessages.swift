@@ -11,10 +11,15 @@ public struct HTTPRequestHead: Sendable, Equatable {
     /// The headers named in `HTTPServerConfiguration.keptHeaders` that the request carried
     /// (names as configured); the others are not copied.
     public var headers: [HTTPHeader]
+    /// The query string's arguments, decoded, in order (`HTTPServerConfiguration.readsQuery`;
+    /// empty otherwise).
+    public var query: [HTTPHeader]
+    /// The peer's numeric address (`HTTPServerConfiguration.readsClientAddress`; nil otherwise).
+    public var clientAddress: String?
 
     public init(
         method: String, path: String, contentType: String? = nil, contentLength: Int? = nil, authorization: String? = nil,
-        headers: [HTTPHeader] = []
+        headers: [HTTPHeader] = [], query: [HTTPHeader] = [], clientAddress: String? = nil
     ) {
         self.method = method
         self.path = path
@@ -22,6 +27,13 @@ public struct HTTPRequestHead: Sendable, Equatable {
         self.contentLength = contentLength
         self.authorization = authorization
         self.headers = headers
+        self.query = query
+        self.clientAddress = clientAddress
+    }
+
+    /// The first query argument named `name` (nil when absent).
+    public func argument(_ name: String) -> String? {
+        query.first { $0.name == name }?.value
     }
 
     /// The value of a kept header (names compared case-insensitively).

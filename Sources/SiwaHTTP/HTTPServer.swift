@@ -17,7 +17,8 @@ public final class HTTPServer: Sendable {
         let address = "\(configuration.host):\(configuration.port)"
         let context = ServerContext(
             handler: handler, maxBody: configuration.maxBody,
-            requestTimeout: Double(max(1, configuration.connectionTimeout)), keptHeaders: configuration.keptHeaders)
+            requestTimeout: Double(max(1, configuration.connectionTimeout)), keptHeaders: configuration.keptHeaders,
+            readsQuery: configuration.readsQuery, readsClientAddress: configuration.readsClientAddress)
         let unmanaged = Unmanaged.passUnretained(context).toOpaque()
         var options = siwa_mhd_options(
             host: nil, port: configuration.port,
@@ -197,9 +198,16 @@ final class ServerContext: Sendable {
 
     /// Request headers copied into the head (`HTTPServerConfiguration.keptHeaders`).
     let keptHeaders: [String]
+    let readsQuery: Bool
+    let readsClientAddress: Bool
 
-    init(handler: any HTTPHandler, maxBody: Int, requestTimeout: Double, keptHeaders: [String] = []) {
+    init(
+        handler: any HTTPHandler, maxBody: Int, requestTimeout: Double, keptHeaders: [String] = [], readsQuery: Bool = false,
+        readsClientAddress: Bool = false
+    ) {
         self.keptHeaders = keptHeaders
+        self.readsQuery = readsQuery
+        self.readsClientAddress = readsClientAddress
         self.handler = handler
         self.maxBody = maxBody
         self.requestTimeout = requestTimeout
@@ -283,6 +291,32 @@ private func header(_ connection: OpaquePointer, _ name: String) -> String? {
     return String(cString: value)
 }
 
+/// Collects query arguments into the `[HTTPHeader]` box passed as `cls`.
+private final class ArgumentBox {
+    var items: [HTTPHeader] = []
+}
+
+private func collectArgument(
+    cls: UnsafeMutableRawPointer?, kind: MHD_ValueKind, key: UnsafePointer<CChar>?, value: UnsafePointer<CChar>?
+) -> MHD_Result {
+    guard let cls, let key else { return .YES }
+    let box = Unmanaged<ArgumentBox>.fromOpaque(cls).takeUnretainedValue()
+    box.items.append(HTTPHeader(String(cString: key), value.map { String(cString: $0) } ?? ""))
+    return .YES
+}
+
+private func queryArguments(_ connection: OpaquePointer) -> [HTTPHeader] {
+    let box = ArgumentBox()
+    _ = siwa_mhd_query(connection, collectArgument, Unmanaged.passUnretained(box).toOpaque())
+    return box.items
+}
+
+private func clientAddress(_ connection: OpaquePointer) -> String? {
+    var buffer = [CChar](repeating: 0, count: 64)
+    guard siwa_mhd_client_address(connection, &buffer, buffer.count) == 1 else { return nil }
+    return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+}
+
 private func accessCallback(
     cls: UnsafeMutableRawPointer?, connection: OpaquePointer?, url: UnsafePointer<CChar>?,
     method: UnsafePointer<CChar>?, version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
@@ -300,7 +334,9 @@ private func accessCallback(
             contentType: header(connection, "Content-Type"),
             contentLength: contentLength,
             authorization: header(connection, "Authorization"),
-            headers: context.keptHeaders.compactMap { name in header(connection, name).map { HTTPHeader(name, $0) } })
+            headers: context.keptHeaders.compactMap { name in header(connection, name).map { HTTPHeader(name, $0) } },
+            query: context.readsQuery ? queryArguments(connection) : [],
+            clientAddress: context.readsClientAddress ? clientAddress(connection) : nil)
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         guard context.admit() else {

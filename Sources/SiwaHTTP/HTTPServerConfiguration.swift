@@ -20,6 +20,10 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     /// Request headers copied into `HTTPRequestHead.headers` (besides Content-Type and
     /// Content-Length, always read). Default none: a listener pays only for what it reads.
     public var keptHeaders: [String]
+    /// Copy the query arguments into `HTTPRequestHead.query`. Default false.
+    public var readsQuery = false
+    /// Copy the peer's address into `HTTPRequestHead.clientAddress`. Default false.
+    public var readsClientAddress = false
 
     public init(
         host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,

@@ -62,6 +62,10 @@ struct ConfigurationOptions: ParsableArguments {
     var apiTokenFile: String?
     @Option(name: .customLong("api-concurrency"), help: "API calls in flight before 503 busy (SIWA_API_CONCURRENCY, default 16).")
     var apiConcurrency: String?
+    @Option(
+        name: .customLong("console-secure-cookie"),
+        help: "The console cookie's Secure flag, true or false (SIWA_CONSOLE_SECURE_COOKIE; default: when the request came over HTTPS).")
+    var consoleSecureCookie: String?
     @Option(name: .customLong("revoke-retry-for"), help: "How long a revocation at Apple is retried, e.g. 7d (SIWA_REVOKE_RETRY_FOR, default 7d).")
     var revokeRetryFor: String?
     @Option(
@@ -112,6 +116,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_APPLE_URL"] = appleURL
         o["SIWA_API_TOKEN_FILE"] = apiTokenFile
         o["SIWA_API_CONCURRENCY"] = apiConcurrency
+        o["SIWA_CONSOLE_SECURE_COOKIE"] = consoleSecureCookie
         o["SIWA_REVOKE_RETRY_FOR"] = revokeRetryFor
         o["SIWA_FORWARD_URL"] = forwardURL
         o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile

@@ -16,11 +16,13 @@ public final class AdminHandler: HTTPHandler {
 
     private let writer: OutboxWriter?
     private let api: APIHandler?
+    private let console: ConsoleHandler?
 
     public init(
         pool: PostgresPool, probe: AdminProbe, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
-        api: APIHandler? = nil
+        api: APIHandler? = nil, console: ConsoleHandler? = nil
     ) {
+        self.console = console
         self.pool = pool
         self.probe = probe
         self.keys = keys
@@ -43,6 +45,11 @@ public final class AdminHandler: HTTPHandler {
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
+        // The console (off, 404, whenever the API is).
+        if ConsoleHandler.owns(head.path) {
+            guard let console else { return .text(404, "not found\n") }
+            return console.head(head)
+        }
         if APIHandler.paths.contains(head.path) {
             guard let api else { return APIHandler.error(404, "not_found") }
             return api.head(head)
@@ -58,6 +65,10 @@ public final class AdminHandler: HTTPHandler {
     }
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        if ConsoleHandler.owns(request.head.path) {
+            guard let console else { return responder.respond(.text(404, "not found\n")) }
+            return console.handle(request, responder: responder)
+        }
         switch request.head.path {
         case TokenExchange.path, TokenExchange.handoverPath:
             if let api {

@@ -1,0 +1,386 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaHTTP
+import SiwaPostgres
+import Synchronization
+
+/// The operator console under `/console` on the admin listener (contract §3; README "Console").
+/// Exists only with the API (`SIWA_API_TOKEN_FILE`): the admin handler answers 404 otherwise.
+/// Signed in with an API token; the session cookie's hash lives in `siwa.console_sessions`;
+/// every change is a same-origin `POST` carrying the session's CSRF token, and leaves a row in
+/// `siwa.operator_actions`. Pages run on the console's own executor, never on a listener thread.
+public final class ConsoleHandler: Sendable {
+    /// Request headers the admin listener keeps for the console.
+    public static let keptHeaders = ["Cookie", "Origin", "Referer", "Host", "X-Forwarded-Proto"]
+
+    /// True for the console's paths.
+    public static func owns(_ path: String) -> Bool { path == "/console" || path.hasPrefix("/console/") }
+
+    private let tokens: APIHandler.Tokens
+    private let pool: PostgresPool
+    private let executor: APIExecutor
+    private let limiter = Mutex(SignInLimiter())
+    private let secureCookie: Bool?
+    private let features: ConsolePages.Features
+    private let logger: Logger
+
+    public init(
+        tokens: APIHandler.Tokens, pool: PostgresPool, secureCookie: Bool?, inAppDeletion: Bool, forwarding: Bool,
+        logger: Logger, concurrency: Int = 4
+    ) {
+        self.tokens = tokens
+        self.pool = pool
+        self.secureCookie = secureCookie
+        self.features = ConsolePages.Features(inAppDeletion: inAppDeletion, forwarding: forwarding)
+        self.logger = logger
+        executor = APIExecutor(limit: concurrency, name: "siwa-console")
+    }
+
+    /// Pages in flight finish within `seconds` (shutdown).
+    public func drain(timeout seconds: Double) { executor.drain(timeout: seconds) }
+
+    /// The answer before the body is read (nil: read it).
+    public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
+        switch head.method {
+        case "GET", "HEAD": return nil
+        case "POST":
+            guard let type = head.contentType?.lowercased(), type.hasPrefix(FormURLEncoding.contentType) else {
+                return Self.html(415, ConsolePages.problem("Unsupported form", "Forms are sent as application/x-www-form-urlencoded."))
+            }
+            guard ConsoleSecurity.isSameOrigin(origin: head.header("Origin"), referer: head.header("Referer"), host: head.header("Host")) else {
+                return Self.crossSite()
+            }
+            return nil
+        default:
+            return HTTPResponse(status: 405, headers: [HTTPHeader("Allow", "GET, POST")])
+        }
+    }
+
+    public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
+        if let asset = ConsoleAssets.response(for: request.head.path) { return responder.respond(asset) }
+        let admitted = executor.submit { [self] in
+            let response: HTTPResponse
+            do {
+                response = try route(request)
+            } catch {
+                logger.error("console page failed", metadata: ["path": "\(request.head.path)", "error": "\(error)"])
+                response = Self.html(503, ConsolePages.problem("Database unavailable", "The page could not be read. Try again shortly."))
+            }
+            responder.respond(request.head.method == "HEAD" ? HTTPResponse(status: response.status, headers: response.headers) : response)
+        }
+        if !admitted {
+            var busy = Self.html(503, ConsolePages.problem("Busy", "Too many console pages in flight. Try again in a moment."))
+            busy.headers.append(HTTPHeader("Retry-After", "1"))
+            responder.respond(busy)
+        }
+    }
+
+    // MARK: Routing
+
+    /// A request with its session (when signed in) and form fields.
+    struct Context {
+        var head: HTTPRequestHead
+        var form: [(String, String)]
+        var session: String?
+        var fingerprint: String?
+        var client: String? { head.clientAddress }
+        var csrf: String { session.map(ConsoleSecurity.csrfToken(forSession:)) ?? "" }
+        func field(_ name: String) -> String? { form.first { $0.0 == name }?.1 }
+        func fields(_ name: String) -> [String] { form.filter { $0.0 == name }.map(\.1) }
+        func query(_ name: String) -> String? { head.argument(name).flatMap { $0.isEmpty ? nil : $0 } }
+        func nav(_ current: String) -> ConsoleHTML.Nav { ConsoleHTML.Nav(csrf: csrf, fingerprint: fingerprint ?? "", current: current) }
+    }
+
+    private func route(_ request: HTTPRequest) throws -> HTTPResponse {
+        let head = request.head
+        var context = Context(head: head, form: [], session: nil, fingerprint: nil)
+        if head.method == "POST" {
+            context.form = FormURLEncoding.decode(request.body) ?? []
+        }
+        if head.path == "/console/sign-in" {
+            return head.method == "POST" ? try signIn(context) : Self.html(200, ConsolePages.signIn(error: nil))
+        }
+        let cookie = ConsoleSecurity.sessionToken(cookieHeader: head.header("Cookie"))
+        if let cookie, let fingerprint = try liveSession(cookie) {
+            context.session = cookie
+            context.fingerprint = fingerprint
+        } else {
+            // Not signed in: pages send the browser to the sign-in form; changes are refused.
+            if head.method == "POST" { return Self.html(403, ConsolePages.problem("Signed out", "Your session ended. Sign in again.")) }
+            return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/sign-in")])
+        }
+        if head.method == "POST" {
+            guard let session = context.session, ConsoleSecurity.csrfMatches(presented: context.field("csrf"), session: session) else {
+                return Self.crossSite()
+            }
+            return try post(context)
+        }
+        return try get(context)
+    }
+
+    private func get(_ context: Context) throws -> HTTPResponse {
+        let path = context.head.path
+        return try pool.withConnection(timeout: 5) { c in
+            switch path {
+            case "/console", "/console/":
+                return Self.html(200, ConsolePages.overview(try ConsoleReads.overview(c), features: features, nav: context.nav("/console")))
+            case "/console/events":
+                let filter = Self.eventFilter(context)
+                return Self.html(200, ConsolePages.events(try ConsoleReads.events(filter, c), filter: filter, nav: context.nav("/console/events")))
+            case "/console/failures":
+                return Self.html(
+                    200, ConsolePages.failures(try Self.failures(c), notice: Self.notice(context), nav: context.nav("/console/failures")))
+            case "/console/users":
+                return try userPage(context, c, reveal: false, error: nil, status: 200)
+            case "/console/sync":
+                return Self.html(200, ConsolePages.sync(try Self.sync(c), features: features, nav: context.nav("/console/sync")))
+            case "/console/audit":
+                let before = context.query("before").flatMap { Int64($0) } ?? Int64.max
+                let rows = try c.rows(ConsoleStatements.actions, (before, 101))
+                return Self.html(200, ConsolePages.audit(rows, nav: context.nav("/console/audit")))
+            default:
+                if path.hasPrefix("/console/events/"), let id = Int64(path.dropFirst("/console/events/".count)) {
+                    guard let row = try c.row(ConsoleStatements.event, id) else {
+                        return Self.html(
+                            404, ConsolePages.page("Event \(id)", nav: context.nav("/console/events"), body: "<p class=\"empty\">No such event.</p>"))
+                    }
+                    return Self.html(200, ConsolePages.event(row, nav: context.nav("/console/events")))
+                }
+                return Self.html(404, ConsolePages.page("Not found", nav: context.nav(""), body: "<p class=\"empty\">No such page.</p>"))
+            }
+        }
+    }
+
+    private func post(_ context: Context) throws -> HTTPResponse {
+        switch context.head.path {
+        case "/console/sign-out":
+            try pool.withConnection(timeout: 5) { c in
+                try c.affected(ConsoleStatements.endSession, ConsoleSecurity.storedHash(ofSession: context.session ?? ""))
+                try record(c, context, "sign-out", nil)
+            }
+            return HTTPResponse(
+                status: 303,
+                headers: [
+                    HTTPHeader("Location", "/console/sign-in"), HTTPHeader("Set-Cookie", ConsoleSecurity.clearedCookie(secure: secure(context.head))),
+                ])
+        case "/console/replay":
+            return try replay(context)
+        case "/console/users/delete":
+            return try deleteUser(context)
+        case "/console/users/reveal":
+            return try pool.withConnection(timeout: 5) { c in
+                guard let sub = context.field("sub") else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
+                try record(c, context, "reveal-email", "user:" + SubjectHash.of(sub))
+                return try userPage(context, c, reveal: true, error: nil, status: 200, subject: sub)
+            }
+        default:
+            return Self.html(404, ConsolePages.problem("Not found", "No such action."))
+        }
+    }
+
+    // MARK: Sign-in and sessions
+
+    private func signIn(_ context: Context) throws -> HTTPResponse {
+        let client = context.client ?? "unknown"
+        let now = Date().timeIntervalSince1970
+        let allowed = limiter.withLock { $0.admit(client, now: now) }
+        guard allowed else {
+            let wait = limiter.withLock { $0.retryAfter(client, now: now) }
+            var r = Self.html(429, ConsolePages.signIn(error: "Too many sign-in attempts from this address. Try again later."))
+            r.headers.append(HTTPHeader("Retry-After", String(Int(wait.rounded(.up)))))
+            return r
+        }
+        guard let token = context.field("token"), let fingerprint = tokens.fingerprint(ifAdmitted: token) else {
+            try pool.withConnection(timeout: 5) { c in try record(c, context, "sign-in-refused", nil) }
+            return Self.html(401, ConsolePages.signIn(error: "Sign-in refused."))
+        }
+        let session = ConsoleSecurity.newSessionToken()
+        try pool.withConnection(timeout: 5) { c in
+            try c.affected(ConsoleStatements.pruneSessions, ())
+            try c.affected(ConsoleStatements.createSession, (ConsoleSecurity.storedHash(ofSession: session), fingerprint, context.client))
+            var signed = context
+            signed.fingerprint = fingerprint
+            try record(c, signed, "sign-in", nil)
+        }
+        logger.notice("console sign-in", metadata: ["token_fingerprint": "\(fingerprint)", "client": "\(client)"])
+        return HTTPResponse(
+            status: 303,
+            headers: [
+                HTTPHeader("Location", "/console"), HTTPHeader("Set-Cookie", ConsoleSecurity.sessionCookie(session, secure: secure(context.head))),
+            ])
+    }
+
+    /// The session's token fingerprint when the session is live (and marks it seen); nil otherwise.
+    private func liveSession(_ cookie: String) throws -> String? {
+        let hash = ConsoleSecurity.storedHash(ofSession: cookie)
+        let current = tokens.fingerprints
+        return try pool.withConnection(timeout: 5) { c -> String? in
+            guard let stored = try c.row(ConsoleStatements.findSession, hash) else { return nil }
+            let state = ConsoleSecurity.sessionState(
+                endedAt: stored.endedAt, lastSeenAt: stored.lastSeenAt, now: stored.now, fingerprint: stored.fingerprint,
+                currentFingerprints: current)
+            switch state {
+            case .live:
+                try c.affected(ConsoleStatements.touchSession, hash)
+                return stored.fingerprint
+            case .expired, .tokenRemoved:
+                try c.affected(ConsoleStatements.endSession, hash)
+                return nil
+            case .ended:
+                return nil
+            }
+        }
+    }
+
+    private func secure(_ head: HTTPRequestHead) -> Bool {
+        ConsoleSecurity.secureCookie(configured: secureCookie, forwardedProto: head.header("X-Forwarded-Proto"), origin: head.header("Origin"))
+    }
+
+    private func record(_ c: PostgresConnection, _ context: Context, _ action: String, _ target: String?) throws {
+        try c.affected(ConsoleStatements.recordAction, (context.fingerprint, context.client, action, target))
+    }
+
+    // MARK: Actions
+
+    /// Replays dead events, revocations or forwards: one, the selected, all of a type, or all;
+    /// through the statements `replay` uses. The audit row is in the same transaction.
+    private func replay(_ context: Context) throws -> HTTPResponse {
+        let kind = context.field("kind") ?? "events"
+        let type = context.field("type").flatMap { $0.isEmpty ? nil : $0 }
+        // A row's own button replays that row only; "Replay selected" the checked rows.
+        let ids = context.field("one").map { [$0] } ?? context.fields("id")
+        let all = context.field("scope") == "all"
+        guard ["events", "revocations", "forwards"].contains(kind), all || type != nil || !ids.isEmpty else {
+            return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=nothing-selected")])
+        }
+        let target = kind + ":" + (all ? (type.map { "type=" + $0 } ?? "all") : "ids=" + ids.prefix(50).joined(separator: ","))
+        let count = try pool.withConnection(timeout: 5) { c -> Int in
+            let n: Int
+            switch kind {
+            case "events":
+                if !all {
+                    n = try c.affected(OperatorStatements.replayIDs, ids.compactMap { Int64($0) })
+                } else if let type {
+                    n = try c.affected(OperatorStatements.replayType, type)
+                } else {
+                    n = try c.affected(OperatorStatements.replayAll, ())
+                }
+            case "revocations":
+                n =
+                    all
+                    ? (try c.row(RevocationStatements.replayDead) ?? 0)
+                    : (try c.row(ConsoleStatements.replayRevocationIDs, ids.compactMap { Int64($0) }) ?? 0)
+            default:
+                if !all {
+                    n = try c.affected(ConsoleStatements.replayForwardIDs, ids)
+                } else if let type {
+                    n = try c.affected(ForwardStatements.replayType, type)
+                } else {
+                    n = try c.affected(ForwardStatements.replayAll, ())
+                }
+            }
+            try record(c, context, "replay", target + " (\(n))")
+            return n
+        }
+        return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=replayed-\(count)-\(kind)")])
+    }
+
+    /// In-app deletion (contract §8, `siwa.request_deletion`), once the `sub` was typed again.
+    private func deleteUser(_ context: Context) throws -> HTTPResponse {
+        guard let sub = context.field("sub"), !sub.isEmpty else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
+        let aud = context.field("aud").flatMap { $0.isEmpty ? nil : $0 }
+        return try pool.withConnection(timeout: 5) { c in
+            guard context.field("confirm")?.trimmingCharacters(in: .whitespaces) == sub else {
+                return try userPage(
+                    context, c, reveal: false, error: "The sub typed does not match: nothing was deleted.", status: 422, subject: sub)
+            }
+            _ = try c.row(DeletionStatements.request, (sub, aud))
+            try record(c, context, "delete-user", "user:" + SubjectHash.of(sub) + (aud.map { " aud=" + $0 } ?? ""))
+            return HTTPResponse(
+                status: 303,
+                headers: [HTTPHeader("Location", "/console/users?q=" + SubjectHash.of(sub) + "&notice=deletion-requested")])
+        }
+    }
+
+    // MARK: Page data
+
+    private func userPage(
+        _ context: Context, _ c: PostgresConnection, reveal: Bool, error: String?, status: Int, subject: String? = nil
+    ) throws -> HTTPResponse {
+        let nav = context.nav("/console/users")
+        guard let q = subject ?? context.query("q") else {
+            return Self.html(status, ConsolePages.userSearch(nav: nav, query: nil, notFound: false))
+        }
+        guard let sub = try ConsoleReads.resolveSubject(q, c), let account = try c.row(ConsoleStatements.account, sub) else {
+            let events = try ConsoleReads.resolveSubject(q, c).map { try c.rows(ConsoleStatements.userEvents, $0) } ?? []
+            if events.isEmpty { return Self.html(404, ConsolePages.userSearch(nav: nav, query: q, notFound: true)) }
+            // Events not applied yet: the user exists only in the queue.
+            let user = ConsolePages.User(
+                sub: q, account: nil, apps: [], sessions: [], events: events, revocations: [], forwards: [])
+            return Self.html(status, ConsolePages.user(user, reveal: reveal, error: error, notice: nil, features: features, nav: nav))
+        }
+        let user = ConsolePages.User(
+            sub: sub, account: account, apps: try c.rows(ConsoleStatements.appAccounts, sub),
+            sessions: try c.rows(ConsoleStatements.sessions, sub), events: try c.rows(ConsoleStatements.userEvents, sub),
+            revocations: try c.rows(ConsoleStatements.userRevocations, sub), forwards: try c.rows(ConsoleStatements.userForwards, sub))
+        let notice = context.query("notice") == "deletion-requested" ? "Deletion requested: the worker applies it by its next batch." : nil
+        return Self.html(status, ConsolePages.user(user, reveal: reveal, error: error, notice: notice, features: features, nav: nav))
+    }
+
+    private static func failures(_ c: PostgresConnection) throws -> ConsolePages.Failures {
+        ConsolePages.Failures(
+            deadLetters: try c.rows(ConsoleStatements.deadLetters, (Int64.max, 200)),
+            deadLetterTypes: try c.rows(ConsoleStatements.deadLetterTypes, ()),
+            deadRevocations: try c.rows(ConsoleStatements.revocations, ("dead", 200)),
+            failingRevocations: try c.rows(ConsoleStatements.revocations, ("failed", 200)),
+            deadForwards: try c.rows(ConsoleStatements.deadForwards, 200))
+    }
+
+    private static func sync(_ c: PostgresConnection) throws -> ConsolePages.Sync {
+        var revocations: [String: Int] = [:]
+        for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
+        return ConsolePages.Sync(
+            now: Date().timeIntervalSince1970, reconcile: try c.row(ReconcileStatements.counts),
+            tokensDue: try c.row(ConsoleStatements.tokensDue) ?? 0,
+            nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations)
+    }
+
+    private static func notice(_ context: Context) -> String? {
+        guard let code = context.query("notice") else { return nil }
+        if code == "nothing-selected" { return "Nothing selected: nothing was replayed." }
+        let parts = code.split(separator: "-")
+        if parts.count == 3, parts[0] == "replayed", let n = Int(parts[1]), ["events", "revocations", "forwards"].contains(parts[2]) {
+            return "\(n) dead \(n == 1 ? String(parts[2].dropLast()) : String(parts[2])) put back in the queue."
+        }
+        return nil
+    }
+
+    static func eventFilter(_ context: Context) -> ConsoleReads.EventFilter {
+        ConsoleReads.EventFilter(
+            type: context.query("type"), status: context.query("status"), aud: context.query("app"), subject: context.query("q"),
+            from: context.query("from").flatMap(ConsolePages.parseTime), to: context.query("to").flatMap(ConsolePages.parseTime),
+            before: context.query("before").flatMap { Int64($0) })
+    }
+
+    // MARK: Responses
+
+    static func html(_ status: Int, _ body: String) -> HTTPResponse {
+        HTTPResponse(status: status, headers: securityHeaders(contentType: "text/html; charset=utf-8"), body: Array(body.utf8))
+    }
+
+    static func securityHeaders(contentType: String) -> [HTTPHeader] {
+        [
+            HTTPHeader("Content-Type", contentType),
+            HTTPHeader("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'"),
+            HTTPHeader("X-Content-Type-Options", "nosniff"),
+            HTTPHeader("X-Frame-Options", "DENY"),
+            HTTPHeader("Referrer-Policy", "same-origin"),
+            HTTPHeader("Cache-Control", "no-store"),
+        ]
+    }
+
+    static func crossSite() -> HTTPResponse {
+        html(403, ConsolePages.problem("Refused", "This change did not come from a page of this console (cross-site request or a stale form)."))
+    }
+}

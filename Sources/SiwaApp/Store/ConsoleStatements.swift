@@ -1,0 +1,345 @@
+import SiwaPostgres
+
+/// One row of a console listing: column → text (NULL columns absent). Pages show text; a
+/// number they compute with is read with `int`/`double`.
+struct ConsoleRow: Sendable, Equatable {
+    var values: [String: String]
+
+    subscript(_ column: String) -> String? { values[column] }
+    func int(_ column: String) -> Int { values[column].flatMap { Int($0) } ?? 0 }
+    func int64(_ column: String) -> Int64? { values[column].flatMap { Int64($0) } }
+    func double(_ column: String) -> Double? { values[column].flatMap { Double($0) } }
+    func bool(_ column: String) -> Bool? { values[column].map { $0 == "t" } }
+}
+
+/// What the operator console reads and changes (README "Console"). Every read is driven by an
+/// index or a bounded id range of a primary key: never a scan of `siwa.events`.
+enum ConsoleStatements {
+    /// `column` as `YYYY-MM-DD HH:MM:SS` UTC.
+    private static func utc(_ column: String, as name: String) -> String {
+        "to_char(\(column) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS \(name)"
+    }
+
+    private static func listing<B>(
+        _ name: String, _ columns: [String], _ sql: String, bind: @escaping @Sendable (B) -> [String?]
+    ) -> Statement<B, ConsoleRow> {
+        Statement(
+            name, sql, bind: bind,
+            decode: { row throws(PostgresError) in
+                var values: [String: String] = [:]
+                for c in columns { if let v = try row.optionalText(c) { values[c] = v } }
+                return ConsoleRow(values: values)
+            })
+    }
+
+    // MARK: Sessions and the audit trail
+
+    static let createSession = Statement<(hash: String, fingerprint: String, client: String?), Void>(
+        "console_create_session",
+        "INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address) VALUES ($1, $2, $3)",
+        bind: { [$0.hash, $0.fingerprint, $0.client] })
+
+    struct StoredSession: Equatable {
+        var fingerprint: String
+        var lastSeenAt: Double
+        var endedAt: Double?
+        var now: Double
+    }
+
+    static let findSession = Statement<String, StoredSession>(
+        "console_find_session",
+        """
+        SELECT token_fingerprint, extract(epoch FROM last_seen_at)::float8 AS seen,
+               extract(epoch FROM ended_at)::float8 AS ended, extract(epoch FROM now())::float8 AS now
+        FROM siwa.console_sessions WHERE token_hash = $1
+        """,
+        bind: { [$0] },
+        decode: { row throws(PostgresError) in
+            StoredSession(
+                fingerprint: try row.text("token_fingerprint"), lastSeenAt: try row.double("seen"),
+                endedAt: try row.optionalDouble("ended"), now: try row.double("now"))
+        })
+
+    static let touchSession = Statement<String, Void>(
+        "console_touch_session", "UPDATE siwa.console_sessions SET last_seen_at = now() WHERE token_hash = $1", bind: { [$0] })
+
+    static let endSession = Statement<String, Void>(
+        "console_end_session",
+        "UPDATE siwa.console_sessions SET ended_at = now() WHERE token_hash = $1 AND ended_at IS NULL", bind: { [$0] })
+
+    /// Sessions idle for a month are forgotten (run at each sign-in; by the seen index).
+    static let pruneSessions = Statement<Void, Void>(
+        "console_prune_sessions", "DELETE FROM siwa.console_sessions WHERE last_seen_at < now() - interval '30 days'",
+        bind: { _ in [] })
+
+    static let recordAction = Statement<(fingerprint: String?, client: String?, action: String, target: String?), Void>(
+        "console_record_action",
+        "INSERT INTO siwa.operator_actions (token_fingerprint, client_address, action, target) VALUES ($1, $2, $3, $4)",
+        bind: { [$0.fingerprint, $0.client, $0.action, $0.target] })
+
+    static let actions = listing(
+        "console_actions", ["id", "at", "token_fingerprint", "client_address", "action", "target"],
+        """
+        SELECT id, \(utc("at", as: "at")), token_fingerprint, client_address, action, target
+        FROM siwa.operator_actions WHERE id < $1 ORDER BY id DESC LIMIT $2
+        """, bind: { (p: (before: Int64, limit: Int)) in [String(p.before), String(p.limit)] })
+
+    // MARK: Overview
+
+    static let keySets = listing(
+        "console_key_sets", ["url", "fetched", "age"],
+        "SELECT url, \(utc("fetched_at", as: "fetched")), extract(epoch FROM now() - fetched_at)::float8 AS age FROM siwa.key_sets ORDER BY url",
+        bind: { (_: Void) in [] })
+
+    /// The ends of the events' id range (both ends of the primary key).
+    static let idRange = Statement<Void, (low: Int64, high: Int64)?>(
+        "console_id_range", "SELECT min(id) AS low, max(id) AS high FROM siwa.events",
+        decode: { row throws(PostgresError) in
+            guard let low = try row.optionalInt64("low"), let high = try row.optionalInt64("high") else { return nil }
+            return (low, high)
+        })
+
+    /// The first event at or after an id, and when it was received (one primary-key probe: the
+    /// steps of a bisection by time).
+    static let probe = Statement<Int64, (id: Int64, receivedAt: Double)>(
+        "console_probe",
+        "SELECT id, extract(epoch FROM received_at)::float8 AS t FROM siwa.events WHERE id >= $1 ORDER BY id LIMIT 1",
+        bind: { [String($0)] },
+        decode: { row throws(PostgresError) in (try row.int64("id"), try row.double("t")) })
+
+    /// Events received per minute and type since `since` (Unix seconds), from id `$1` on.
+    static let receivedPerMinute = listing(
+        "console_received_per_minute", ["t", "type", "n"],
+        """
+        SELECT extract(epoch FROM date_trunc('minute', received_at))::float8 AS t, type, count(*)::int AS n
+        FROM siwa.events WHERE id >= $1 AND received_at >= to_timestamp($2) GROUP BY 1, 2
+        """, bind: { (p: (from: Int64, since: Double)) in [String(p.from), String(p.since)] })
+
+    /// Events applied per minute and type since `since`, among those from id `$1` on.
+    static let appliedPerMinute = listing(
+        "console_applied_per_minute", ["t", "type", "n"],
+        """
+        SELECT extract(epoch FROM date_trunc('minute', processed_at))::float8 AS t, type, count(*)::int AS n
+        FROM siwa.events WHERE id >= $1 AND status = 'done' AND processed_at >= to_timestamp($2) GROUP BY 1, 2
+        """, bind: { (p: (from: Int64, since: Double)) in [String(p.from), String(p.since)] })
+
+    /// The hourly rollup's watermark, locked (nil when another process is refreshing it).
+    static let lockRollup = Statement<Void, Int64>(
+        "console_lock_rollup", "SELECT last_id FROM siwa.console_rollup FOR UPDATE SKIP LOCKED",
+        decode: { row throws(PostgresError) in try row.int64("last_id") })
+
+    /// The highest id whose outcome is final: below the oldest event still waiting in the queue.
+    static let finalBound = Statement<Void, Int64>(
+        "console_final_bound",
+        """
+        SELECT coalesce((SELECT min(id) - 1 FROM siwa.event_queue WHERE status IN ('pending', 'failed')),
+                        (SELECT max(id) FROM siwa.events), 0) AS bound
+        """,
+        decode: { row throws(PostgresError) in try row.int64("bound") })
+
+    /// Counts the events of the id range (`$1`, `$2`] into the hourly rollup: received by the
+    /// hour of arrival, applied by the hour of processing.
+    static let rollUp = Statement<(after: Int64, through: Int64), Void>(
+        "console_roll_up",
+        """
+        INSERT INTO siwa.console_hours AS h (hour, type, received, applied)
+        SELECT v.hour, e.type, sum(v.r)::int, sum(v.a)::int
+        FROM siwa.events e,
+             LATERAL (VALUES (date_trunc('hour', e.received_at), 1, 0),
+                             (CASE WHEN e.status = 'done' THEN date_trunc('hour', e.processed_at) END, 0, 1)) v(hour, r, a)
+        WHERE e.id > $1 AND e.id <= $2 AND v.hour IS NOT NULL AND v.hour > now() - interval '8 days'
+        GROUP BY 1, 2
+        ON CONFLICT (hour, type) DO UPDATE SET received = h.received + excluded.received, applied = h.applied + excluded.applied
+        """, bind: { [String($0.after), String($0.through)] })
+
+    static let setRollupMark = Statement<Int64, Void>(
+        "console_set_rollup_mark", "UPDATE siwa.console_rollup SET last_id = $1", bind: { [String($0)] })
+
+    static let pruneHours = Statement<Void, Void>(
+        "console_prune_hours", "DELETE FROM siwa.console_hours WHERE hour < now() - interval '8 days'", bind: { _ in [] })
+
+    static let hours = listing(
+        "console_hours", ["t", "type", "received", "applied"],
+        """
+        SELECT extract(epoch FROM hour)::float8 AS t, type, received, applied FROM siwa.console_hours
+        WHERE hour >= date_trunc('hour', now()) - interval '167 hours'
+        """, bind: { (_: Void) in [] })
+
+    /// When the rollup's last counted event arrived (the charts say how current they are).
+    static let rollupCurrentTo = Statement<Int64, Double>(
+        "console_rollup_current_to", "SELECT extract(epoch FROM received_at)::float8 AS t FROM siwa.events WHERE id = $1",
+        bind: { [String($0)] }, decode: { row throws(PostgresError) in try row.double("t") })
+
+    static let tokensDue = Statement<Void, Int>(
+        "console_tokens_due", "SELECT count(*)::int AS n FROM siwa.apple_tokens WHERE next_validation_at <= now()",
+        decode: { row throws(PostgresError) in try row.int("n") })
+
+    static let reconcilePace = Statement<Void, String?>(
+        "console_reconcile_pace",
+        """
+        SELECT CASE WHEN next_slot = '-infinity' THEN NULL ELSE to_char(next_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') END AS slot
+        FROM siwa.reconcile_pace
+        """,
+        decode: { row throws(PostgresError) in try row.optionalText("slot") })
+
+    // MARK: Events
+
+    private static let eventColumns = ["id", "type", "status", "aud", "sub_hash", "received", "event_time", "attempts", "outcome"]
+    private static let eventSelect = """
+        SELECT e.id, e.type, e.status, e.aud, siwa.subject_hash(e.sub) AS sub_hash, \(utc("e.received_at", as: "received")),
+               \(utc("e.event_time", as: "event_time")), e.attempts, e.outcome
+        """
+    private static let eventFilters = "($3::text IS NULL OR e.type = $3) AND ($4::text IS NULL OR e.status = $4) AND ($5::text IS NULL OR e.aud = $5)"
+
+    struct EventQuery: Sendable, Equatable {
+        /// Only ids below this one (the keyset cursor).
+        var before: Int64
+        /// Only ids at or above this one (the bounded window, or a time filter's start).
+        var floor: Int64
+        var type: String?
+        var status: String?
+        var aud: String?
+        var limit: Int
+        var sub: String?
+    }
+
+    private static func eventBinds(_ q: EventQuery) -> [String?] {
+        [String(q.before), String(q.floor), q.type, q.status, q.aud, String(q.limit), q.sub]
+    }
+
+    /// A bounded range of the primary key, newest first.
+    static let eventsInRange = listing(
+        "console_events_range", eventColumns,
+        eventSelect + " FROM siwa.events e WHERE e.id < $1 AND e.id >= $2 AND \(eventFilters) AND $7::text IS NULL ORDER BY e.id DESC LIMIT $6",
+        bind: { eventBinds($0) })
+
+    /// One user's events (by `events_dedupe_key`, which `sub` leads), newest first.
+    static let eventsOfSub = listing(
+        "console_events_sub", eventColumns,
+        eventSelect + " FROM siwa.events e WHERE e.sub = $7 AND e.id < $1 AND e.id >= $2 AND \(eventFilters) ORDER BY e.id DESC LIMIT $6",
+        bind: { eventBinds($0) })
+
+    /// Events waiting or dead, from the queue, newest first.
+    static let eventsInQueue = listing(
+        "console_events_queue", eventColumns,
+        eventSelect
+            + " FROM siwa.event_queue q JOIN siwa.events e ON e.id = q.id WHERE q.status = $4 AND q.id < $1 AND q.id >= $2 AND \(eventFilters)"
+            + " AND ($7::text IS NULL OR e.sub = $7) ORDER BY q.id DESC LIMIT $6",
+        bind: { eventBinds($0) })
+
+    static let event = listing(
+        "console_event",
+        [
+            "id", "jti", "aud", "sub", "type", "status", "attempts", "outcome", "last_error", "claims", "event_time", "received",
+            "processed", "next_attempt", "email", "is_private_email",
+        ],
+        """
+        SELECT id, jti, aud, sub, type, status, attempts, outcome, last_error, jsonb_pretty(claims) AS claims,
+               \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), \(utc("processed_at", as: "processed")),
+               \(utc("next_attempt_at", as: "next_attempt")), email, is_private_email
+        FROM siwa.events WHERE id = $1
+        """, bind: { (id: Int64) in [String(id)] })
+
+    /// The `sub` whose hash (`siwa.subject_hash`) is `$1`, through the accounts' hash index.
+    static let subOfHash = Statement<String, String>(
+        "console_sub_of_hash", "SELECT apple_sub FROM siwa.accounts WHERE siwa.subject_hash(apple_sub) = $1 LIMIT 1",
+        bind: { [$0] }, decode: { row throws(PostgresError) in try row.text("apple_sub") })
+
+    // MARK: Failures
+
+    static let deadLetters = listing(
+        "console_dead_letters", ["id", "type", "sub_hash", "event_time", "received", "attempts", "last_error"],
+        """
+        SELECT id, type, sub_hash, \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), attempts, last_error
+        FROM siwa.dead_letters WHERE id < $1 ORDER BY id DESC LIMIT $2
+        """, bind: { (p: (before: Int64, limit: Int)) in [String(p.before), String(p.limit)] })
+
+    static let deadLetterTypes = listing(
+        "console_dead_letter_types", ["type", "n"],
+        """
+        SELECT e.type, count(*)::int AS n FROM siwa.event_queue q JOIN siwa.events e ON e.id = q.id
+        WHERE q.status = 'dead' AND e.status = 'dead' GROUP BY 1 ORDER BY 1
+        """, bind: { (_: Void) in [] })
+
+    static let revocations = listing(
+        "console_revocations", ["id", "sub_hash", "client_id", "reason", "status", "attempts", "last_error", "created", "next_attempt"],
+        """
+        SELECT id, siwa.subject_hash(apple_sub) AS sub_hash, client_id, reason, status, attempts, last_error,
+               \(utc("created_at", as: "created")), \(utc("next_attempt_at", as: "next_attempt"))
+        FROM siwa.revocations WHERE status = $1 ORDER BY id DESC LIMIT $2
+        """, bind: { (p: (status: String, limit: Int)) in [p.status, String(p.limit)] })
+
+    static let deadForwards = listing(
+        "console_dead_forwards", ["id", "seq", "type", "sub_hash", "aud", "source", "attempts", "last_error", "created"],
+        """
+        SELECT id, seq, type, siwa.subject_hash(sub) AS sub_hash, aud, source, attempts, last_error, \(utc("created_at", as: "created"))
+        FROM siwa.forwards WHERE status = 'dead' ORDER BY seq DESC LIMIT $1
+        """, bind: { (limit: Int) in [String(limit)] })
+
+    /// Dead revocations of these ids back in the queue, as `replay` does for all of them.
+    static let replayRevocationIDs = Statement<[Int64], Int>(
+        "console_replay_revocations",
+        """
+        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = now(),
+                       created_at = now(), last_error = NULL
+                   WHERE status = 'dead' AND id = ANY($1::bigint[]) RETURNING 1)
+        SELECT count(*)::int AS n FROM r
+        """, bind: { [SQLEncoding.array($0.map { Optional($0) })] }, decode: { row throws(PostgresError) in try row.int("n") })
+
+    /// Dead forwards of these ids back in the queue, as `replay --forwards` does.
+    static let replayForwardIDs = Statement<[String], Void>(
+        "console_replay_forwards",
+        """
+        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
+            lease_until = NULL, retry_since = now()
+        WHERE status = 'dead' AND id = ANY($1::text[])
+        """, bind: { [SQLEncoding.array($0)] })
+
+    // MARK: A user
+
+    static let account = listing(
+        "console_account",
+        ["apple_sub", "status", "email", "is_private_email", "email_forwarding", "last_event_time", "deleted", "created", "updated"],
+        """
+        SELECT apple_sub, status, email, is_private_email, email_forwarding, \(utc("last_event_time", as: "last_event_time")),
+               \(utc("deleted_at", as: "deleted")), \(utc("created_at", as: "created")), \(utc("updated_at", as: "updated"))
+        FROM siwa.accounts WHERE apple_sub = $1
+        """, bind: { (sub: String) in [sub] })
+
+    static let appAccounts = listing(
+        "console_app_accounts", ["aud", "status", "email", "is_private_email", "email_forwarding", "signed_in", "updated"],
+        """
+        SELECT aud, status, email, is_private_email, email_forwarding, \(utc("signed_in_at", as: "signed_in")), \(utc("updated_at", as: "updated"))
+        FROM siwa.app_accounts WHERE apple_sub = $1 ORDER BY aud
+        """, bind: { (sub: String) in [sub] })
+
+    static let sessions = listing(
+        "console_user_sessions", ["id", "aud", "created", "expires", "revoked", "revoked_reason", "live"],
+        """
+        SELECT id, aud, \(utc("created_at", as: "created")), \(utc("expires_at", as: "expires")), \(utc("revoked_at", as: "revoked")),
+               revoked_reason, (revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())) AS live
+        FROM siwa.sessions WHERE apple_sub = $1 ORDER BY created_at DESC LIMIT 100
+        """, bind: { (sub: String) in [sub] })
+
+    static let userEvents = listing(
+        "console_user_events", ["id", "type", "aud", "status", "outcome", "event_time", "received", "email", "source"],
+        """
+        SELECT id, type, aud, status, outcome, \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), email,
+               claims->>'source' AS source
+        FROM siwa.events WHERE sub = $1 ORDER BY event_time DESC, id DESC LIMIT 200
+        """, bind: { (sub: String) in [sub] })
+
+    static let userRevocations = listing(
+        "console_user_revocations", ["id", "client_id", "reason", "status", "attempts", "last_error", "created", "finished"],
+        """
+        SELECT id, client_id, reason, status, attempts, last_error, \(utc("created_at", as: "created")), \(utc("finished_at", as: "finished"))
+        FROM siwa.revocations WHERE apple_sub = $1 ORDER BY id DESC LIMIT 100
+        """, bind: { (sub: String) in [sub] })
+
+    static let userForwards = listing(
+        "console_user_forwards", ["id", "type", "aud", "source", "status", "attempts", "created", "delivered", "last_error"],
+        """
+        SELECT id, type, aud, source, status, attempts, \(utc("created_at", as: "created")), \(utc("delivered_at", as: "delivered")), last_error
+        FROM siwa.forwards WHERE sub = $1 ORDER BY seq DESC LIMIT 100
+        """, bind: { (sub: String) in [sub] })
+}

@@ -1,0 +1,150 @@
+import Foundation
+import Testing
+
+@testable import SiwaApp
+
+/// The console's pure parts: escaping, masking, the cookie and session rules, the same-origin
+/// and CSRF checks, the sign-in limit, the charts and the pages.
+@Suite("Console: pure parts")
+struct ConsoleUnitTests {
+    @Test("HTML escaping covers the five characters that matter, in text and attributes")
+    func escaping() {
+        #expect(ConsoleHTML.escape("<script>alert('x')</script> & \"q\"") == "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;")
+        #expect(ConsoleHTML.link("/console/users", [("q", "a b&c\"<"), ("empty", ""), ("none", nil)]) == "/console/users?q=a+b%26c%22%3C")
+    }
+
+    @Test("emails are masked to their first letter and domain, also inside a JSON text")
+    func masking() {
+        #expect(EmailMask.mask("jane@privaterelay.appleid.com") == "j•••@privaterelay.appleid.com")
+        #expect(EmailMask.mask("no-at-sign") == "•••")
+        let claims =
+            #"{"events": "{\"type\":\"email-enabled\",\"email\":\"jane.doe+x@example.com\",\"sub\":\"000739.a\"}", "iss": "https://appleid.apple.com"}"#
+        let masked = EmailMask.maskAll(in: claims)
+        #expect(!masked.contains("jane.doe"))
+        #expect(masked.contains(#"\"email\":\"j•••@example.com\""#))
+        #expect(masked.contains("https://appleid.apple.com"), "only email-like words change")
+    }
+
+    @Test("the session cookie: HttpOnly, SameSite=Strict, Path=/console; Secure only when asked or over HTTPS")
+    func cookie() {
+        let token = ConsoleSecurity.newSessionToken()
+        #expect(token.count == 64 && token != ConsoleSecurity.newSessionToken())
+        #expect(ConsoleSecurity.sessionCookie(token, secure: false) == "siwa_console=\(token); Path=/console; HttpOnly; SameSite=Strict")
+        #expect(ConsoleSecurity.sessionCookie(token, secure: true).hasSuffix("; SameSite=Strict; Secure"))
+        #expect(ConsoleSecurity.clearedCookie(secure: false).contains("Max-Age=0"))
+        #expect(ConsoleSecurity.sessionToken(cookieHeader: "a=b; siwa_console=\(token); c=d") == token)
+        #expect(ConsoleSecurity.sessionToken(cookieHeader: "siwa_console=\(token.uppercased())") == nil)
+        #expect(ConsoleSecurity.sessionToken(cookieHeader: "siwa_console=abc") == nil)
+        #expect(ConsoleSecurity.sessionToken(cookieHeader: nil) == nil)
+        #expect(ConsoleSecurity.storedHash(ofSession: token) != token && ConsoleSecurity.storedHash(ofSession: token).count == 64)
+
+        #expect(ConsoleSecurity.secureCookie(configured: nil, forwardedProto: nil, origin: "http://127.0.0.1:9090") == false)
+        #expect(ConsoleSecurity.secureCookie(configured: nil, forwardedProto: "https", origin: nil) == true)
+        #expect(ConsoleSecurity.secureCookie(configured: nil, forwardedProto: nil, origin: "https://ops.example") == true)
+        #expect(ConsoleSecurity.secureCookie(configured: true, forwardedProto: nil, origin: nil) == true)
+        #expect(ConsoleSecurity.secureCookie(configured: false, forwardedProto: "https", origin: nil) == false)
+    }
+
+    @Test("same origin: Origin (or, without it, Referer) must name the request's host")
+    func sameOrigin() {
+        let host = "127.0.0.1:9090"
+        #expect(ConsoleSecurity.isSameOrigin(origin: "http://127.0.0.1:9090", referer: nil, host: host))
+        #expect(ConsoleSecurity.isSameOrigin(origin: "https://127.0.0.1:9090", referer: nil, host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: "http://127.0.0.1:9091", referer: nil, host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: "http://127.0.0.1:9090.evil.example", referer: nil, host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: "null", referer: "http://127.0.0.1:9090/console", host: host))
+        #expect(ConsoleSecurity.isSameOrigin(origin: nil, referer: "http://127.0.0.1:9090/console/failures", host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: nil, referer: "http://127.0.0.1:9090.evil.example/console", host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: nil, referer: nil, host: host))
+        #expect(!ConsoleSecurity.isSameOrigin(origin: "http://127.0.0.1:9090", referer: nil, host: nil))
+    }
+
+    @Test("the CSRF token is the session's own, compared whole")
+    func csrf() {
+        let a = ConsoleSecurity.newSessionToken(), b = ConsoleSecurity.newSessionToken()
+        let token = ConsoleSecurity.csrfToken(forSession: a)
+        #expect(ConsoleSecurity.csrfMatches(presented: token, session: a))
+        #expect(!ConsoleSecurity.csrfMatches(presented: token, session: b))
+        #expect(!ConsoleSecurity.csrfMatches(presented: String(token.dropLast()), session: a))
+        #expect(!ConsoleSecurity.csrfMatches(presented: token + "0", session: a))
+        #expect(!ConsoleSecurity.csrfMatches(presented: nil, session: a))
+        #expect(!ConsoleSecurity.csrfMatches(presented: "", session: a))
+    }
+
+    @Test("a session ends when signed out, after 8 h idle, or when its token leaves the file")
+    func sessionRules() {
+        let fp = "sha256:0123456789abcdef"
+        let now = 1_800_000_000.0
+        func state(_ ended: Double?, _ seen: Double, _ current: Set<String> = [fp]) -> ConsoleSecurity.SessionState {
+            ConsoleSecurity.sessionState(endedAt: ended, lastSeenAt: seen, now: now, fingerprint: fp, currentFingerprints: current)
+        }
+        #expect(state(nil, now - 60) == .live)
+        #expect(state(nil, now - 8 * 3600) == .live)
+        #expect(state(nil, now - 8 * 3600 - 1) == .expired)
+        #expect(state(now - 10, now - 60) == .ended)
+        #expect(state(nil, now - 60, ["sha256:ffffffffffffffff"]) == .tokenRemoved)
+        #expect(ConsoleSecurity.fingerprint(ofAPIToken: "secret-token-0123456789").hasPrefix("sha256:"))
+        #expect(!ConsoleSecurity.fingerprint(ofAPIToken: "secret-token-0123456789").contains("secret"))
+    }
+
+    @Test("sign-in attempts: 10 per address in 5 minutes, then refused until the window passes; other addresses unaffected")
+    func limiter() {
+        var limiter = SignInLimiter()
+        var admitted: [Bool] = []
+        for i in 0..<10 { admitted.append(limiter.admit("10.0.0.1", now: 1000 + Double(i))) }
+        #expect(admitted == Array(repeating: true, count: 10))
+        let eleventh = limiter.admit("10.0.0.1", now: 1010)
+        #expect(!eleventh)
+        #expect(limiter.retryAfter("10.0.0.1", now: 1010) == 290)
+        let other = limiter.admit("10.0.0.2", now: 1010)
+        #expect(other)
+        let later = limiter.admit("10.0.0.1", now: 1300)
+        #expect(later, "the first attempt left the window")
+        let again = limiter.admit("10.0.0.1", now: 1300.5)
+        #expect(!again)
+    }
+
+    @Test("chart: ticks of 1/2/5 × 10ⁿ, axes with the unit, names escaped, a stable color per type")
+    func chart() {
+        #expect(ConsoleChart.ticks(peak: 0) == [0, 1])
+        #expect(ConsoleChart.ticks(peak: 17) == [0, 5, 10, 15, 20])
+        #expect(ConsoleChart.ticks(peak: 730) == [0, 200, 400, 600, 800])
+        #expect(ConsoleChart.label(2000) == "2k" && ConsoleChart.label(2.5) == "2.5")
+        let start = 1_800_000_000.0 - 1_800_000_000.0.truncatingRemainder(dividingBy: 3600)
+        let chart = ConsoleChart(
+            title: "Received <per> minute", unit: "events/min", buckets: (0..<60).map { start + Double($0) * 60 }, bucketSeconds: 60,
+            series: [.init(name: "<b>x</b>", values: [3] + Array(repeating: 0, count: 59), color: 2)])
+        let svg = chart.svg()
+        #expect(svg.contains(">events/min</text>"))
+        #expect(svg.contains("Received &lt;per&gt; minute") && !svg.contains("<b>x</b>") && svg.contains("&lt;b&gt;x&lt;/b&gt;"))
+        #expect(svg.contains("class=\"s2\""))
+        #expect(svg.components(separatedBy: "<rect").count == 2, "one bar for the one non-zero value")
+        #expect(svg.contains(">00:00</text>") || svg.contains(":00</text>"), "time labels on the x axis")
+        #expect(ConsoleChart.color(of: "email-disabled") == 0 && ConsoleChart.color(of: "account-delete") == 3)
+    }
+
+    @Test("pages: the user page masks emails unless revealed, escapes what the database holds, and asks for the sub again")
+    func userPage() {
+        let nav = ConsoleHTML.Nav(csrf: "c5rf", fingerprint: "sha256:1", current: "/console/users")
+        let user = ConsolePages.User(
+            sub: "000739.<x>",
+            account: ConsoleRow(values: ["apple_sub": "000739.<x>", "status": "active", "email": "jane@privaterelay.appleid.com"]),
+            apps: [ConsoleRow(values: ["aud": "app\"><script>", "status": "active", "email": "jane@privaterelay.appleid.com"])], sessions: [],
+            events: [], revocations: [], forwards: [])
+        let masked = ConsolePages.user(
+            user, reveal: false, error: nil, notice: nil, features: .init(inAppDeletion: true, forwarding: false), nav: nav)
+        #expect(masked.contains("j•••@privaterelay.appleid.com") && !masked.contains("jane@"))
+        #expect(!masked.contains("<script>") && !masked.contains("000739.<x>"))
+        #expect(masked.contains("name=\"confirm\"") && masked.contains("Reveal emails") && masked.contains("value=\"c5rf\""))
+        let shown = ConsolePages.user(user, reveal: true, error: nil, notice: nil, features: .init(inAppDeletion: true, forwarding: false), nav: nav)
+        #expect(shown.contains("jane@privaterelay.appleid.com") && !shown.contains("Reveal emails"))
+    }
+
+    @Test("times typed in the filters are UTC")
+    func times() {
+        #expect(ConsolePages.parseTime("2026-11-24") == 1_795_478_400)
+        #expect(ConsolePages.parseTime("2026-11-24 13:05").map { Int($0.rounded()) } == 1_795_478_400 + 13 * 3600 + 300)
+        #expect(ConsolePages.parseTime("2026-11-24T13:05:00Z").map { Int($0.rounded()) } == 1_795_478_400 + 13 * 3600 + 300)
+        #expect(ConsolePages.parseTime("yesterday") == nil)
+    }
+}
