@@ -62,9 +62,7 @@ struct ConfigurationOptions: ParsableArguments {
     var apiTokenFile: String?
     @Option(name: .customLong("api-concurrency"), help: "API calls in flight before 503 busy (SIWA_API_CONCURRENCY, default 16).")
     var apiConcurrency: String?
-    @Option(
-        name: .customLong("console-secure-cookie"),
-        help: "The console cookie's Secure flag, true or false (SIWA_CONSOLE_SECURE_COOKIE; default: when the request came over HTTPS).")
+    @Option(name: .customLong("console-secure-cookie"), help: "The console cookie's Secure flag, true/false (SIWA_CONSOLE_SECURE_COOKIE).")
     var consoleSecureCookie: String?
     @Option(name: .customLong("revoke-retry-for"), help: "How long a revocation at Apple is retried, e.g. 7d (SIWA_REVOKE_RETRY_FOR, default 7d).")
     var revokeRetryFor: String?

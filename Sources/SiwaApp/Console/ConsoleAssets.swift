@@ -96,7 +96,8 @@ enum ConsoleAssets {
         ul.legend { list-style: none; display: flex; flex-wrap: wrap; gap: 14px; padding: 0; margin: 4px 0 6px; font-size: 12px; }
         .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
         .grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(320px, 1fr)); gap: 16px; }
-        .grid2 > .card { margin-bottom: 0; } section.grid2 { margin-bottom: 16px; }
+        .grid4 { display: grid; grid-template-columns: repeat(auto-fit, minmax(250px, 1fr)); gap: 16px; margin-bottom: 16px; }
+        .grid2 > .card, .grid4 > .card { margin-bottom: 0; } section.grid2 { margin-bottom: 16px; }
         dl { display: grid; grid-template-columns: max-content 1fr; gap: 6px 18px; margin: 0; }
         dt { color: var(--muted); } dd { margin: 0; font-variant-numeric: tabular-nums; word-break: break-all; }
         .scroll { overflow-x: auto; }
@@ -125,7 +126,7 @@ enum ConsoleAssets {
         .danger-zone h3 { margin: 0; color: #991b1b; } .danger-zone p { margin: 0; }
         .notice { background: #ecfdf5; border: 1px solid #a7f3d0; color: #065f46; padding: 10px 14px; border-radius: 8px; }
         p.error, pre.error { background: #fef2f2; border: 1px solid #fecaca; color: #991b1b; padding: 10px 14px; border-radius: 8px; white-space: pre-wrap; }
-        pre.claims { background: #0f172a; color: #e2e8f0; padding: 14px; border-radius: 8px; overflow-x: auto; margin: 0; }
+        pre.claims { background: #0f172a; color: #e2e8f0; padding: 14px; border-radius: 8px; margin: 0; white-space: pre-wrap; word-break: break-all; }
         .empty { color: var(--muted); font-style: italic; } .muted { color: var(--muted); } .small { font-size: 12px; }
         .pager { text-align: right; }
         """

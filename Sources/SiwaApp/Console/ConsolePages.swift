@@ -78,7 +78,7 @@ enum ConsolePages {
             "<p class=\"muted small\">Hourly charts count events whose outcome is final"
             + (o.hoursCurrentTo.map { ", up to those received at " + e(utc($0)) + " UTC" } ?? "; none counted yet") + ".</p>"
 
-        body += "<section class=\"grid2\"><div class=\"card\"><h2>In-app deletion</h2>"
+        body += "<section class=\"grid4\"><div class=\"card\"><h2>In-app deletion</h2>"
         let r = o.revocations
         body += keyValues([
             ("state", features.inAppDeletion ? "on" : "off"),
@@ -187,7 +187,12 @@ enum ConsolePages {
             ("email", r["email"].map(EmailMask.mask) ?? "–"),
         ])
         body += "<p><a href=\"\(ConsoleHTML.link("/console/users", [("q", SubjectHash.of(r["sub"] ?? ""))]))\">This user's page →</a></p>"
-        body += "</div></section><div class=\"card\"><h2>Verified claims</h2><pre class=\"claims\">\(e(claims))</pre></div>"
+        body += "</div></section><section class=\"grid2\">"
+        if let inner = r["inner"] {
+            body +=
+                "<div class=\"card\"><h2>The <code>events</code> claim, decoded</h2><pre class=\"claims\">\(e(EmailMask.maskAll(in: inner)))</pre></div>"
+        }
+        body += "<div class=\"card\"><h2>Verified claims</h2><pre class=\"claims\">\(e(claims))</pre></div></section>"
         if r["status"] == "dead" {
             body += ConsoleHTML.form(
                 action: "/console/replay", csrf: nav.csrf, fields: [("kind", "events"), ("id", r["id"] ?? "")], button: "Replay this event")

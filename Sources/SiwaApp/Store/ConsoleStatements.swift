@@ -231,12 +231,15 @@ enum ConsoleStatements {
         "console_event",
         [
             "id", "jti", "aud", "sub", "type", "status", "attempts", "outcome", "last_error", "claims", "event_time", "received",
-            "processed", "next_attempt", "email", "is_private_email",
+            "processed", "next_attempt", "email", "is_private_email", "inner",
         ],
         """
         SELECT id, jti, aud, sub, type, status, attempts, outcome, last_error, jsonb_pretty(claims) AS claims,
                \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), \(utc("processed_at", as: "processed")),
-               \(utc("next_attempt_at", as: "next_attempt")), email, is_private_email
+               \(utc("next_attempt_at", as: "next_attempt")), email, is_private_email,
+               -- Apple's `events` claim is a JSON string (verified JSON when stored): shown decoded too.
+               CASE WHEN jsonb_typeof(claims->'events') = 'string' THEN jsonb_pretty((claims->>'events')::jsonb)
+                    ELSE jsonb_pretty(claims->'events') END AS inner
         FROM siwa.events WHERE id = $1
         """, bind: { (id: Int64) in [String(id)] })
 
