@@ -309,6 +309,8 @@ public final class Application: Sendable {
                     console.drain(timeout: deadline.remaining)
                     pool.close()
                 }))
+        // The hourly charts' rollup, counted in the background (a page never waits on it).
+        try group.start(PeriodicTask(name: "console charts", interval: 5) { _ in console.refreshCharts() })
         return console
     }
 

@@ -139,10 +139,31 @@ def sign_in(driver, server, token):
     box.clear()
     box.send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
+    eventually(lambda: driver.execute_script("return document.readyState") == "complete", 15, "the page after sign-in")
 
 
 def text(driver):
     return driver.find_element(By.TAG_NAME, "body").text
+
+
+def shows(driver, wanted, seconds=15):
+    """True once the page shows `wanted` (a click's navigation may still be under way)."""
+    def found():
+        try:
+            return wanted in text(driver)
+        except Exception:  # the old page went away mid-read
+            return False
+    try:
+        return eventually(found, seconds, repr(wanted))
+    except AssertionError:
+        return False
+
+
+def at(driver, suffix, seconds=15):
+    try:
+        return eventually(lambda: driver.current_url.endswith(suffix), seconds, suffix)
+    except AssertionError:
+        return False
 
 
 def stat(driver, label):
@@ -196,13 +217,13 @@ def main():
         driver = browser()
         # A wrong token: one generic refusal, no session.
         sign_in(driver, server, "not-the-token-0123456789")
-        check("Sign-in refused." in text(driver), "a wrong token is refused")
+        check(shows(driver, "Sign-in refused."), "a wrong token is refused")
         check(driver.get_cookie("siwa_console") is None, "no session cookie after a refusal")
         shot(driver, "sign-in-refused")
         driver.get_log("browser")  # the 401 itself is logged by the browser: expected here
 
         sign_in(driver, server, TOKEN)
-        check(driver.current_url.endswith("/console"), "signed in: the overview")
+        check(at(driver, "/console"), "signed in: the overview")
         cookie = driver.get_cookie("siwa_console")
         check(cookie and cookie["httpOnly"] and cookie.get("sameSite") == "Strict" and cookie["path"] == "/console",
               "session cookie HttpOnly, SameSite=Strict, Path=/console")
@@ -219,7 +240,7 @@ def main():
         check("email-disabled" in text(driver), "events listed")
         shot(driver, "events")
         driver.find_element(By.CSS_SELECTOR, "table tbody tr td a").click()
-        check("Verified claims" in text(driver), "an event's page")
+        check(shows(driver, "Verified claims"), "an event's page")
         check("@privaterelay.appleid.com" not in text(driver) or "•••@" in text(driver), "emails masked on the event page")
         shot(driver, "event")
 
@@ -228,7 +249,7 @@ def main():
         check(f"/console/events/{dead1}" in driver.page_source, "the dead letter is listed")
         shot(driver, "failures")
         driver.find_element(By.CSS_SELECTOR, f"button[name=one][value='{dead1}']").click()
-        check("1 dead event put back in the queue." in text(driver), "replay confirmed on the page")
+        check(shows(driver, "1 dead event put back in the queue."), "replay confirmed on the page")
         eventually(lambda: server.sql(f"SELECT status FROM siwa.events WHERE id = {dead1}") == "done", 20, "the replayed event to apply")
         check(True, "the replayed dead letter was applied")
 
@@ -237,14 +258,14 @@ def main():
         box = driver.find_element(By.NAME, "q")
         box.send_keys(sub_hash(victim))
         box.submit()
-        check(victim in text(driver) and "v•••@privaterelay.appleid.com" in text(driver), "user found by sub hash, email masked")
+        check(shows(driver, victim) and "v•••@privaterelay.appleid.com" in text(driver), "user found by sub hash, email masked")
         shot(driver, "user")
         button = driver.find_element(By.CSS_SELECTOR, "form.danger-zone button")
         check(not button.is_enabled(), "delete disabled until the sub is typed")
         driver.find_element(By.NAME, "confirm").send_keys(victim)
         check(button.is_enabled(), "delete enabled once the sub is typed")
         button.click()
-        check("Deletion requested" in text(driver), "deletion requested")
+        check(shows(driver, "Deletion requested"), "deletion requested")
         eventually(lambda: server.sql(f"SELECT status FROM siwa.accounts WHERE apple_sub = '{victim}'") == "deleted", 20,
                    "the deletion to apply")
         check(True, "the user is deleted")
@@ -265,7 +286,7 @@ def main():
         evil = evil_site(server.base)
         driver.get(f"http://127.0.0.1:{evil.server_address[1]}/")
         driver.find_element(By.ID, "go").click()
-        check("Refused" in text(driver), "a cross-site form post is refused")
+        check(shows(driver, "Refused"), "a cross-site form post is refused")
         check(server.sql(f"SELECT status FROM siwa.events WHERE id = {dead2}") == "dead", "and replayed nothing")
         shot(driver, "cross-site-refused")
         evil.shutdown()
@@ -275,7 +296,7 @@ def main():
         driver.get(server.base + "/console")
         old = driver.get_cookie("siwa_console")
         driver.find_element(By.CSS_SELECTOR, "header .who button").click()
-        check(driver.current_url.endswith("/console/sign-in"), "signed out")
+        check(at(driver, "/console/sign-in"), "signed out")
         driver.add_cookie({"name": "siwa_console", "value": old["value"], "path": "/console"})
         driver.get(server.base + "/console")
         check(driver.current_url.endswith("/console/sign-in"), "the old session cookie is refused after sign-out")
@@ -288,7 +309,7 @@ def main():
         check(f"/console/events/{dead2}" in nojs.page_source, "JS off: dead letters listed")
         nojs.find_element(By.CSS_SELECTOR, f"input[type=checkbox][value='{dead2}']").click()
         nojs.find_element(By.CSS_SELECTOR, "form.replay button[name=scope][value=selected]").click()
-        check("1 dead event put back in the queue." in text(nojs), "JS off: replay selected")
+        check(shows(nojs, "1 dead event put back in the queue."), "JS off: replay selected")
         eventually(lambda: server.sql(f"SELECT status FROM siwa.events WHERE id = {dead2}") == "done", 20, "the replay (JS off)")
         check(True, "JS off: the replayed event was applied")
         shot(nojs, "failures-no-javascript")

@@ -37,6 +37,20 @@ public final class ConsoleHandler: Sendable {
         executor = APIExecutor(limit: concurrency, name: "siwa-console")
     }
 
+    /// Brings the hourly charts' rollup up to date, a step at a time (a periodic task).
+    public func refreshCharts() {
+        do {
+            var moved: Int64 = 1
+            var steps = 0
+            while moved > 0 && steps < 10 {
+                moved = try pool.withConnection(timeout: 5) { c in try ConsoleReads.refreshRollup(c) }
+                steps += 1
+            }
+        } catch {
+            logger.warning("console charts not refreshed", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Pages in flight finish within `seconds` (shutdown).
     public func drain(timeout seconds: Double) { executor.drain(timeout: seconds) }
 

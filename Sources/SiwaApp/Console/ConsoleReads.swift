@@ -7,10 +7,10 @@ import SiwaPostgres
 /// range of the events' primary key.
 enum ConsoleReads {
     /// Rows of the events' primary key one page of the event list reads at most.
-    static let eventWindow: Int64 = 20_000
-    /// Events counted into the hourly rollup per refresh (the first refresh of a large database
-    /// catches up over several page views).
-    static let rollupStep: Int64 = 200_000
+    static let eventWindow: Int64 = 10_000
+    /// Events counted into the hourly rollup per refresh (a background task refreshes it every
+    /// few seconds: a large database catches up over a few minutes, never in a page's time).
+    static let rollupStep: Int64 = 50_000
 
     // MARK: Time → id
 
@@ -61,7 +61,9 @@ enum ConsoleReads {
             ?? OperatorStatements.Backlog(pending: 0, failed: 0, dead: 0, oldestPendingAgeSeconds: 0)
         var revocations: [String: Int] = [:]
         for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
-        let currentTo = try refreshRollup(c)
+        let currentTo = try c.row(ConsoleStatements.rollupMark).flatMap { mark in
+            mark > 0 ? try c.row(ConsoleStatements.rollupCurrentTo, mark) : nil
+        }
         return Overview(
             now: now, backlog: backlog, keySets: try c.rows(ConsoleStatements.keySets, ()), revocations: revocations,
             forwards: try c.row(ForwardStatements.backlog), transfers: try c.row(TransferStatements.counts),
@@ -80,8 +82,9 @@ enum ConsoleReads {
                 chart("Applied per minute, last hour", "events/min", buckets, 60, []),
             ]
         }
-        let received = try c.rows(ConsoleStatements.receivedPerMinute, (from, start))
-        let applied = try c.rows(ConsoleStatements.appliedPerMinute, (from, start))
+        let through = try c.row(ConsoleStatements.idRange).flatMap { $0?.high } ?? from
+        let received = try c.rows(ConsoleStatements.receivedPerMinute, (from, start, through))
+        let applied = try c.rows(ConsoleStatements.appliedPerMinute, (from, start, through))
         return [
             chart("Received per minute, last hour", "events/min", buckets, 60, received.map { ($0.double("t") ?? 0, $0["type"] ?? "", $0.int("n")) }),
             chart("Applied per minute, last hour", "events/min", buckets, 60, applied.map { ($0.double("t") ?? 0, $0["type"] ?? "", $0.int("n")) }),
@@ -117,10 +120,11 @@ enum ConsoleReads {
     }
 
     /// Counts the events whose outcome is final since the last refresh into the hourly rollup
-    /// (at most `rollupStep` ids; skipped while another process refreshes it). Returns when the
-    /// newest counted event arrived.
-    static func refreshRollup(_ c: PostgresConnection) throws -> Double? {
-        guard let mark = try c.row(ConsoleStatements.lockRollup) else { return nil }
+    /// (at most `rollupStep` ids; skipped while another process refreshes it). Returns how many
+    /// ids it moved past.
+    @discardableResult
+    static func refreshRollup(_ c: PostgresConnection) throws -> Int64 {
+        guard let mark = try c.row(ConsoleStatements.lockRollup) else { return 0 }
         var after = mark
         if after == 0, let first = try firstID(receivedAtOrAfter: Date().timeIntervalSince1970 - 7 * 86_400, c) {
             after = first - 1
@@ -135,7 +139,7 @@ enum ConsoleReads {
         } else if after != mark {
             try c.affected(ConsoleStatements.setRollupMark, after)
         }
-        return after > 0 ? try c.row(ConsoleStatements.rollupCurrentTo, after) : nil
+        return after - mark
     }
 
     // MARK: Events

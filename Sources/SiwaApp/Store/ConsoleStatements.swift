@@ -107,21 +107,22 @@ enum ConsoleStatements {
         bind: { [String($0)] },
         decode: { row throws(PostgresError) in (try row.int64("id"), try row.double("t")) })
 
-    /// Events received per minute and type since `since` (Unix seconds), from id `$1` on.
+    /// Events received per minute and type since `since` (Unix seconds), ids `$1` to `$3` (both
+    /// bounds: without statistics a one-sided range is planned as a third of the table).
     static let receivedPerMinute = listing(
         "console_received_per_minute", ["t", "type", "n"],
         """
         SELECT extract(epoch FROM date_trunc('minute', received_at))::float8 AS t, type, count(*)::int AS n
-        FROM siwa.events WHERE id >= $1 AND received_at >= to_timestamp($2) GROUP BY 1, 2
-        """, bind: { (p: (from: Int64, since: Double)) in [String(p.from), String(p.since)] })
+        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND received_at >= to_timestamp($2) GROUP BY 1, 2
+        """, bind: { (p: (from: Int64, since: Double, through: Int64)) in [String(p.from), String(p.since), String(p.through)] })
 
-    /// Events applied per minute and type since `since`, among those from id `$1` on.
+    /// Events applied per minute and type since `since`, among ids `$1` to `$3`.
     static let appliedPerMinute = listing(
         "console_applied_per_minute", ["t", "type", "n"],
         """
         SELECT extract(epoch FROM date_trunc('minute', processed_at))::float8 AS t, type, count(*)::int AS n
-        FROM siwa.events WHERE id >= $1 AND status = 'done' AND processed_at >= to_timestamp($2) GROUP BY 1, 2
-        """, bind: { (p: (from: Int64, since: Double)) in [String(p.from), String(p.since)] })
+        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND status = 'done' AND processed_at >= to_timestamp($2) GROUP BY 1, 2
+        """, bind: { (p: (from: Int64, since: Double, through: Int64)) in [String(p.from), String(p.since), String(p.through)] })
 
     /// The hourly rollup's watermark, locked (nil when another process is refreshing it).
     static let lockRollup = Statement<Void, Int64>(
@@ -151,6 +152,10 @@ enum ConsoleStatements {
         GROUP BY 1, 2
         ON CONFLICT (hour, type) DO UPDATE SET received = h.received + excluded.received, applied = h.applied + excluded.applied
         """, bind: { [String($0.after), String($0.through)] })
+
+    static let rollupMark = Statement<Void, Int64>(
+        "console_rollup_mark", "SELECT last_id FROM siwa.console_rollup",
+        decode: { row throws(PostgresError) in try row.int64("last_id") })
 
     static let setRollupMark = Statement<Int64, Void>(
         "console_set_rollup_mark", "UPDATE siwa.console_rollup SET last_id = $1", bind: { [String($0)] })
@@ -213,10 +218,12 @@ enum ConsoleStatements {
         eventSelect + " FROM siwa.events e WHERE e.id < $1 AND e.id >= $2 AND \(eventFilters) AND $7::text IS NULL ORDER BY e.id DESC LIMIT $6",
         bind: { eventBinds($0) })
 
-    /// One user's events (by `events_dedupe_key`, which `sub` leads), newest first.
+    /// One user's events (by `events_dedupe_key`, which `sub` leads), newest first. The user's
+    /// rows are taken first (materialized): never a walk down the primary key filtering on `sub`.
     static let eventsOfSub = listing(
         "console_events_sub", eventColumns,
-        eventSelect + " FROM siwa.events e WHERE e.sub = $7 AND e.id < $1 AND e.id >= $2 AND \(eventFilters) ORDER BY e.id DESC LIMIT $6",
+        "WITH e AS MATERIALIZED (SELECT * FROM siwa.events WHERE sub = $7) " + eventSelect
+            + " FROM e WHERE e.id < $1 AND e.id >= $2 AND \(eventFilters) ORDER BY e.id DESC LIMIT $6",
         bind: { eventBinds($0) })
 
     /// Events waiting or dead, from the queue, newest first.
