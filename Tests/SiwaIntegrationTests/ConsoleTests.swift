@@ -152,6 +152,9 @@ struct ConsoleTests {
         let dead = try #require(try harness.scalar("SELECT dead FROM siwa.backlog"))
         #expect(dead == "1" && overview.body.contains("<div class=\"label\">Dead</div><div class=\"value\">\(dead)</div>"))
         #expect(overview.body.contains("<svg") && overview.body.contains("events/min") && overview.body.contains("events/h"))
+        // The commit's durability as the database reports it (the test server has no standby).
+        #expect(overview.body.contains("<div class=\"label\">Commit durability</div><div class=\"value\">this server</div>"))
+        #expect(overview.body.contains("synchronous_commit=on, no standby streams"))
 
         let events = try client.get("/console/events")
         #expect(events.status == 200 && events.body.contains("email-disabled") && events.body.contains("consent-revoked"))

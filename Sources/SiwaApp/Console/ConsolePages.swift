@@ -50,6 +50,21 @@ enum ConsolePages {
                 """)
     }
 
+    /// The commit's durability (contract: "200 only after the commit" across a failover).
+    static func durabilityStat(_ d: DatabaseDurability?) -> String {
+        guard let d else { return ConsoleHTML.stat("Commit durability", "unknown", note: "could not be read", tone: "muted") }
+        let (value, tone): (String, String) =
+            switch d.promise {
+            case .standby: ("synchronous standby", "")
+            case .thisServer: ("this server", "")
+            case .asynchronous: ("asynchronous", "warn")
+            case .waitingForStandby: ("waiting for a standby", "bad")
+            case .notFlushed: ("not flushed", "bad")
+            case .unknown: ("unknown", "muted")
+            }
+        return ConsoleHTML.stat("Commit durability", value, note: d.summary, tone: tone)
+    }
+
     // MARK: Overview
 
     static func overview(_ o: ConsoleReads.Overview, features: Features, nav: ConsoleHTML.Nav) -> String {
@@ -66,7 +81,7 @@ enum ConsolePages {
             "Apple key set", keyAge.map(ConsoleHTML.duration) ?? "none",
             note: o.keySets.first?["fetched"].map { "fetched \($0) UTC" } ?? "never fetched",
             tone: keyAge == nil ? "bad" : "")
-        body += ConsoleHTML.stat("Commit durability", "unknown", note: "synchronous standbys not reported yet", tone: "muted")
+        body += durabilityStat(o.durability)
         body += "</section>"
 
         body += "<section class=\"charts\">"
@@ -84,6 +99,7 @@ enum ConsolePages {
             ("state", features.inAppDeletion ? "on" : "off"),
             ("revocations waiting", c((r["pending"] ?? 0) + (r["running"] ?? 0) + (r["failed"] ?? 0))),
             ("failing (will retry)", c(r["failed"] ?? 0)), ("dead", c(r["dead"] ?? 0)), ("done", c(r["done"] ?? 0)),
+            ("unconfirmed (Apple said 200, the token still works)", c(o.revocationsUnconfirmed)),
             ("deleted users without a token", c(r["no_token"] ?? 0)),
         ])
         body += "</div><div class=\"card\"><h2>Forwarding</h2>"

@@ -45,6 +45,8 @@ enum ConsoleReads {
         var backlog: OperatorStatements.Backlog
         var keySets: [ConsoleRow]
         var revocations: [String: Int]
+        /// Revocations Apple answered 200 whose token still worked afterwards.
+        var revocationsUnconfirmed: Int
         var forwards: ForwardStatements.Backlog?
         var transfers: TransferStatements.Counts?
         var reconcile: (validated: Int, gone: Int, failing: Int)?
@@ -52,6 +54,8 @@ enum ConsoleReads {
         var hourCharts: [ConsoleChart]
         /// When the newest event counted in the hourly charts arrived (nil: none counted yet).
         var hoursCurrentTo: Double?
+        /// What a commit answered 200 survives (nil: it could not be read).
+        var durability: DatabaseDurability?
     }
 
     static func overview(_ c: PostgresConnection) throws -> Overview {
@@ -66,9 +70,11 @@ enum ConsoleReads {
         }
         return Overview(
             now: now, backlog: backlog, keySets: try c.rows(ConsoleStatements.keySets, ()), revocations: revocations,
+            revocationsUnconfirmed: try c.row(RevocationStatements.unconfirmedCount) ?? 0,
             forwards: try c.row(ForwardStatements.backlog), transfers: try c.row(TransferStatements.counts),
             reconcile: try c.row(ReconcileStatements.counts), minuteCharts: try minuteCharts(c, now: now),
-            hourCharts: try hourCharts(c, now: now), hoursCurrentTo: currentTo)
+            hourCharts: try hourCharts(c, now: now), hoursCurrentTo: currentTo,
+            durability: try? DatabaseDurability.read(on: c))
     }
 
     /// Received and applied per minute over the last hour, by type: the events of the last two
