@@ -100,3 +100,39 @@ struct DocumentationTests {
         }
     }
 }
+
+/// README's map of the code (the block under `## Architecture`) against the tree: every folder of
+/// `Sources/`, `Sources/SiwaApp/` and `Tests/` named once, and nothing named that is not there.
+@Suite("The map of the code follows the tree")
+struct CodeMapTests {
+    static func folders(_ relativePath: String) throws -> [String] {
+        let url = DocumentationTests.root.appendingPathComponent(relativePath)
+        return try FileManager.default.contentsOfDirectory(atPath: url.path).filter { name in
+            var isDirectory: ObjCBool = false
+            return !name.hasPrefix(".")
+                && FileManager.default.fileExists(atPath: url.appendingPathComponent(name).path, isDirectory: &isDirectory)
+                && isDirectory.boolValue
+        }
+    }
+
+    /// The folder names that start an entry of the map (`  Name/   what lives there`).
+    static func mappedFolders() throws -> [String] {
+        let readme = try DocumentationTests.read("README.md")
+        let section = try #require(readme.components(separatedBy: "\n## Architecture\n").dropFirst().first)
+        let block = try #require(section.components(separatedBy: "```").dropFirst().first, "no code block")
+        return block.split(separator: "\n").compactMap { line in
+            let first = line.split(separator: " ", omittingEmptySubsequences: true).first ?? ""
+            return first.hasSuffix("/") && first.count > 1 ? String(first.dropLast()) : nil
+        }
+    }
+
+    @Test("each folder of Sources/, Sources/SiwaApp/ and Tests/ is named once, with a line on what lives there")
+    func mapMatchesTree() throws {
+        let expected =
+            ["Sources", "Tests"] + (try Self.folders("Sources")) + (try Self.folders("Sources/SiwaApp"))
+            + (try Self.folders("Tests"))
+        let mapped = try Self.mappedFolders()
+        #expect(mapped.sorted() == expected.sorted(), "README's map names \(mapped.sorted()); the tree has \(expected.sorted())")
+        #expect(Set(mapped).count == mapped.count, "a folder named twice in README's map")
+    }
+}
