@@ -170,6 +170,8 @@ struct ConsoleTests {
 
         let user = try client.get("/console/users?q=\(hash)")
         #expect(user.status == 200 && user.body.contains(sub) && user.body.contains("j•••@privaterelay.appleid.com") && !user.body.contains(email))
+        // The reviewer's evidence, as `user-report` prints it: masked, escaped, no raw email.
+        #expect(user.body.contains("Evidence for a reviewer") && user.body.contains("&quot;sub_hash&quot;: &quot;\(hash)&quot;"))
         #expect(try client.get("/console/users?q=0000000000000000").status == 404)
         let revealed = try client.post("/console/users/reveal", [("csrf", user.csrf ?? ""), ("sub", sub)])
         #expect(revealed.status == 200 && revealed.body.contains(email))
@@ -234,6 +236,8 @@ struct ConsoleTests {
         let done = try client.post("/console/users/delete", [("csrf", csrf), ("sub", sub), ("confirm", sub)])
         #expect(done.status == 303 && done.header("Location") == "/console/users?q=\(SubjectHash.of(sub))&notice=deletion-requested")
         #expect(try harness.eventually { try harness.accountStatus(sub) == "deleted" })
+        let evidence = try client.get("/console/users?q=\(SubjectHash.of(sub))")
+        #expect(evidence.body.contains("&quot;deletions&quot;: [") && evidence.body.contains("&quot;requested_at&quot;"))
         let target = try harness.scalar("SELECT target FROM siwa.operator_actions WHERE action = 'delete-user'")
         #expect(target == "user:" + SubjectHash.of(sub))
         #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE target LIKE $1", ["%" + sub + "%"]) == "0")

@@ -318,6 +318,8 @@ enum ConsolePages {
         var events: [ConsoleRow]
         var revocations: [ConsoleRow]
         var forwards: [ConsoleRow]
+        /// `siwa.user_report`'s JSON (what `user-report` prints: deletion evidence, emails masked).
+        var report: String? = nil
     }
 
     static func userSearch(nav: ConsoleHTML.Nav, query: String?, notFound: Bool) -> String {
@@ -392,10 +394,11 @@ enum ConsolePages {
             }, empty: "No events.")
         body += "</section><section class=\"grid2\"><div class=\"card\"><h2>Revocations at Apple</h2>"
         body += ConsoleHTML.table(
-            ["app", "reason", "status", "attempts", "created (UTC)", "finished (UTC)"],
+            ["app", "reason", "status", "proof", "attempts", "created (UTC)", "finished (UTC)"],
             u.revocations.map { r in
                 [
-                    e(r["client_id"] ?? ""), e(r["reason"] ?? ""), ConsoleHTML.badge(r["status"] ?? ""), e(r["attempts"] ?? ""),
+                    e(r["client_id"] ?? ""), e(r["reason"] ?? ""), ConsoleHTML.badge(r["status"] ?? ""),
+                    r["confirmation"].map { ConsoleHTML.badge($0) } ?? "–", e(r["attempts"] ?? ""),
                     e(r["created"] ?? ""),
                     e(r["finished"] ?? "–"),
                 ]
@@ -410,6 +413,12 @@ enum ConsolePages {
                 ]
             }, empty: "No forwards.")
         body += "</div></section>"
+        if let report = u.report {
+            body +=
+                "<section class=\"card\"><h2>Evidence for a reviewer</h2><details><summary>The user's timeline as "
+                + "<code>siwa-notify user-report</code> prints it (deletion requested, applied, each call to Apple, "
+                + "confirmed; emails masked, no token)</summary><pre class=\"report\">\(e(report))</pre></details></section>"
+        }
         return page("User \(hash)", nav: nav, notice: notice, error: error, body: body)
     }
 

@@ -340,9 +340,10 @@ enum ConsoleStatements {
         """, bind: { (sub: String) in [sub] })
 
     static let userRevocations = listing(
-        "console_user_revocations", ["id", "client_id", "reason", "status", "attempts", "last_error", "created", "finished"],
+        "console_user_revocations", ["id", "client_id", "reason", "status", "confirmation", "attempts", "last_error", "created", "finished"],
         """
-        SELECT id, client_id, reason, status, attempts, last_error, \(utc("created_at", as: "created")), \(utc("finished_at", as: "finished"))
+        SELECT id, client_id, reason, status, confirmation, attempts, last_error, \(utc("created_at", as: "created")),
+               \(utc("finished_at", as: "finished"))
         FROM siwa.revocations WHERE apple_sub = $1 ORDER BY id DESC LIMIT 100
         """, bind: { (sub: String) in [sub] })
 
