@@ -549,7 +549,7 @@ GRANT SELECT ON siwa.app_account_status_summary TO siwa_dashboard;
 GRANT SELECT, INSERT, UPDATE ON siwa.app_accounts TO siwa_worker;
 GRANT SELECT ON siwa.backlog TO siwa_receiver, siwa_worker;  -- the outbox gauges of /metrics
 
--- ===== Forwarding (SIWA_FORWARD_URL; contract section 9) ==============================-- One row per effect forwarded to the app (Standard Webhooks), queued by the worker in the
+-- ===== Forwarding (SIWA_FORWARD_URL; README "Forwarding to your app") ==============================-- One row per effect forwarded to the app (Standard Webhooks), queued by the worker in the
 -- transaction that applied the event: never lost, never queued for an effect that rolled back.
 -- `id` is the `webhook-id` (the same on every attempt). `seq` is the order the effects took
 -- effect: a sub's forward is sent only when no earlier one of that sub is pending or failed
@@ -633,7 +633,7 @@ CREATE OR REPLACE VIEW siwa.dead_forwards AS
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.forwards TO siwa_worker;
 GRANT SELECT ON siwa.forward_backlog, siwa.dead_forwards TO siwa_dashboard, siwa_worker;
 -- ===== end of forwarding ======================================================================
--- ───── App transfer between teams (contract §11; Apple TN3159) ─────
+-- ───── App transfer between teams (README "Transferring the app to another team"; Apple TN3159) ─────
 -- Sending team (`transfer export`): one row per user and recipient team, `sub` → `transfer_sub`,
 -- for the team to re-key its own export. Receiving team (`transfer import`): one row per transfer
 -- identifier received; `new_sub` and `migrated_at` once Apple (or a sign-in whose id_token
@@ -701,7 +701,7 @@ $$;
 REVOKE ALL ON FUNCTION siwa.map_transfer(text, text, text, text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION siwa.map_transfer(text, text, text, text, boolean) TO siwa_api;  -- the sign-in path (the API)
 
--- ───── Reconciliation (contract §10) ─────
+-- ───── Reconciliation (README "Missed notifications") ─────
 -- When each stored refresh token was last validated at Apple, when it is next due, and how many
 -- transient failures in a row it has had (reset by an answer).
 ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS validated_at timestamptz;
@@ -771,7 +771,7 @@ $$;
 -- dashboards and the worker hold subject_hash by name; a trigger function is never called directly.
 REVOKE ALL ON FUNCTION siwa.subject_hash(text), siwa.notify_new_forwards() FROM PUBLIC;
 -- === end of only signed facts ===
--- === Operator console (contract §3 and §6; README "Console") ===
+-- === Operator console (README "Console") ===
 -- Every console action (sign-in, sign-out, replay, deletion, revealing an email): who (the API
 -- token's fingerprint, never the token), from where, what, on what (ids, a sub's hash).
 CREATE TABLE IF NOT EXISTS siwa.operator_actions (
@@ -817,7 +817,7 @@ CREATE INDEX IF NOT EXISTS revocations_dead_idx ON siwa.revocations (id) WHERE s
 GRANT SELECT ON siwa.operator_actions TO siwa_dashboard;
 -- === end of operator console ===
 
--- ===== Revocation proof and deletion evidence (contract section 8) ============================
+-- ===== Revocation proof and deletion evidence (README "In-app account deletion") ============================
 -- Apple's /auth/revoke answers 200 to anything, so the 200 proves nothing: after it the revoker
 -- validates the same refresh token once (grant_type=refresh_token; one more call per revocation,
 -- paced like the revoke). `confirmation`: NULL (not yet revoked at Apple, no token, or finished

@@ -139,7 +139,7 @@ public final class Application: Sendable {
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
         if let revocation {
-            // A stored token whose key is not configured stops the start (contract §7).
+            // A stored token whose key is not configured stops the start (README "In-app account deletion").
             do {
                 try StoredTokenKeys.check(revocation.vault, conninfo: conninfo, logger: logger)
             } catch {
@@ -248,7 +248,7 @@ public final class Application: Sendable {
             logger.info("worker started")
             try startForwarding(conninfo: conninfo, in: group)
 
-            // Reconciliation (contract §10): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
+            // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
             if let revocation, config.reconcileEvery > 0 {
                 try group.start(
                     Reconciler(
@@ -331,7 +331,7 @@ public final class Application: Sendable {
         return tokens
     }
 
-    /// Forwarding (contract §9, work role, when `SIWA_FORWARD_URL` is set): the sender and its
+    /// Forwarding (README "Forwarding to your app", work role, when `SIWA_FORWARD_URL` is set): the sender and its
     /// NOTIFY wake-ups. Started after the worker, so stopped before it.
     private func startForwarding(conninfo: String, in group: ServiceGroup) throws {
         guard let forwarding = configuration.forwarding else { return }
@@ -350,7 +350,7 @@ public final class Application: Sendable {
             "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
     }
 
-    /// Says what a commit answered 200 survives (contract §13); a warning when a failover or a
+    /// Says what a commit answered 200 survives (README "High availability: what a failover keeps"); a warning when a failover or a
     /// crash may lose it.
     private func logDurability(_ conninfo: String) {
         do {

@@ -1,4 +1,4 @@
-/// Why the body of an API call (contract §7) was refused; `rawValue` is the reason code of the
+/// Why the body of an API call (README "In-app account deletion") was refused; `rawValue` is the reason code of the
 /// `400` answer. Never carries what the caller sent.
 public enum APIRequestError: String, Error, Sendable, CaseIterable {
     /// Not a JSON object, or an optional member that is not a string.

@@ -1,4 +1,4 @@
-/// The auth libraries whose own tables the worker updates (contract §12, `SIWA_APPLY_TO`).
+/// The auth libraries whose own tables the worker updates (README "Using Supabase Auth / Better Auth / Auth.js", `SIWA_APPLY_TO`).
 public enum AuthLibraryKind: String, Sendable, CaseIterable, Comparable {
     case supabase
     case betterAuth = "better-auth"

@@ -1,4 +1,4 @@
-/// What one event does to an auth library's tables (contract §12), derived from the decision
+/// What one event does to an auth library's tables (README "Using Supabase Auth / Better Auth / Auth.js"), derived from the decision
 /// `EventRules` made for `siwa.*`: the same order, the same stale and final rules.
 public struct AuthLibraryEffect: Sendable, Equatable {
     public enum Sessions: Sendable, Equatable {

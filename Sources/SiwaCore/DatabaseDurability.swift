@@ -1,4 +1,4 @@
-/// What PostgreSQL promises about a commit siwa-notify answered `200` for (contract §13): the
+/// What PostgreSQL promises about a commit siwa-notify answered `200` for (README "High availability: what a failover keeps"): the
 /// answer is sent after the commit, and survives a failover only when the commit waited for a
 /// synchronous standby. Read from `synchronous_commit`, `synchronous_standby_names` and
 /// `pg_stat_replication` (whose states only a member of `pg_monitor`/`pg_read_all_stats` sees).

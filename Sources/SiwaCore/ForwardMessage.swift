@@ -10,7 +10,7 @@ public enum ForwardSource: String, Sendable, CaseIterable {
     case transfer
 }
 
-/// One forward, as `POST`ed to `SIWA_FORWARD_URL` (contract §9):
+/// One forward, as `POST`ed to `SIWA_FORWARD_URL` (README "Forwarding to your app"):
 /// `{"type","timestamp","data":{"sub","aud","event_time","source","email"?,"is_private_email"?,"transfer_sub"?}}`.
 /// Besides the event types, `user-migrated` (source `transfer`): a user `transfer import` mapped,
 /// `sub` the new one, `transfer_sub` the identifier the records received from the other team carry.

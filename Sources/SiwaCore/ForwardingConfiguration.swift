@@ -1,4 +1,4 @@
-/// Forwarding of applied events to the app (contract §9, Standard Webhooks): on when
+/// Forwarding of applied events to the app (README "Forwarding to your app", Standard Webhooks): on when
 /// `SIWA_FORWARD_URL` is set. Only names and numbers: reading and checking the secret file is
 /// the application's job at start (`StandardWebhookSecret.parse`).
 public struct ForwardingConfiguration: Sendable, Equatable {

@@ -1,4 +1,4 @@
-/// When reconciliation validates the stored refresh tokens (contract §10): at most once per
+/// When reconciliation validates the stored refresh tokens (README "Missed notifications"): at most once per
 /// `interval` per token, the calls spread evenly over the interval (with `n` tokens, one every
 /// `interval / n` seconds: no bursts; with few tokens, a call may go every `maximumSpacing`
 /// seconds when one is due, so a retry is not held for hours), a transient failure retried later

@@ -70,10 +70,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
     public var revokeRetryFor: Int
     /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
-    /// most once per this interval (contract §10; on with in-app deletion). Default 86400 (24h);
+    /// most once per this interval (README "Missed notifications"; on with in-app deletion). Default 86400 (24h);
     /// 0 is off; otherwise 1s...365d.
     public var reconcileEvery: Int = 86_400
-    /// `SIWA_APPLY_TO`, `SIWA_ON_ACCOUNT_DELETE` and the auth libraries' table names (contract §12).
+    /// `SIWA_APPLY_TO`, `SIWA_ON_ACCOUNT_DELETE` and the auth libraries' table names (README "Using Supabase Auth / Better Auth / Auth.js").
     /// Default: no target.
     public var authLibraries = AuthLibraryConfiguration()
 

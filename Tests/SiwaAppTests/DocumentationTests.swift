@@ -136,3 +136,40 @@ struct CodeMapTests {
         #expect(Set(mapped).count == mapped.count, "a folder named twice in README's map")
     }
 }
+
+/// Comments point to the behaviour the repository documents: every `README "Title"` named in the
+/// sources, the tests and schema.sql is a heading of README.md.
+@Suite("Comments point to README sections that exist")
+struct READMEReferenceTests {
+    @Test("each README \"Title\" named in Sources/, Tests/ and schema.sql is a heading of README.md")
+    func referencesResolve() throws {
+        let readme = try DocumentationTests.read("README.md")
+        let headings = Set(
+            readme.split(separator: "\n").filter { $0.hasPrefix("#") }.map { line in
+                String(line.drop { $0 == "#" }.drop { $0 == " " })
+            })
+        var files = ["schema.sql"]
+        for folder in ["Sources", "Tests"] {
+            let base = DocumentationTests.root.appendingPathComponent(folder)
+            let walker = try #require(FileManager.default.enumerator(atPath: base.path))
+            for case let path as String in walker where path.hasSuffix(".swift") && !path.contains("Fixtures") {
+                files.append(folder + "/" + path)
+            }
+        }
+        var checked = 0
+        for file in files {
+            // Only comments (`//`, `///`, SQL's `--`): code and test data may quote README otherwise.
+            let comments = try DocumentationTests.read(file).split(separator: "\n").compactMap { line in
+                line.range(of: "//").map { line[$0.upperBound...] } ?? line.range(of: "-- ").map { line[$0.upperBound...] }
+            }
+            // `bench/README "…"` names a section of bench/README.md, not of README.md.
+            let own = comments.map { $0.replacingOccurrences(of: "bench/README \"", with: "bench/README:") }
+            for part in own.flatMap({ $0.components(separatedBy: "README \"").dropFirst() }) {
+                guard let title = part.split(separator: "\"", maxSplits: 1).first, title != "Title" else { continue }
+                checked += 1
+                #expect(headings.contains(String(title)), "\(file) names README \"\(title)\", which is no heading")
+            }
+        }
+        #expect(checked > 20, "only \(checked) references found")
+    }
+}

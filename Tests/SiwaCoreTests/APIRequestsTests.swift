@@ -2,7 +2,7 @@ import Testing
 
 @testable import SiwaCore
 
-/// The API's request bodies (contract §7): what each endpoint reads, and the 400 reason of each
+/// The API's request bodies (README "In-app account deletion"): what each endpoint reads, and the 400 reason of each
 /// refusal, first failure first (the fuzz target `api-bodies` checks the same rules on any input).
 @Suite struct APIRequestsTests {
     static let audiences = ["com.example.app", "e\u{301}"]

@@ -2,7 +2,7 @@ import Testing
 
 @testable import SiwaCore
 
-/// When a failed revocation at Apple is tried again (contract §8: backoff and jitter for
+/// When a failed revocation at Apple is tried again (README "In-app account deletion": backoff and jitter for
 /// `SIWA_REVOKE_RETRY_FOR`, then `dead`).
 @Suite struct RevocationScheduleTests {
     static let hour = 3600.0

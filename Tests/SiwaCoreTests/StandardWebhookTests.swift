@@ -71,7 +71,7 @@ import Testing
         #expect(Base64.decode("Zm=9") == nil)
     }
 
-    @Test("payload per contract section 9: type, timestamp, data; email only on email events")
+    @Test("payload as README’s forwarding section says: type, timestamp, data; email only on email events")
     func payload() throws {
         let email = ForwardMessage(
             id: "msg_42", type: .emailDisabled, sub: "000739.a\"b", audience: "com.example.app", eventTimeMillis: 1_752_572_190_719,

@@ -6,7 +6,7 @@ import Testing
 
 @testable import SiwaApp
 
-/// `SIWA_APPLY_TO` (contract §12) against each library's own schema (`AuthLibrarySchemas`, with
+/// `SIWA_APPLY_TO` (README "Using Supabase Auth / Better Auth / Auth.js") against each library's own schema (`AuthLibrarySchemas`, with
 /// version and source), the worker running as a role with exactly the README's grants.
 @Suite("Auth libraries' own tables", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
 struct AuthLibraryTests {

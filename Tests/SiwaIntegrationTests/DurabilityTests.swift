@@ -6,7 +6,7 @@ import SiwaPostgres
 import Synchronization
 import Testing
 
-/// What the database promises about a commit answered 200 (contract §13), read on the test
+/// What the database promises about a commit answered 200 (README "High availability: what a failover keeps"), read on the test
 /// cluster (no standby) by a superuser and by a role that may not read the replication states.
 @Suite("Database durability", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL"))
 struct DurabilityTests {

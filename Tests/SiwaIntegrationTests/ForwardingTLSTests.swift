@@ -3,7 +3,7 @@ import SiwaApp
 import SiwaCore
 import Testing
 
-/// Forwards go out over TLS with the certificate verified (contract §9): a receiver whose
+/// Forwards go out over TLS with the certificate verified (README "Forwarding to your app"): a receiver whose
 /// certificate no trusted authority signed gets nothing. The receiver is a real `openssl
 /// s_server` on loopback with a self-signed certificate made here; were verification off, the
 /// handshake would succeed and its `-www` page answer the POST with a 200.

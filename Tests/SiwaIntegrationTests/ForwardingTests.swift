@@ -6,7 +6,7 @@ import SiwaPostgres
 import SiwaTestSupport
 import Testing
 
-/// Forwarding (contract §9) end to end: notifications through the real receiver and worker, the
+/// Forwarding (README "Forwarding to your app") end to end: notifications through the real receiver and worker, the
 /// sender POSTing over loopback to a libmicrohttpd receiver that checks every signature with
 /// the Standard Webhooks reference algorithm, a real PostgreSQL.
 @Suite("Forwarding", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))

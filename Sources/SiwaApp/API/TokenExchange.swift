@@ -3,7 +3,7 @@ import Logging
 import SiwaCore
 import SiwaPostgres
 
-/// The two sign-in endpoints of the API (contract §7). Nothing the caller says about a user is
+/// The two sign-in endpoints of the API (README "In-app account deletion"). Nothing the caller says about a user is
 /// believed: the user, email and flags come from an `id_token` Apple signed.
 ///
 /// - `POST /apple/tokens` `{"code", "client_id", "redirect_uri"?, "nonce"?}`: exchanges the code

@@ -2,7 +2,7 @@ import Logging
 import SiwaPostgres
 
 /// The keys of the stored refresh tokens against `SIWA_TOKEN_KEY_FILE`: the start-up check (a
-/// token whose key is not configured stops the start, contract §7) and `rekey` (every token
+/// token whose key is not configured stops the start, README "In-app account deletion") and `rekey` (every token
 /// re-encrypted with the newest key, so an old key file can be dropped).
 public enum StoredTokenKeys {
     /// Why stored tokens cannot be used with the configured keys. `description` is one line for

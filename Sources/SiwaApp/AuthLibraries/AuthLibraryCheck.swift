@@ -1,7 +1,7 @@
 import SiwaCore
 import SiwaPostgres
 
-/// The start-up check of `SIWA_APPLY_TO` (contract §12): each target's tables are found (Better
+/// The start-up check of `SIWA_APPLY_TO` (README "Using Supabase Auth / Better Auth / Auth.js"): each target's tables are found (Better
 /// Auth's column style and Auth.js's adapter detected), and the tables, columns, indexes and
 /// grants its statements need are there, for the role the worker runs as. A target that lacks
 /// one stops the start with one line naming everything missing.

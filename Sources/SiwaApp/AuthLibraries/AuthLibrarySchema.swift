@@ -1,7 +1,7 @@
 import SiwaCore
 
 /// Where one auth library keeps its users, their provider identities and their sessions: the
-/// tables and columns the worker touches (contract §12). The three libraries share one shape:
+/// tables and columns the worker touches (README "Using Supabase Auth / Better Auth / Auth.js"). The three libraries share one shape:
 /// an identity row (provider `apple`, the Apple `sub`) names the user; sessions belong to the
 /// user; the user row is deleted only with `SIWA_ON_ACCOUNT_DELETE=delete-user`.
 public struct AuthLibrarySchema: Sendable, Equatable {

@@ -5,7 +5,7 @@ import SiwaHTTP
 import SiwaPostgres
 import Synchronization
 
-/// The operator console under `/console` on the admin listener (contract §3; README "Console").
+/// The operator console under `/console` on the admin listener (README "Console").
 /// Exists only with the API (`SIWA_API_TOKEN_FILE`): the admin handler answers 404 otherwise.
 /// Signed in with an API token; the session cookie's hash lives in `siwa.console_sessions`;
 /// every change is a same-origin `POST` carrying the session's CSRF token, and leaves a row in
@@ -300,7 +300,7 @@ public final class ConsoleHandler: Sendable {
         return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=replayed-\(count)-\(kind)")])
     }
 
-    /// In-app deletion (contract §8, `siwa.request_deletion`), once the `sub` was typed again.
+    /// In-app deletion (README "In-app account deletion", `siwa.request_deletion`), once the `sub` was typed again.
     private func deleteUser(_ context: Context) throws -> HTTPResponse {
         guard let sub = context.field("sub"), !sub.isEmpty else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
         let aud = context.field("aud").flatMap { $0.isEmpty ? nil : $0 }

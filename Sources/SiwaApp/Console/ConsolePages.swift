@@ -50,7 +50,7 @@ enum ConsolePages {
                 """)
     }
 
-    /// The commit's durability (contract: "200 only after the commit" across a failover).
+    /// The commit's durability (README "High availability: what a failover keeps").
     static func durabilityStat(_ d: DatabaseDurability?) -> String {
         guard let d else { return ConsoleHTML.stat("Commit durability", "unknown", note: "could not be read", tone: "muted") }
         let (value, tone): (String, String) =

@@ -4,7 +4,7 @@ import SiwaCore
 import SiwaPostgres
 import Synchronization
 
-/// Reconciliation (contract §10): validates every stored refresh token at Apple
+/// Reconciliation (README "Missed notifications"): validates every stored refresh token at Apple
 /// (`grant_type=refresh_token`) at most once per `SIWA_RECONCILE_EVERY`, the calls spread evenly
 /// over the interval at one pace shared by every process (`ReconcileSchedule`,
 /// `siwa.reconcile_pace`): more `work` processes never mean more calls. `invalid_grant` means the user's grant is gone (a

@@ -1,7 +1,7 @@
 import SiwaCore
 import SiwaPostgres
 
-/// The statements that apply events to an auth library's own tables (contract §12), built once
+/// The statements that apply events to an auth library's own tables (README "Using Supabase Auth / Better Auth / Auth.js"), built once
 /// at start from its resolved names (`AuthLibrarySchema`; every name quoted), and the catalog
 /// reads of the start-up check. Batch statements take the batch's subs as arrays and reach rows
 /// through index probes driven from the batch: the identity by (`provider`, `sub`), the

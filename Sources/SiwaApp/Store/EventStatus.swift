@@ -1,4 +1,4 @@
-/// `siwa.events.status` (the CHECK constraint of `schema.sql`, and the contract's list).
+/// `siwa.events.status` (the CHECK constraint of `schema.sql`, and README "Database").
 public enum EventStatus: String, Sendable, CaseIterable, Codable {
     /// Waiting for the worker.
     case pending

@@ -10,7 +10,7 @@ struct ClaimedForward: Sendable {
     var ageSeconds: Double
 }
 
-/// Forwarding to the app (contract §9): queue forwards in the worker's transaction, erase a
+/// Forwarding to the app (README "Forwarding to your app"): queue forwards in the worker's transaction, erase a
 /// deleted user's email from them, claim due ones with a lease, record outcomes, replay dead
 /// ones, and the numbers of `status` and `/metrics`.
 enum ForwardStatements {

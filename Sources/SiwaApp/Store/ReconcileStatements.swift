@@ -1,6 +1,6 @@
 import SiwaPostgres
 
-/// Reconciliation (contract §10): which stored refresh token Apple validates next, and what its
+/// Reconciliation (README "Missed notifications"): which stored refresh token Apple validates next, and what its
 /// answer changes. Every statement stands alone (autocommit): nothing is held open while Apple
 /// is called.
 enum ReconcileStatements {

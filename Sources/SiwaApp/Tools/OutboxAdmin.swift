@@ -90,7 +90,7 @@ public enum OutboxAdmin {
         /// once, grants found gone (consent-revoked queued, while their events are kept), tokens
         /// whose last validation failed (retried with backoff).
         public var reconciliation: Reconciliation? = nil
-        /// What the database promises about a commit answered 200 (contract §13).
+        /// What the database promises about a commit answered 200 (README "High availability: what a failover keeps").
         public var durability: DatabaseDurability? = nil
 
         public struct Reconciliation: Sendable, Codable, Equatable {

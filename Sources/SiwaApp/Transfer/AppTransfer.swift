@@ -3,7 +3,7 @@ import Logging
 import SiwaCore
 import SiwaPostgres
 
-/// An app transfer between teams (contract §11; Apple TN3159): `transfer export` on the sending
+/// An app transfer between teams (README "Transferring the app to another team"; Apple TN3159): `transfer export` on the sending
 /// team, `transfer import` on the receiving one. Both resumable: every answer of Apple is
 /// committed as it comes, and a rerun asks Apple only for what is not recorded yet.
 public enum AppTransfer {
