@@ -11,6 +11,8 @@ struct FunctionPrivilegeTests {
     /// execute nothing.
     static let allowed: Set<String> = [
         "siwa_dashboard siwa.subject_hash(text)",
+        "siwa_dashboard siwa.user_report(text)",
+        "siwa_api siwa.user_report(text)",
         "siwa_worker siwa.subject_hash(text)",
         "siwa_worker siwa.on_event(siwa.events,siwa.accounts)",
         "siwa_worker siwa.request_deletion(text,text)",
