@@ -265,6 +265,18 @@ struct PlanRobustnessTests {
                 RevocationStatements.markFailed,
                 RevocationStatements.Failure(id: Int64(revocation)!, dead: false, error: "e", retryInSeconds: 60), begin: revoker,
                 rows: 1))
+        // The evidence of one attempt (revoke, then the validation that proves it): one row per call.
+        list.append(
+            probe(
+                RevocationStatements.recordCalls,
+                (
+                    revocationID: Int64(revocation)!,
+                    calls: [
+                        .init(kind: "revoke", at: 1_700_000_000, httpStatus: 200, outcome: "success", detail: nil),
+                        .init(kind: "validate", at: 1_700_000_001, httpStatus: 400, outcome: "invalid_grant", detail: nil),
+                    ]
+                ), begin: revoker, rows: 2))
+        list.append(probe(RevocationStatements.unconfirmedCount, (), begin: revoker, rows: 1))
         list.append(
             probe(ReconcileStatements.claim, .init(spacing: 0.01, limit: batch, leaseMargin: 60), begin: keys, rows: batch))
         list.append(
