@@ -137,11 +137,11 @@ public final class Application: Sendable {
         try migrate(conninfo)
         logDurability(conninfo)
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
-        let revocation = try config.appleAPI.map { try InAppDeletion.load($0, audiences: config.audiences, logger: logger) }
-        if let revocation {
+        let appleAPI = try config.appleAPI.map { try AppleAPICredentials.load($0, audiences: config.audiences, logger: logger) }
+        if let appleAPI {
             // A stored token whose key is not configured stops the start (README "In-app account deletion").
             do {
-                try StoredTokenKeys.check(revocation.vault, conninfo: conninfo, logger: logger)
+                try StoredTokenKeys.check(appleAPI.vault, conninfo: conninfo, logger: logger)
             } catch {
                 throw StartError(description: "SIWA_TOKEN_KEY_FILE: \(error)")
             }
@@ -173,7 +173,7 @@ public final class Application: Sendable {
         }
 
         // 3. Admin listener (readiness turns 503 as soon as shutdown begins) and the API on it.
-        let exchange = revocation.flatMap { r in
+        let exchange = appleAPI.flatMap { r in
             keys.map {
                 TokenExchange(
                     apple: r, keys: $0, audiences: config.audiences, pool: pool, logger: logger,
@@ -183,7 +183,7 @@ public final class Application: Sendable {
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
-        let console = try consoleHandler(tokens: tokens, conninfo: conninfo, inAppDeletion: revocation != nil, group: group)
+        let console = try consoleHandler(tokens: tokens, conninfo: conninfo, inAppDeletion: appleAPI != nil, group: group)
         let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api, console: console)
         var adminConfiguration = listenerConfiguration(config.adminListen, threads: 2)
         adminConfiguration.keptHeaders = ConsoleHandler.keptHeaders
@@ -235,10 +235,10 @@ public final class Application: Sendable {
             workerOptions.authLibraries = try authLibraries(conninfo: conninfo)
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
-            if let revocation {
+            if let appleAPI {
                 var revokerOptions = options.revoker
                 revokerOptions.schedule.retryFor = Double(config.revokeRetryFor)
-                try group.start(Revoker(conninfo: conninfo, apple: revocation, options: revokerOptions, logger: logger, metrics: metrics))
+                try group.start(Revoker(conninfo: conninfo, apple: appleAPI, options: revokerOptions, logger: logger, metrics: metrics))
             }
             try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
             try group.start(
@@ -249,10 +249,10 @@ public final class Application: Sendable {
             try startForwarding(conninfo: conninfo, in: group)
 
             // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
-            if let revocation, config.reconcileEvery > 0 {
+            if let appleAPI, config.reconcileEvery > 0 {
                 try group.start(
                     Reconciler(
-                        conninfo: conninfo, interval: Double(config.reconcileEvery), revocation: revocation,
+                        conninfo: conninfo, interval: Double(config.reconcileEvery), apple: appleAPI,
                         options: options.reconciler, logger: logger, metrics: metrics))
             }
         }

@@ -57,9 +57,9 @@ struct TransferTuning: ParsableArguments {
             throw CLIError("\(command): --client-id is required (SIWA_AUDIENCES names \(config.audiences.count) client ids)")
         }
         let quiet = Logger(label: "transfer") { _ in SwiftLogNoOpLogHandler() }
-        let deletion: InAppDeletion
+        let deletion: AppleAPICredentials
         do {
-            deletion = try InAppDeletion.load(api, audiences: config.audiences, logger: quiet)
+            deletion = try AppleAPICredentials.load(api, audiences: config.audiences, logger: quiet)
         } catch {
             throw CLIError("\(command): \(error)")
         }

@@ -106,7 +106,7 @@ struct ReconcileTests {
         options.maximumSpacing = 0.5
         configure(&options)
         let reconciler = Reconciler(
-            conninfo: conninfo, interval: interval, revocation: InAppDeletion(client: client, vault: vault), options: options,
+            conninfo: conninfo, interval: interval, apple: AppleAPICredentials(client: client, vault: vault), options: options,
             logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
         return (reconciler, vault)
     }

@@ -14,6 +14,11 @@ public final class APIHandler: Sendable {
 
     /// The token file, re-read by `reload` (SIGHUP).
     public final class Tokens: Sendable {
+        /// The token file cannot be used; names `SIWA_API_TOKEN_FILE`, never a token.
+        public struct TokenFileError: Error, CustomStringConvertible, Sendable {
+            public var description: String
+        }
+
         public let file: String
         private let current: Mutex<APITokens>
 
@@ -25,12 +30,12 @@ public final class APIHandler: Sendable {
 
         static func read(_ file: String) throws -> APITokens {
             guard let data = FileManager.default.contents(atPath: file) else {
-                throw Application.StartError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
+                throw TokenFileError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
             }
             do {
                 return try APITokens(fileContents: Array(data))
             } catch {
-                throw Application.StartError(description: "SIWA_API_TOKEN_FILE: \(file) \(error)")
+                throw TokenFileError(description: "SIWA_API_TOKEN_FILE: \(file) \(error)")
             }
         }
 
@@ -47,7 +52,7 @@ public final class APIHandler: Sendable {
         static func readSettled(_ file: String, attempts: Int = 10, pause: Double = 0.05) throws -> APITokens {
             func bytes() throws -> [UInt8] {
                 guard let data = FileManager.default.contents(atPath: file) else {
-                    throw Application.StartError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
+                    throw TokenFileError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
                 }
                 return Array(data)
             }
@@ -60,16 +65,16 @@ public final class APIHandler: Sendable {
                     continue
                 }
                 guard again.last == UInt8(ascii: "\n") else {
-                    throw Application.StartError(
+                    throw TokenFileError(
                         description: "SIWA_API_TOKEN_FILE: \(file) ends inside a line (still being written? write a new file and rename it over)")
                 }
                 do {
                     return try APITokens(fileContents: again)
                 } catch {
-                    throw Application.StartError(description: "SIWA_API_TOKEN_FILE: \(file) \(error)")
+                    throw TokenFileError(description: "SIWA_API_TOKEN_FILE: \(file) \(error)")
                 }
             }
-            throw Application.StartError(description: "SIWA_API_TOKEN_FILE: \(file) kept changing while read")
+            throw TokenFileError(description: "SIWA_API_TOKEN_FILE: \(file) kept changing while read")
         }
 
         func admits(_ authorization: String?) -> Bool { current.withLock { $0 }.admits(authorization: authorization) }

@@ -27,7 +27,7 @@ public final class TokenExchange: Sendable {
     /// Oldest handed-over id_token accepted, in seconds.
     public static let handoverMaxAge: Int64 = 3600
 
-    private let apple: InAppDeletion
+    private let apple: AppleAPICredentials
     private let keys: KeyStore
     private let audiences: [String]
     private let pool: PostgresPool
@@ -40,7 +40,7 @@ public final class TokenExchange: Sendable {
     private let forwarding: Bool
 
     public init(
-        apple: InAppDeletion, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
+        apple: AppleAPICredentials, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
         keyAudiences: [String: Set<String>] = [:], forwarding: Bool = false,
         clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {

@@ -8,6 +8,11 @@ public enum DevKey {
     /// The `kid` of development tokens.
     public static let kid = "siwa-notify-dev"
 
+    /// A development file that cannot be written.
+    public struct FileError: Error, CustomStringConvertible, Sendable {
+        public var description: String
+    }
+
     public static func path(dataDirectory: String) -> String {
         URL(fileURLWithPath: dataDirectory).appendingPathComponent("dev-signing-key.pem").path
     }
@@ -23,7 +28,7 @@ public enum DevKey {
         let created = FileManager.default.createFile(
             atPath: file, contents: Data(key.pemRepresentation.utf8),
             attributes: [.posixPermissions: 0o600])
-        if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
+        if !created { throw FileError(description: "cannot write \(file)") }
         return key
     }
 
@@ -38,7 +43,7 @@ public enum DevKey {
         let token = "dev_" + SHA256.hex(SecureRandom.bytes(24))
         let created = FileManager.default.createFile(
             atPath: file, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600])
-        if !created { throw EmbeddedPostgres.Failure(description: "cannot write \(file)") }
+        if !created { throw FileError(description: "cannot write \(file)") }
         return (file, token)
     }
 }

@@ -51,7 +51,7 @@ public final class Reconciler: Service {
 
     private let conninfo: String
     private let interval: Double
-    private let revocation: InAppDeletion
+    private let apple: AppleAPICredentials
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
@@ -60,12 +60,12 @@ public final class Reconciler: Service {
     private let counters = Mutex(Counts())
 
     public init(
-        conninfo: String, interval: Double, revocation: InAppDeletion, options: Options = Options(), logger: Logger,
+        conninfo: String, interval: Double, apple: AppleAPICredentials, options: Options = Options(), logger: Logger,
         metrics: Metrics
     ) {
         self.conninfo = conninfo
         self.interval = interval
-        self.revocation = revocation
+        self.apple = apple
         self.options = options
         self.logger = logger
         self.metrics = metrics
@@ -176,14 +176,14 @@ public final class Reconciler: Service {
         let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
         let refreshToken: String
         do {
-            refreshToken = try revocation.vault.open(claimed.token, sub: claimed.sub, clientID: claimed.clientID)
+            refreshToken = try apple.vault.open(claimed.token, sub: claimed.sub, clientID: claimed.clientID)
         } catch {
             count(\.errors, "error")
             logger.error("reconciliation: cannot decrypt a stored token", metadata: metadata.merging(["error": "\(error)"]) { a, _ in a })
             try c.affected(ReconcileStatements.recordFailure, (claimed.sub, claimed.clientID, interval))
             return false
         }
-        let result = revocation.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
+        let result = apple.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
         switch result {
         case .success:
             count(\.valid, "valid")

@@ -267,7 +267,7 @@ enum WorkerStatements {
             ]
         })
 
-    struct Revocation {
+    struct SessionsToRevoke {
         var sub: String
         /// Only sessions created at or before this time (ms); nil: all.
         var createdAtOrBefore: Int64?
@@ -284,7 +284,7 @@ enum WorkerStatements {
     /// (bench/README "revoke_sessions"). No `revoked_at` test on `s` itself, for the same
     /// reason (it would make `s` look tiny again); `COALESCE` keeps a revocation the app made
     /// while this statement waited for the row.
-    static let revokeSessions = Statement<[Revocation], Void>(
+    static let revokeSessions = Statement<[SessionsToRevoke], Void>(
         "revoke_sessions",
         """
         UPDATE siwa.sessions s

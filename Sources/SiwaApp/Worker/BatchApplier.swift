@@ -45,7 +45,7 @@ enum BatchApplier {
         var decisions: [AccountDecision] = []
         var changed: [(sub: String, state: AccountState)] = []
         var changedApps: [(sub: String, aud: String, state: AccountState)] = []
-        var revocations: [WorkerStatements.Revocation] = []
+        var sessionsToRevoke: [WorkerStatements.SessionsToRevoke] = []
         var deleted: [String] = []
         var comebacks: [WorkerStatements.Comeback] = []
         var moveTokens: [DeletionStatements.Deletion] = []
@@ -67,8 +67,8 @@ enum BatchApplier {
             let aud = userDecision.revokeAudience
             switch decision.revokeSessions {
             case .none: break
-            case .all: revocations.append(.init(sub: sub, createdAtOrBefore: nil, reason: reason, aud: aud))
-            case .createdAtOrBefore(let ms): revocations.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason, aud: aud))
+            case .all: sessionsToRevoke.append(.init(sub: sub, createdAtOrBefore: nil, reason: reason, aud: aud))
+            case .createdAtOrBefore(let ms): sessionsToRevoke.append(.init(sub: sub, createdAtOrBefore: ms, reason: reason, aud: aud))
             }
             // Every event of a deleted user erases: also one that arrives after the deletion
             // (it may carry an email).
@@ -92,7 +92,7 @@ enum BatchApplier {
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         if !changedApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, changedApps) }
-        if !revocations.isEmpty { try c.affected(WorkerStatements.revokeSessions, revocations) }
+        if !sessionsToRevoke.isEmpty { try c.affected(WorkerStatements.revokeSessions, sessionsToRevoke) }
         try AuthLibraryApplier.apply(libraries, events: events, decisions: decisions, on: c)
         // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
         // Sign-ins are not forwarded (the app made them); an in-app deletion goes as account-delete.

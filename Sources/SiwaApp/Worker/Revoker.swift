@@ -36,7 +36,7 @@ public final class Revoker: Service {
 
     public let name = "revoker"
     private let conninfo: String
-    private let apple: InAppDeletion
+    private let apple: AppleAPICredentials
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
@@ -60,7 +60,7 @@ public final class Revoker: Service {
         var calls: [RevocationStatements.Call] = []
     }
 
-    public init(conninfo: String, apple: InAppDeletion, options: Options = Options(), logger: Logger, metrics: Metrics) {
+    public init(conninfo: String, apple: AppleAPICredentials, options: Options = Options(), logger: Logger, metrics: Metrics) {
         self.conninfo = conninfo
         self.apple = apple
         self.options = options
