@@ -48,7 +48,8 @@ public struct AppleAPICredentials: Sendable {
                 "key file readable by group or others: chmod 600 it",
                 metadata: ["variable": "\(variable)", "file": "\(path)", "mode": "\(String(mode, radix: 8))"])
         }
-        return AppleAPICredentials(client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
+        return AppleAPICredentials(
+            client: AppleClient(configuration: configuration, privateKey: key, logger: logger), vault: vault, audiences: audiences)
     }
 
     /// The permission bits of `path` (nil when it cannot be read).
