@@ -31,15 +31,22 @@ let package = Package(
 
         // Thin Swift wrappers, one per C library.
         .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
-        .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD", "SiwaCore"]),
         .target(name: "SiwaPostgres", dependencies: ["CPostgres"]),
+
+        // The runtime room: the one clock, waits with deadlines, services and their shutdown
+        // budget, the connected loop and the lease -> call -> record engine every background
+        // loop is built from.
+        .target(
+            name: "SiwaRuntime",
+            dependencies: ["SiwaCore", "SiwaPostgres", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD", "SiwaCore", "SiwaRuntime"]),
         .target(name: "SiwaFetch", dependencies: ["CCurl"]),
 
         // Composition: receiver, worker, key store, outbox, embedded database.
         .target(
             name: "SiwaApp",
             dependencies: [
-                "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch",
+                "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch", "SiwaRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ],
             resources: [
@@ -70,7 +77,8 @@ let package = Package(
         .testTarget(
             name: "SiwaIntegrationTests",
             dependencies: [
-                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaTestSupport",
+                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaRuntime",
+                "SiwaTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             // Read through #filePath (a database made by the previous release), not bundled.
@@ -79,9 +87,11 @@ let package = Package(
         .testTarget(
             name: "SiwaAppTests",
             dependencies: [
-                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres",
+                "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres", "SiwaRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // The runtime room without sockets or a database: a manual clock, fake connections.
+        .testTarget(name: "SiwaRuntimeTests", dependencies: ["SiwaRuntime", "SiwaCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -5,6 +5,7 @@ import SiwaCrypto
 import SiwaFetch
 import SiwaHTTP
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// The process: composes the services its roles need, starts them in order and stops them in

@@ -5,9 +5,8 @@ import Dispatch
 /// type for every timeout and budget of the receive path, so none is mixed up with wall-clock
 /// time (`Date`) or with a duration in seconds.
 ///
-/// The arithmetic is pure and saturating (`remaining(at:)`, `adding(seconds:)`, `hasPassed(at:)`
-/// take the current time as an argument, for tests without a clock); only `now`, `init(seconds:)`
-/// and `remaining` read the clock.
+/// The arithmetic is pure and saturating: every function takes the current time as an argument.
+/// The clock is read in the runtime room (`SiwaRuntime.MonotonicClock`), which adds `now`.
 public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let uptimeNanoseconds: UInt64
 
@@ -18,14 +17,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
     /// Never reached.
     public static let never = Deadline(uptimeNanoseconds: .max)
 
-    /// The current moment of the monotonic clock.
-    public static var now: Deadline { Deadline(uptimeNanoseconds: DispatchTime.now().uptimeNanoseconds) }
-
-    /// `seconds` from now (negative or NaN: now; too large: `never`).
-    public init(secondsFromNow seconds: Double) {
-        self = Deadline.now.adding(seconds: seconds)
-    }
-
     /// This deadline moved `seconds` later (negative or NaN: unchanged), saturating at `never`.
     public func adding(seconds: Double) -> Deadline {
         guard seconds > 0 else { return self }
@@ -34,13 +25,25 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
         return Deadline(uptimeNanoseconds: uptimeNanoseconds + UInt64(nanos))
     }
 
+    /// This deadline moved `duration` later (negative: unchanged), saturating at `never`.
+    public func adding(_ duration: Duration) -> Deadline {
+        guard duration > .zero else { return self }
+        let (seconds, attoseconds) = duration.components
+        let nanos = UInt64(clamping: seconds).multipliedReportingOverflow(by: 1_000_000_000)
+        guard !nanos.overflow else { return .never }
+        let (sum, overflow) = uptimeNanoseconds.addingReportingOverflow(nanos.partialValue &+ UInt64(attoseconds / 1_000_000_000))
+        return overflow || sum == .max ? .never : Deadline(uptimeNanoseconds: sum)
+    }
+
+    /// Time left at `now` (zero once passed).
+    public func timeLeft(at now: Deadline) -> Duration {
+        now >= self ? .zero : .nanoseconds(Int64(clamping: uptimeNanoseconds - now.uptimeNanoseconds))
+    }
+
     /// Seconds left at `now` (0 once passed).
     public func remaining(at now: Deadline) -> Double {
         now >= self ? 0 : Double(uptimeNanoseconds - now.uptimeNanoseconds) / 1e9
     }
-
-    /// Seconds left (0 once passed).
-    public var remaining: Double { remaining(at: .now) }
 
     /// True once `now` is at or after the deadline.
     public func hasPassed(at now: Deadline) -> Bool { now >= self }
@@ -54,5 +57,13 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
     public var description: String {
         self == .never ? "never" : "uptime \(Double(uptimeNanoseconds) / 1e9)s"
+    }
+}
+
+extension Duration {
+    /// In seconds, for logs and for the SQL that takes seconds.
+    public var inSeconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

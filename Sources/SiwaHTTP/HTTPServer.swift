@@ -2,6 +2,7 @@ import CMicroHTTPD
 import Dispatch
 import Foundation
 import SiwaCore
+import SiwaRuntime
 import Synchronization
 
 /// A libmicrohttpd listener: epoll, a thread pool, a connection timeout and limit, a body cap,

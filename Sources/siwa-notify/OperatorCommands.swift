@@ -4,6 +4,7 @@ import Logging
 import SiwaApp
 import SiwaCore
 import SiwaFetch
+import SiwaRuntime
 
 /// The database an operator command talks to: SIWA_DATABASE_URL, or the embedded one under
 /// SIWA_DATA_DIR (which must be running, e.g. under `serve`).

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaRuntime
 import Synchronization
 import Testing
 

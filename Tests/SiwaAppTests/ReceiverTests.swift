@@ -5,6 +5,7 @@ import SiwaCrypto
 import SiwaDevTools
 import SiwaHTTP
 import SiwaPostgres
+import SiwaRuntime
 import Testing
 
 @testable import SiwaApp

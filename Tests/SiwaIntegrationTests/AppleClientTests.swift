@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaCrypto
+import SiwaRuntime
 import Synchronization
 import Testing
 

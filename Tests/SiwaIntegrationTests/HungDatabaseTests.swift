@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaApp
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 import Testing
 

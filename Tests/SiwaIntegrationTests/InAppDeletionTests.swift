@@ -6,6 +6,7 @@ import SiwaCrypto
 import SiwaDevTools
 import SiwaFetch
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 import Testing
 

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 import SiwaPostgres
+import SiwaRuntime
 import Testing
 
 @testable import SiwaApp

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 import Testing
 

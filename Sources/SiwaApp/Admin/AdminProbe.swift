@@ -1,6 +1,7 @@
 import Foundation
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// What `/readyz` and `/metrics` need from the database, asked on a thread of its own so that

@@ -1,5 +1,6 @@
 import Logging
 import SiwaPostgres
+import SiwaRuntime
 
 /// The keys of the stored refresh tokens against `SIWA_TOKEN_KEY_FILE`: the start-up check (a
 /// token whose key is not configured stops the start, README "In-app account deletion") and `rekey` (every token

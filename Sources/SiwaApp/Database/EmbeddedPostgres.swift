@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaCrypto
+import SiwaRuntime
 
 /// A private PostgreSQL cluster for `serve` without `SIWA_DATABASE_URL` (and for tests):
 /// `initdb` on first use, `pg_ctl start` on a unix socket only (no TCP), `pg_ctl stop` on exit.

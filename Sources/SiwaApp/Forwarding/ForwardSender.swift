@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaFetch
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// Delivers queued forwards (`siwa.forwards`) to `SIWA_FORWARD_URL`. One dispatcher thread owns

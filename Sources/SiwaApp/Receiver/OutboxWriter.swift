@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// Commits verified notifications to the outbox in batches: the listener threads hand each one

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaHTTP
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// The public endpoint: checks the request, verifies the token, hands it to the `OutboxWriter`,

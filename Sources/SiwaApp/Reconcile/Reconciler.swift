@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// Reconciliation (README "Missed notifications"): validates every stored refresh token at Apple

@@ -1,5 +1,6 @@
 import Logging
 import SiwaPostgres
+import SiwaRuntime
 
 /// Deletes done and ignored events older than the retention (`SIWA_RETENTION_DAYS`), 1000 rows
 /// per short transaction (no long locks, key lookups only); pending, failed and dead events are

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// Revokes refresh tokens at Apple (`siwa.revocations`), apart from the worker's batches: a slow

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaPostgres
+import SiwaRuntime
 
 /// Holds a `LISTEN siwa_events` connection and wakes the worker when new events are committed
 /// (the statement trigger on `siwa.events` notifies). It checks the connection every

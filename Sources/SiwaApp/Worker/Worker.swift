@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// Applies outbox events. Claims due rows with `FOR UPDATE SKIP LOCKED` in a transaction (so

@@ -1,4 +1,5 @@
-import SiwaHTTP
+import SiwaCore
+import SiwaRuntime
 import Synchronization
 
 /// An HTTP listener (libmicrohttpd) as a service: binds at `start`; at `stop` stops accepting,

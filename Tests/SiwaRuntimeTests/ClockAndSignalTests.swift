@@ -1,0 +1,75 @@
+import Glibc
+import SiwaCore
+import SiwaRuntime
+import Synchronization
+import Testing
+
+@Suite("Clock, waits and backoff")
+struct ClockAndSignalTests {
+    @Test("Deadline arithmetic with durations saturates")
+    func durations() {
+        let t = Deadline(uptimeNanoseconds: 5_000_000_000)
+        #expect(t.adding(.milliseconds(1500)).uptimeNanoseconds == 6_500_000_000)
+        #expect(t.adding(.seconds(-3)) == t)
+        #expect(t.adding(.seconds(Int64.max)) == .never)
+        #expect(t.adding(.seconds(2)).timeLeft(at: t) == .seconds(2))
+        #expect(t.timeLeft(at: t.adding(.seconds(1))) == .zero)
+        #expect(Duration.milliseconds(250).inSeconds == 0.25)
+    }
+
+    @Test("The system clock moves forward and waits end at their deadline")
+    func systemClock() {
+        let a = SystemClock.shared.now
+        let signal = WakeSignal()
+        let stopped = signal.wait(for: .milliseconds(20))
+        let b = SystemClock.shared.now
+        #expect(!stopped)
+        #expect(b >= a.adding(.milliseconds(20)))
+    }
+
+    @Test("A wait on a manual clock ends when the time is advanced to its deadline, not before")
+    func manualClock() throws {
+        let clock = ManualClock()
+        let signal = WakeSignal(clock: clock)
+        let ended = Atomic<Bool>(false)
+        let thread = LoopThread(name: "test-wait") {
+            signal.wait(for: .seconds(10))
+            ended.store(true, ordering: .relaxed)
+        }
+        while clock.waiters == 0 { LoopThreadYield.now() }
+        clock.advance(by: .seconds(9))
+        while clock.waiters == 0 && !ended.load(ordering: .relaxed) { LoopThreadYield.now() }
+        let early = ended.load(ordering: .relaxed)
+        #expect(!early)
+        clock.advance(by: .seconds(1))
+        #expect(thread.join(until: Deadline.now.adding(.seconds(5))))
+        let late = ended.load(ordering: .relaxed)
+        #expect(late)
+    }
+
+    @Test("A wake before the wait is kept for it; stop ends every wait and stays")
+    func wakeAndStop() {
+        let clock = ManualClock()
+        let signal = WakeSignal(clock: clock)
+        signal.wake()
+        #expect(signal.wait(for: .seconds(60)) == false)  // returns at once, not stopped
+        signal.stop()
+        #expect(signal.wait(for: .seconds(60)) == true)
+        #expect(signal.isStopped)
+    }
+
+    @Test("Reconnect backoff doubles from 0.2 s to 5 s and starts again after a success")
+    func backoff() {
+        var b = ReconnectBackoff()
+        let waits = (0..<7).map { _ in b.failed() }
+        #expect(
+            waits == [.milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1600), .milliseconds(3200), .seconds(5), .seconds(5)])
+        b.succeeded()
+        #expect(b.failed() == .milliseconds(200))
+    }
+}
+
+/// Lets another thread run (tests only: waiting for a thread to block on a manual clock).
+enum LoopThreadYield {
+    static func now() { sched_yield() }
+}

@@ -1,0 +1,110 @@
+import Glibc
+import SiwaCore
+import SiwaRuntime
+import Synchronization
+import Testing
+
+/// A connection that can be broken from the test.
+final class FakeConnection: LoopConnection, Sendable {
+    let broken = Atomic<Bool>(false)
+    var isHealthy: Bool { !broken.load(ordering: .relaxed) }
+}
+
+struct LoopError: Error {}
+
+@Suite("Connected loop")
+struct ConnectedLoopTests {
+    /// What the loop did, in order.
+    final class Trace: Sendable {
+        let lines = Mutex<[String]>([])
+        func add(_ s: String) { lines.withLock { $0.append(s) } }
+        var all: [String] { lines.withLock { $0 } }
+    }
+
+    @Test("Connect failures back off on the loop's clock; a round after a reconnect resets the backoff")
+    func reconnects() {
+        let clock = ManualClock()
+        let trace = Trace()
+        let failures = Atomic<Int>(2)
+        let waits = Mutex<[Duration]>([])
+        let loop = ConnectedLoop<FakeConnection, Int>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: {
+                    if failures.load(ordering: .relaxed) > 0 {
+                        failures.subtract(1, ordering: .relaxed)
+                        trace.add("connect failed")
+                        throw LoopError()
+                    }
+                    trace.add("connected")
+                    return FakeConnection()
+                },
+                makeState: { 0 },
+                round: { _, rounds in
+                    rounds += 1
+                    trace.add("round \(rounds)")
+                    return .wait(until: clock.now.adding(.seconds(1)))
+                },
+                failed: { _, _, wait in waits.withLock { $0.append(wait) } },
+                finish: { c, rounds in trace.add("finish \(rounds) \(c != nil)") }))
+        loop.start()
+        clock.settle(after: 0)
+        var seen = clock.blockedWaits
+        clock.advance(by: .milliseconds(200))  // first backoff
+        clock.settle(after: seen)
+        seen = clock.blockedWaits
+        clock.advance(by: .milliseconds(399))  // not yet: the wait blocks again
+        clock.settle(after: seen)
+        #expect(trace.all == ["connect failed", "connect failed"])
+        seen = clock.blockedWaits
+        clock.advance(by: .milliseconds(1))  // second backoff, then connected and round 1
+        clock.settle(after: seen)
+        #expect(trace.all == ["connect failed", "connect failed", "connected", "round 1"])
+        seen = clock.blockedWaits
+        clock.advance(by: .seconds(1))  // the round's wait
+        clock.settle(after: seen)
+        seen = clock.blockedWaits
+        loop.wakeups.wake()  // a wake runs a round at once
+        clock.settle(after: seen)
+        #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
+        #expect(trace.all == ["connect failed", "connect failed", "connected", "round 1", "round 2", "round 3", "finish 3 true"])
+        #expect(waits.withLock { $0 } == [.milliseconds(200), .milliseconds(400)])
+    }
+
+    @Test("A broken connection is replaced before the next round; a throwing round drops it")
+    func brokenConnection() {
+        let clock = ManualClock()
+        let connects = Atomic<Int>(0)
+        let current = Mutex<FakeConnection?>(nil)
+        let rounds = Atomic<Int>(0)
+        let loop = ConnectedLoop<FakeConnection, Void>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: {
+                    connects.add(1, ordering: .relaxed)
+                    let c = FakeConnection()
+                    current.withLock { $0 = c }
+                    return c
+                },
+                makeState: {},
+                round: { _, _ in
+                    let n = rounds.add(1, ordering: .relaxed).newValue
+                    if n == 2 { throw LoopError() }
+                    return .wait(until: .never)
+                },
+                failed: { _, _, _ in }))
+        loop.start()
+        clock.settle(after: 0)
+        var seen = clock.blockedWaits
+        current.withLock { $0?.broken.store(true, ordering: .relaxed) }
+        loop.wakeups.wake()  // round 2 throws after a reconnect; backoff 0.2 s
+        clock.settle(after: seen)
+        #expect(connects.load(ordering: .relaxed) == 2)
+        seen = clock.blockedWaits
+        clock.advance(by: .milliseconds(200))
+        clock.settle(after: seen)
+        #expect(rounds.load(ordering: .relaxed) == 3)
+        #expect(connects.load(ordering: .relaxed) == 3)
+        #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
+    }
+}
