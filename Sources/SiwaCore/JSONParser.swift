@@ -89,8 +89,8 @@ private struct Parser {
     mutating func parseObject() throws(JSONError) -> JSONValue {
         try enterContainer()
         index += 1  // '{'
-        // Room for a JWT's claims at once: growing from empty rehashed every member at each
-        // doubling (bench/README.md, session 9).
+        // Room for a JWT's claims at once: growing from empty rehashes every member at each
+        // doubling (bench/README.md, "`receive`, profiled").
         var members = [String: JSONValue](minimumCapacity: 8)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {

@@ -12,8 +12,8 @@ import Synchronization
 public final class RSAPublicKey: @unchecked Sendable {
     private let pkey: OpaquePointer
     /// Ready RS256 verify contexts for this key, reused across calls: each slot holds one
-    /// context's address or 0, taken and put back with atomic exchanges (a lock here had the
-    /// listener threads spinning on each other: bench/README.md, session 9).
+    /// context's address or 0, taken and put back with atomic exchanges (a lock here has the
+    /// listener threads spinning on each other: bench/README.md, "`receive`, profiled").
     private let slots: [ContextSlot] = (0..<RSAPublicKey.contextSlots).map { _ in ContextSlot() }
     /// Modulus size in bits.
     public let bits: Int

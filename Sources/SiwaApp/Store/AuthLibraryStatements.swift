@@ -82,7 +82,7 @@ enum AuthLibraryStatements {
     /// `identity_data`: `email`, `is_private_email`, `email_forwarding`; a null leaves the key as
     /// it was). Each element probes its identity in a correlated subquery (a SubPlan), so the
     /// batch is the outer side: with the identities outside (an `= ANY($1)` probe), the inner
-    /// `unnest` was evaluated again for every identity (75 ms a batch, bench/README "authlib").
+    /// `unnest` is evaluated again for every identity (bench/README "authlib").
     /// nil when the library keeps no provider data.
     static func recordAddress(_ s: AuthLibrarySchema) -> Statement<[Address], Void>? {
         let i = s.identities

@@ -87,8 +87,8 @@ enum ForwardStatements {
 
     /// Opens the sender's cycle (record the answers, then claim: one commit). The claim must
     /// read the due index in its order and stop at its limit: with statistics taken while the
-    /// backlog was deep, the planner preferred a bitmap scan of every due row, an anti-join for
-    /// each and a sort (24 ms a claim at a 30,000 backlog; bench/README.md).
+    /// backlog was deep, the planner prefers a bitmap scan of every due row, an anti-join for
+    /// each and a sort, whose cost grows with the backlog (bench/README.md).
     static let beginCycle = """
         BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off;
         SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SET LOCAL jit = off

@@ -278,10 +278,10 @@ enum WorkerStatements {
 
     /// Revokes live sessions. Each element finds its sessions in `sessions_live_idx` in a
     /// correlated subquery (a SubPlan, which the planner cannot turn into a join the other way
-    /// round), and the rows are then updated by primary key. The plain join let a planner that
-    /// believed the partial index nearly empty (statistics taken before a bulk load of live
-    /// sessions) read the whole index once and compare it with every element: seconds a batch
-    /// (bench/README "revoke_sessions"). No `revoked_at` test on `s` itself, for the same
+    /// round), and the rows are then updated by primary key. A plain join lets a planner that
+    /// believes the partial index nearly empty (statistics taken before a bulk load of live
+    /// sessions) read the whole index once and compare it with every element (bench/README
+    /// "revoke_sessions"). No `revoked_at` test on `s` itself, for the same
     /// reason (it would make `s` look tiny again); `COALESCE` keeps a revocation the app made
     /// while this statement waited for the row.
     static let revokeSessions = Statement<[SessionsToRevoke], Void>(
@@ -336,9 +336,8 @@ enum WorkerStatements {
     /// (a small partial index: unknown types are rare); claimed rows are skipped, as above. The
     /// recent unknown-type events are listed first (an InitPlan over that index), and each one's
     /// account is read by its key in a correlated subquery (no join to turn round): joined freely,
-    /// a planner whose statistics saw no deleted account started from `accounts_status_idx` and
-    /// probed every deleted user's events (96 ms a sweep with 25,000 deleted users against 2.5;
-    /// bench/README, session 10).
+    /// a planner whose statistics saw no deleted account starts from `accounts_status_idx` and
+    /// probes every deleted user's events (bench/README.md).
     static let eraseRacedIgnoredEmails = Statement<Void, Void>(
         "erase_raced_ignored_emails",
         eraseEmails(
