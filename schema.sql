@@ -288,7 +288,8 @@ BEGIN
             store_apple_token.ciphertext, store_apple_token.signed_in_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0;
+            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
+            source = NULL;  -- a sign-in's token, also over one adopted from an auth library
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
             store_apple_token.signed_in_at, store_apple_token.email, store_apple_token.is_private_email,
@@ -949,5 +950,26 @@ REVOKE ALL ON FUNCTION siwa.mask_email(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION siwa.user_report(text) TO siwa_dashboard, siwa_api;
 GRANT SELECT ON siwa.revocation_proofs, siwa.unconfirmed_revocations TO siwa_dashboard, siwa_api;
 -- ===== end of revocation proof =================================================================
+
+-- === Tokens the auth libraries store (SIWA_APPLY_TO; README "Tokens the library stores") ===
+-- Better Auth and Auth.js keep Apple's refresh token in clear in their account rows. With in-app
+-- deletion configured, siwa-notify adopts each one into siwa.apple_tokens (encrypted like a
+-- sign-in's), so that in-app deletion revokes it and reconciliation validates it. `source`: where
+-- a stored token came from: NULL for siwa-notify's own sign-in (code exchange, hand-over), which
+-- an adoption never replaces, else the library (`better-auth`, `authjs`).
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS source text;
+-- The last library token adopted for each user and client id, by its SHA-256 (never the token):
+-- a token is adopted once, so one that reconciliation found gone (and erased) is not taken again
+-- while the library still holds it.
+CREATE TABLE IF NOT EXISTS siwa.library_tokens (
+    apple_sub  text COLLATE "C" NOT NULL,
+    client_id  text        NOT NULL,
+    source     text        NOT NULL,
+    token_hash bytea       NOT NULL,
+    adopted_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT library_tokens_pkey PRIMARY KEY (apple_sub, client_id)
+);
+GRANT SELECT, INSERT, UPDATE ON siwa.library_tokens TO siwa_worker;
+-- === end of tokens the auth libraries store ===
 
 COMMIT;

@@ -39,6 +39,7 @@ public final class Application: Sendable {
         /// The migration at start (lock timeout, retries).
         public var migration = Migrator.Options()
         public var reconciler = Reconciler.Options()
+        public var libraryTokens = LibraryTokenSweep.Options()
         /// Seconds between two refreshes of the database gauges of `/metrics`. Default 5.
         public var metricsRefreshInterval: Double = 5
         public init() {}
@@ -233,7 +234,7 @@ public final class Application: Sendable {
             workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
-            workerOptions.authLibraries = try authLibraries(conninfo: conninfo)
+            workerOptions.authLibraries = try authLibraries(conninfo: conninfo, apple: appleAPI)
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let appleAPI {
@@ -255,6 +256,13 @@ public final class Application: Sendable {
                     Reconciler(
                         conninfo: conninfo, interval: Double(config.reconcileEvery), apple: appleAPI,
                         options: options.reconciler, logger: logger, metrics: metrics))
+                // The tokens Better Auth / Auth.js store in clear, adopted so that they are validated too.
+                if let adoption = workerOptions.authLibraries.tokens {
+                    try group.start(
+                        LibraryTokenSweep(
+                            conninfo: conninfo, targets: workerOptions.authLibraries, adoption: adoption, options: options.libraryTokens,
+                            logger: logger))
+                }
             }
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
@@ -262,18 +270,33 @@ public final class Application: Sendable {
 
     /// `SIWA_APPLY_TO`'s targets, checked with the worker's role: a missing table, column,
     /// index or grant stops the start with one line naming it.
-    private func authLibraries(conninfo: String) throws -> AuthLibraryTargets {
+    /// With in-app deletion, the Apple refresh tokens the libraries store are adopted under
+    /// `SIWA_LIBRARY_CLIENT_ID` (or the only audience).
+    private func authLibraries(conninfo: String, apple: AppleAPICredentials?) throws -> AuthLibraryTargets {
+        let config = configuration.authLibraries
+        var adoption: LibraryTokenAdoption?
+        if let apple, config.targets.contains(where: { $0 != .supabase }) {
+            if let id = LibraryTokenRules.clientID(configured: config.clientID, audiences: configuration.audiences) {
+                adoption = LibraryTokenAdoption(vault: apple.vault, clientID: id)
+            } else {
+                logger.warning(
+                    "the refresh tokens the auth library stores are not used: SIWA_AUDIENCES names several client ids; set SIWA_LIBRARY_CLIENT_ID"
+                )
+            }
+        }
         let targets: AuthLibraryTargets
         do {
-            targets = try AuthLibraryCheck.resolve(configuration.authLibraries, conninfo: conninfo)
+            targets = try AuthLibraryCheck.resolve(config, conninfo: conninfo, tokens: adoption)
         } catch {
             throw StartError(description: "\(error)")
         }
         for schema in targets.schemas {
+            let tokens = schema.identities.refreshToken == nil ? "none stored" : adoption.map { "used for \($0.clientID)" } ?? "not used"
             logger.info(
                 "applying events to an auth library's tables",
                 metadata: [
                     "target": "\(schema.kind.rawValue)", "accounts": "\(schema.identities.table)", "on_account_delete": "\(targets.policy.rawValue)",
+                    "refresh_tokens": "\(tokens)",
                 ])
         }
         return targets

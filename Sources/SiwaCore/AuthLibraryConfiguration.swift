@@ -63,13 +63,18 @@ public struct AuthLibraryConfiguration: Sendable, Equatable {
     /// PostgreSQL adapter's (`users`, `sessions`, `accounts`) or else the Prisma adapter's
     /// (`User`, `Session`, `Account`), whichever exists.
     public var authjsTables: [TableName]?
+    /// `SIWA_LIBRARY_CLIENT_ID`: the client id (Services ID) of the Apple refresh tokens the
+    /// libraries store; nil: the only one of `SIWA_AUDIENCES` (README "Tokens the library stores").
+    public var clientID: String?
 
     public init(targets: [AuthLibraryKind] = [], onAccountDelete: AccountDeletePolicy = .unlink) {
         self.targets = targets
         self.onAccountDelete = onAccountDelete
     }
 
-    public static let variables = ["SIWA_APPLY_TO", "SIWA_ON_ACCOUNT_DELETE", "SIWA_BETTER_AUTH_TABLES", "SIWA_AUTHJS_TABLES"]
+    public static let variables = [
+        "SIWA_APPLY_TO", "SIWA_ON_ACCOUNT_DELETE", "SIWA_BETTER_AUTH_TABLES", "SIWA_AUTHJS_TABLES", "SIWA_LIBRARY_CLIENT_ID",
+    ]
 
     static func load(_ value: (String) -> String?) throws(ConfigurationError) -> AuthLibraryConfiguration {
         var config = AuthLibraryConfiguration()
@@ -93,6 +98,7 @@ public struct AuthLibraryConfiguration: Sendable, Equatable {
         }
         config.betterAuthTables = try tables("SIWA_BETTER_AUTH_TABLES", value, names: "user,session,account")
         config.authjsTables = try tables("SIWA_AUTHJS_TABLES", value, names: "users,sessions,accounts")
+        if let id = value("SIWA_LIBRARY_CLIENT_ID").map({ ServerConfiguration.trim($0) }), !id.isEmpty { config.clientID = id }
         return config
     }
 

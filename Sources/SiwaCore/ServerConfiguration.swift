@@ -248,6 +248,9 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_RECONCILE_EVERY", value("SIWA_RECONCILE_EVERY"), range: 1...(365 * 86_400), allowZero: true,
             default: config.reconcileEvery)
         config.authLibraries = try AuthLibraryConfiguration.load(value)
+        if let id = config.authLibraries.clientID, !config.audiences.isEmpty, !config.audiences.contains(id) {
+            throw ConfigurationError(variable: "SIWA_LIBRARY_CLIENT_ID", problem: "must be one of SIWA_AUDIENCES")
+        }
 
         if dev {
             if !config.listen.isLoopback { config.listen.host = "127.0.0.1" }

@@ -83,6 +83,8 @@ struct ConfigurationOptions: ParsableArguments {
     var betterAuthTables: String?
     @Option(name: .customLong("authjs-tables"), help: "Auth.js's users,sessions,accounts tables if renamed (SIWA_AUTHJS_TABLES).")
     var authjsTables: String?
+    @Option(name: .customLong("library-client-id"), help: "Client id of the tokens Better Auth / Auth.js store (SIWA_LIBRARY_CLIENT_ID).")
+    var libraryClientID: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -124,6 +126,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_ON_ACCOUNT_DELETE"] = onAccountDelete
         o["SIWA_BETTER_AUTH_TABLES"] = betterAuthTables
         o["SIWA_AUTHJS_TABLES"] = authjsTables
+        o["SIWA_LIBRARY_CLIENT_ID"] = libraryClientID
         return o
     }
 

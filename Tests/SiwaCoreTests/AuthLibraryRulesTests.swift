@@ -34,7 +34,9 @@ struct AuthLibraryRulesTests {
             #expect(throws: ConfigurationError.self, "\(bad)") { try load(["SIWA_AUTHJS_TABLES": bad]) }
         }
         #expect(
-            ServerConfiguration.variables.suffix(4) == ["SIWA_APPLY_TO", "SIWA_ON_ACCOUNT_DELETE", "SIWA_BETTER_AUTH_TABLES", "SIWA_AUTHJS_TABLES"])
+            ServerConfiguration.variables.suffix(5) == [
+                "SIWA_APPLY_TO", "SIWA_ON_ACCOUNT_DELETE", "SIWA_BETTER_AUTH_TABLES", "SIWA_AUTHJS_TABLES", "SIWA_LIBRARY_CLIENT_ID",
+            ])
     }
 
     let t: Int64 = 1_750_000_000_000

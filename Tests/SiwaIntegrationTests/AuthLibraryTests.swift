@@ -147,13 +147,13 @@ struct AuthLibraryTests {
     static let betterAuthIndex = #"CREATE INDEX ON "account" ("accountId");"#
 
     /// Users: A (Apple only), B (Apple and a password), C (GitHub). Old and new sessions each.
-    static func betterAuth(_ policy: AccountDeletePolicy, snake: Bool = false) throws -> AuthLibraryDatabase {
+    static func betterAuth(_ policy: AccountDeletePolicy, snake: Bool = false, tokens: LibraryTokenAdoption? = nil) throws -> AuthLibraryDatabase {
         var config = config(.betterAuth, policy)
         if snake { config.betterAuthTables = ["app.users", "app.sessions", "app.accounts"].compactMap(TableName.parse) }
         let db = try AuthLibraryDatabase(
             schema: snake ? AuthLibrarySchemas.betterAuthSnakePlural : AuthLibrarySchemas.betterAuth,
             operatorSQL: snake ? "CREATE INDEX ON app.accounts (provider_id, account_id);" : betterAuthIndex,
-            config: config)
+            config: config, tokens: tokens)
         let (user, session, account) = snake ? ("app.users", "app.sessions", "app.accounts") : (#""user""#, #""session""#, #""account""#)
         let c: (String, String) -> String = { camel, s in snake ? s : "\"\(camel)\"" }
         _ = try TestDatabase.query(
@@ -220,15 +220,17 @@ struct AuthLibraryTests {
     ]
 
     /// Users 1 (Apple only), 2 (Apple and GitHub), 3 (GitHub). Two sessions each.
-    static func authjs(_ policy: AccountDeletePolicy, prisma: Bool) throws -> AuthLibraryDatabase {
+    static func authjs(_ policy: AccountDeletePolicy, prisma: Bool, tokens: LibraryTokenAdoption? = nil) throws -> AuthLibraryDatabase {
         var config = config(.authjs, policy)
         if prisma { config.authjsTables = nil }
         let db = try AuthLibraryDatabase(
             schema: prisma ? AuthLibrarySchemas.authjsPrisma : AuthLibrarySchemas.authjsPostgres,
-            operatorSQL: authjsIndexes[prisma]!, config: config, grant: false)
+            operatorSQL: authjsIndexes[prisma]!, config: config, grant: false, tokens: tokens)
         // Prisma's tables are found by the check (no SIWA_AUTHJS_TABLES): the grants are for them.
         let schema = AuthLibrarySchema.authjs(tables: prisma ? AuthLibrarySchema.authjsPrismaTables : AuthLibrarySchema.authjsPostgresTables)
-        for statement in AuthLibraryCheck.grants(schema, policy: policy, role: db.role) { _ = try TestDatabase.query(db.url, statement) }
+        for statement in AuthLibraryCheck.grants(schema, policy: policy, tokens: tokens != nil, role: db.role) {
+            _ = try TestDatabase.query(db.url, statement)
+        }
         let (users, accounts, sessions) = prisma ? (#""User""#, #""Account""#, #""Session""#) : ("users", "accounts", "sessions")
         let id: (Int) -> String = { prisma ? "'\($0)'" : "\($0)" }
         let stamps = prisma ? #", "updatedAt""# : ""
@@ -439,12 +441,19 @@ struct AuthLibraryTests {
         ]
         for schema in schemas {
             for policy in AccountDeletePolicy.allCases {
-                for grant in AuthLibraryCheck.grants(schema, policy: policy) {
-                    #expect(readme.contains(grant), "README lacks \(grant)")
-                    // No password, no session or provider token: the worker's role may not read them.
-                    let secrets = ["password", "token", "Token", "refresh", "access"]
-                    let select = grant.components(separatedBy: "SELECT (").dropFirst().first?.prefix { $0 != ")" } ?? ""
-                    #expect(!secrets.contains { select.contains($0) }, "\(grant)")
+                for tokens in [false, true] {
+                    for grant in AuthLibraryCheck.grants(schema, policy: policy, tokens: tokens) {
+                        #expect(readme.contains(grant), "README lacks \(grant)")
+                        // No password, no session or provider token: the worker's role may not
+                        // read them. With in-app deletion, the Apple identity's refresh token.
+                        let secrets = ["password", "token", "Token", "refresh", "access"]
+                        var select = grant.components(separatedBy: "SELECT (").dropFirst().first?.prefix { $0 != ")" } ?? ""
+                        if tokens, grant.contains(" ON \(schema.identities.table.quoted) "), let column = schema.identities.refreshToken {
+                            #expect(select.hasSuffix(", \"\(column)\""), "\(grant)")
+                            select = select.replacingOccurrences(of: ", \"\(column)\"", with: "")[...]
+                        }
+                        #expect(!secrets.contains { select.contains($0) }, "\(grant)")
+                    }
                 }
             }
         }

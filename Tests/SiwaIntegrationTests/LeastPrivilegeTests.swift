@@ -188,6 +188,8 @@ struct LeastPrivilegeTests {
         "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
         "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
         "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
+        // The auth libraries' tokens adopted (their hash only).
+        "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or a `siwa_` role, read from

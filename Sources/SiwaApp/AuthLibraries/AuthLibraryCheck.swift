@@ -20,11 +20,14 @@ public enum AuthLibraryCheck {
         var index: [[String]] = []
     }
 
-    static func needs(_ s: AuthLibrarySchema, policy: AccountDeletePolicy) -> [TableNeed] {
+    /// `tokens`: in-app deletion is configured, and the library's Apple refresh tokens are adopted
+    /// (`LibraryTokenAdoption`): their column is read too.
+    static func needs(_ s: AuthLibrarySchema, policy: AccountDeletePolicy, tokens: Bool = false) -> [TableNeed] {
         let i = s.identities, x = s.sessions
+        let tokenColumn = tokens ? i.refreshToken.map { [$0] } ?? [] : []
         var needs = [
             TableNeed(
-                table: i.table, select: [i.user, i.provider, i.subject] + (i.data.map { [$0] } ?? []),
+                table: i.table, select: [i.user, i.provider, i.subject] + (i.data.map { [$0] } ?? []) + tokenColumn,
                 update: [i.data, i.updatedAt].compactMap { $0 }, index: [[i.subject], [i.provider, i.subject]]),
             TableNeed(table: x.table, select: [x.user] + [x.createdAt, x.refreshTokens == nil ? nil : x.id].compactMap { $0 }, index: [[x.user]]),
         ]
@@ -40,19 +43,25 @@ public enum AuthLibraryCheck {
     }
 
     /// The grants an operator gives the worker's role for this target (README, "Privileges on the libraries' tables").
-    public static func grants(_ s: AuthLibrarySchema, policy: AccountDeletePolicy, role: String = "siwa_worker") -> [String] {
+    public static func grants(
+        _ s: AuthLibrarySchema, policy: AccountDeletePolicy, tokens: Bool = false, role: String = "siwa_worker"
+    ) -> [String] {
         var out: [String] = []
-        for schema in Set(needs(s, policy: policy).compactMap(\.table.schema)).sorted() {
+        let needs = needs(s, policy: policy, tokens: tokens)
+        for schema in Set(needs.compactMap(\.table.schema)).sorted() {
             out.append(AuthLibraryStatements.grantUsage(onSchema: schema, to: role))
         }
-        for need in needs(s, policy: policy) where !need.select.isEmpty {
+        for need in needs where !need.select.isEmpty {
             out.append(AuthLibraryStatements.grant(on: need.table, select: need.select, update: need.update, to: role))
         }
         return out
     }
 
-    /// Resolves and checks every target of `config` on `c` (the worker's role).
-    public static func resolve(_ config: AuthLibraryConfiguration, conninfo: String) throws -> AuthLibraryTargets {
+    /// Resolves and checks every target of `config` on `c` (the worker's role). `tokens`: in-app
+    /// deletion is configured; the libraries' Apple refresh tokens are adopted with it.
+    public static func resolve(
+        _ config: AuthLibraryConfiguration, conninfo: String, tokens: LibraryTokenAdoption? = nil
+    ) throws -> AuthLibraryTargets {
         guard !config.targets.isEmpty else { return .none }
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify start-up check")
         var schemas: [AuthLibrarySchema] = []
@@ -78,20 +87,24 @@ public enum AuthLibraryCheck {
                 }
                 schema = .authjs(tables: tables)
             }
-            let problems = try check(schema, policy: config.onAccountDelete, on: c)
+            let problems = try check(schema, policy: config.onAccountDelete, tokens: tokens != nil, on: c)
             if !problems.isEmpty {
                 throw Failure(description: "SIWA_APPLY_TO=\(kind.rawValue): " + problems.joined(separator: "; "))
             }
             schemas.append(schema)
         }
-        return AuthLibraryTargets(schemas: schemas, policy: config.onAccountDelete)
+        var targets = AuthLibraryTargets(schemas: schemas, policy: config.onAccountDelete)
+        targets.tokens = tokens
+        return targets
     }
 
     /// What is missing for `schema`, one phrase each (empty: ready).
-    static func check(_ schema: AuthLibrarySchema, policy: AccountDeletePolicy, on c: PostgresConnection) throws(PostgresError) -> [String] {
+    static func check(
+        _ schema: AuthLibrarySchema, policy: AccountDeletePolicy, tokens: Bool = false, on c: PostgresConnection
+    ) throws(PostgresError) -> [String] {
         var problems: [String] = []
         let grantsHint = "(README: Privileges on the libraries' tables)"
-        for need in needs(schema, policy: policy) {
+        for need in needs(schema, policy: policy, tokens: tokens) {
             guard let facts = try c.row(AuthLibraryStatements.table, need.table.quoted) else {
                 let missing = "missing table \(need.table)"
                 if !problems.contains(missing) { problems.append(missing) }

@@ -15,6 +15,9 @@ public struct AuthLibrarySchema: Sendable, Equatable {
         /// Supabase: `identity_data` (jsonb) and `updated_at`, where email events are recorded.
         public var data: String?
         public var updatedAt: String?
+        /// Where the library keeps the identity's Apple refresh token (Better Auth, Auth.js); nil:
+        /// it keeps none (Supabase Auth). Read only when in-app deletion is configured.
+        public var refreshToken: String? = nil
     }
 
     public struct Sessions: Sendable, Equatable {
@@ -57,7 +60,7 @@ public struct AuthLibrarySchema: Sendable, Equatable {
             kind: .betterAuth,
             identities: .init(
                 table: tables[2], user: n("userId", "user_id"), provider: n("providerId", "provider_id"),
-                subject: n("accountId", "account_id")),
+                subject: n("accountId", "account_id"), refreshToken: n("refreshToken", "refresh_token")),
             sessions: .init(table: tables[1], user: n("userId", "user_id"), createdAt: n("createdAt", "created_at")),
             users: tables[0], userID: "id")
     }
@@ -69,7 +72,8 @@ public struct AuthLibrarySchema: Sendable, Equatable {
     public static func authjs(tables: [TableName]) -> AuthLibrarySchema {
         AuthLibrarySchema(
             kind: .authjs,
-            identities: .init(table: tables[2], user: "userId", provider: "provider", subject: "providerAccountId"),
+            identities: .init(
+                table: tables[2], user: "userId", provider: "provider", subject: "providerAccountId", refreshToken: "refresh_token"),
             sessions: .init(table: tables[1], user: "userId"),
             users: tables[0], userID: "id")
     }
@@ -89,6 +93,9 @@ public struct AuthLibrarySchema: Sendable, Equatable {
 public struct AuthLibraryTargets: Sendable, Equatable {
     public var schemas: [AuthLibrarySchema]
     public var policy: AccountDeletePolicy
+    /// The Apple refresh tokens the libraries store, adopted for in-app deletion and
+    /// reconciliation; nil when in-app deletion is not configured.
+    public var tokens: LibraryTokenAdoption?
 
     public init(schemas: [AuthLibrarySchema] = [], policy: AccountDeletePolicy = .unlink) {
         self.schemas = schemas

@@ -12,6 +12,8 @@ final class AuthLibraryDatabase {
     let role: String
     let workerURL: String
     let config: AuthLibraryConfiguration
+    /// The Apple refresh tokens the library stores are adopted (in-app deletion is configured).
+    let tokens: LibraryTokenAdoption?
     /// Milliseconds: a fixed point some hours ago, around which the tests place events and sessions.
     let t0: Int64 = (Int64(Date().timeIntervalSince1970) / 60 - 600) * 60_000
     static let hour: Int64 = 3_600_000
@@ -20,7 +22,12 @@ final class AuthLibraryDatabase {
     ///   - schema: the library's tables (`AuthLibrarySchemas`); `operatorSQL`: what the README
     ///     asks the operator to run besides the grants (indexes, row-level security policies),
     ///     with `ROLE` standing for the worker's role.
-    init(schema: String, operatorSQL: String = "", config: AuthLibraryConfiguration, grant: Bool = true) throws {
+    ///   - tokens: in-app deletion is configured: the library's refresh tokens are adopted (and
+    ///     their column granted).
+    init(
+        schema: String, operatorSQL: String = "", config: AuthLibraryConfiguration, grant: Bool = true, tokens: LibraryTokenAdoption? = nil
+    ) throws {
+        self.tokens = tokens
         url = try TestDatabase.create()
         role = "w_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
         self.config = config
@@ -29,7 +36,9 @@ final class AuthLibraryDatabase {
         _ = try TestDatabase.query(url, "CREATE ROLE \(role) LOGIN IN ROLE siwa_worker")
         if grant {
             for kind in config.targets {
-                for statement in AuthLibraryCheck.grants(Self.defaultSchema(kind, config), policy: config.onAccountDelete, role: role) {
+                for statement in AuthLibraryCheck.grants(
+                    Self.defaultSchema(kind, config), policy: config.onAccountDelete, tokens: tokens != nil, role: role)
+                {
                     _ = try TestDatabase.query(url, statement)
                 }
             }
@@ -51,7 +60,7 @@ final class AuthLibraryDatabase {
 
     /// The start-up check, as the worker's role.
     func resolve() throws -> AuthLibraryTargets {
-        try AuthLibraryCheck.resolve(config, conninfo: workerURL)
+        try AuthLibraryCheck.resolve(config, conninfo: workerURL, tokens: tokens)
     }
 
     private var worker: Worker?
