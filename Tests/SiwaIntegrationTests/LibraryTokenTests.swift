@@ -247,6 +247,39 @@ struct LibraryTokenTests {
         }
     }
 
+    @Test(
+        "serve with SIWA_APPLY_TO=authjs and in-app deletion: the library's tokens are adopted, and `delete-user` revokes one; several audiences need SIWA_LIBRARY_CLIENT_ID"
+    )
+    func application() throws {
+        let s = try Self.setup(.authjs)
+        defer { s.fake.stop() }
+        var libraries = AuthLibraryTests.config(.authjs)
+        // The harness accepts two client ids: without SIWA_LIBRARY_CLIENT_ID, one warning, nothing adopted.
+        let unset = try DeletionHarness(conninfo: s.db.url, reconcileEvery: 3600, authLibraries: libraries)
+        let warned = unset.eventually { unset.logText.contains("SIWA_AUDIENCES names several client ids; set SIWA_LIBRARY_CLIENT_ID") }
+        unset.stop()
+        #expect(warned)
+
+        libraries.clientID = S.clientID
+        // A token the library holds at start: the sweep's first pass adopts it.
+        let held = try s.libraryToken("aj.2")
+        let harness = try DeletionHarness(conninfo: s.db.url, reconcileEvery: 3600, authLibraries: libraries)
+        defer { harness.stop() }
+        #expect(harness.eventually { (try? harness.scalar("SELECT source FROM siwa.apple_tokens WHERE apple_sub = 'aj.2'")) == "authjs" })
+        // A token stored after the pass (the next is an hour away): the deletion adopts it itself.
+        let one = try harness.fake.issueTokens(for: .init(sub: "aj.1", email: nil, isPrivateEmail: nil), clientID: S.clientID).refreshToken
+        try s.setToken("aj.1", one)
+        _ = try OutboxAdmin.requestDeletion(sub: "aj.1", clientID: nil, conninfo: harness.conninfo)
+        let revoked = harness.eventually(20) {
+            (try? harness.scalar("SELECT status || ':' || coalesce(confirmation, '') FROM siwa.revocations WHERE apple_sub = 'aj.1'"))
+                == "done:confirmed"
+        }
+        #expect(revoked)
+        #expect(harness.fake.calls(to: "/auth/revoke").map { $0.form?["token"] } == [one])
+        #expect(try harness.scalar(#"SELECT count(*) FROM accounts WHERE provider = 'apple' AND "providerAccountId" = 'aj.1'"#) == "0")
+        #expect(!harness.logText.contains(one) && !harness.logText.contains(held))
+    }
+
     @Test("start-up check: with in-app deletion, the worker's role must read the library's token column")
     func startUpCheck() throws {
         let adoption = LibraryTokenAdoption(vault: TokenVault(keys: [try TokenKey(bytes: SecureRandom.bytes(32))]), clientID: S.clientID)

@@ -38,7 +38,7 @@ final class DeletionHarness: Sendable {
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
         retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil, jwksURL: String? = nil,
-        forwardURL: String? = nil
+        forwardURL: String? = nil, authLibraries: AuthLibraryConfiguration? = nil
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -71,6 +71,7 @@ final class DeletionHarness: Sendable {
         config.apiTokenFile = apiTokenFile
         config.apiConcurrency = apiConcurrency
         if let reconcileEvery { config.reconcileEvery = reconcileEvery }
+        if let authLibraries { config.authLibraries = authLibraries }
         if let forwardURL {
             let secrets = directory + "/forward-secrets"
             try ("whsec_" + Data(SecureRandom.bytes(24)).base64EncodedString() + "\n").write(toFile: secrets, atomically: true, encoding: .utf8)
