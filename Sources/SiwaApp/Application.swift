@@ -230,8 +230,8 @@ public final class Application: Sendable {
         if roles.contains(.work) {
             var workerOptions = options.worker
             workerOptions.retry.maxAttempts = config.maxAttempts
-            workerOptions.statementTimeout = config.workerStatementTimeout
-            workerOptions.lockTimeout = config.workerLockTimeout
+            workerOptions.statementTimeout = .seconds(config.workerStatementTimeout)
+            workerOptions.lockTimeout = .seconds(config.workerLockTimeout)
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
             workerOptions.authLibraries = try authLibraries(conninfo: conninfo, apple: appleAPI)

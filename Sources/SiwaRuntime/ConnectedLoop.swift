@@ -16,6 +16,9 @@ public enum LoopNext: Sendable, Equatable {
     case again
     /// Wait for a wake (`ConnectedLoop.wakeups`) or the deadline, then run the next round.
     case wait(until: Deadline)
+    /// Wait for the deadline (or a stop) without ending early on a wake, then run the next
+    /// round: lets work gather (wakes that come meanwhile are kept for the next `wait`).
+    case pause(until: Deadline)
 }
 
 /// A background loop that owns one connection: it connects (again, with `ReconnectBackoff`,
@@ -118,6 +121,7 @@ public final class ConnectedLoop<Connection: LoopConnection, State>: Service, @u
                 switch next {
                 case .again: continue
                 case .wait(let deadline): wakeups.wait(until: deadline)
+                case .pause(let deadline): stopping.wait(until: deadline)
                 }
             } catch {
                 connection = nil

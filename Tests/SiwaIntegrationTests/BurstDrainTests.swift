@@ -70,7 +70,7 @@ struct BurstDrainTests {
             FROM generate_series(1, \(Self.users)) g;
             """)
         var options = Worker.Options()
-        options.statementTimeout = 20  // a plan that reads the whole queue per batch fails here, not after an hour
+        options.statementTimeout = .seconds(20)  // a plan that reads the whole queue per batch fails here, not after an hour
         let worker = Worker(
             conninfo: url, options: options, logger: Logger(label: "burst") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
         let c = try PostgresConnection(conninfo: url)

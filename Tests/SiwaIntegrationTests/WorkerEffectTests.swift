@@ -155,7 +155,7 @@ struct WorkerEffectTests {
     func trickleGathers() throws {
         // A long gather, so the test does not depend on how fast this machine is (and a gather
         // wrongly taken after empty batches too would hold the first event for seconds).
-        let h = try TestHarness(workerGather: 5)
+        let h = try TestHarness(workerGather: .seconds(5))
         defer { h.stop() }
         let t = now()
         // A quiet spell first (the worker has claimed nothing for a second), then the first

@@ -107,4 +107,35 @@ struct ConnectedLoopTests {
         #expect(connects.load(ordering: .relaxed) == 3)
         #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
     }
+
+    @Test("A pause ends at its deadline, not on a wake; the wake is kept for the next wait")
+    func pause() {
+        let clock = ManualClock()
+        let rounds = Atomic<Int>(0)
+        let loop = ConnectedLoop<FakeConnection, Void>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: { FakeConnection() },
+                makeState: {},
+                round: { _, _ in
+                    let n = rounds.add(1, ordering: .relaxed).newValue
+                    return n == 1 ? .pause(until: clock.now.adding(.seconds(1))) : .wait(until: .never)
+                },
+                failed: { _, _, _ in }))
+        loop.start()
+        clock.settle(after: 0)
+        loop.wakeups.wake()  // the pause goes on
+        advanceAndSettle(clock, by: .milliseconds(999))
+        #expect(rounds.load(ordering: .relaxed) == 1)
+        advanceAndSettle(clock, by: .milliseconds(1))  // round 2, whose wait ends at once on the kept wake: round 3
+        #expect(rounds.load(ordering: .relaxed) == 3)
+        #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
+    }
+}
+
+/// Moves `clock` on and waits until the thread under test blocks on it again.
+func advanceAndSettle(_ clock: ManualClock, by duration: Duration) {
+    let seen = clock.blockedWaits
+    clock.advance(by: duration)
+    clock.settle(after: seen)
 }

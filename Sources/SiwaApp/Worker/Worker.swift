@@ -8,28 +8,29 @@ import Synchronization
 /// Applies outbox events. Claims due rows with `FOR UPDATE SKIP LOCKED` in a transaction (so
 /// many workers share one queue and a crashed worker leaves nothing stuck: its locks vanish with
 /// its connection), applies them (`BatchApplier`), retries failures with backoff and jitter,
-/// dead-letters after `RetryPolicy.maxAttempts`. `Options.connections` batch loops share the
-/// queue: the first waits between batches on `wakeups` (woken by `WakeUpListener` when new events
-/// arrive, and polling every `pollInterval` seconds besides: retries fall due without a
-/// notification; behind PgBouncer notifications do not arrive); the others join in only while
-/// batches come back full.
+/// dead-letters after `RetryPolicy.maxAttempts`. `Options.connections` batch loops
+/// (`ConnectedLoop`s) share the queue: the first waits between batches on `wakeups` (woken by
+/// `WakeUpListener` when new events arrive, and polling every `pollInterval` besides: retries
+/// fall due without a notification; behind PgBouncer notifications do not arrive); the others
+/// join in only while batches come back full.
 public final class Worker: Service {
     public struct Options: Sendable {
         /// Events claimed per transaction. Default 1000.
         public var batchSize: Int = 1000
-        /// Seconds between polls when no notification arrives. Default 1.
-        public var pollInterval: Double = 1
-        /// Seconds the first loop lets new events gather after a batch that was neither empty
-        /// nor full, before it claims again. At a trickle each receiver commit wakes the worker;
-        /// this puts the events of a few commits in one transaction (fewer commits and less CPU
-        /// beside the receiver's; bench/README.md). The first event after a quiet spell is
-        /// claimed at once. Default 0.01.
-        public var gather: Double = 0.01
+        /// Between polls when no notification arrives. Default 1 s.
+        public var pollInterval: Duration = .seconds(1)
+        /// How long the first loop lets new events gather after a batch that was neither empty
+        /// nor full, before it claims again: at a trickle each receiver commit wakes the worker,
+        /// and this puts the events of a few commits in one transaction (fewer commits beside
+        /// the receiver's; bench/README.md). The first event after a quiet spell is claimed at
+        /// once. Default 10 ms.
+        public var gather: Duration = .milliseconds(10)
         public var retry: RetryPolicy = RetryPolicy()
-        /// Seconds one statement of a batch (the operator hook included) may run. Default 30.
-        public var statementTimeout: Int = 30
-        /// Seconds a batch waits for a row lock. Default 5.
-        public var lockTimeout: Int = 5
+        /// How long one statement of a batch (the operator hook included) may run, in whole
+        /// seconds. Default 30 s.
+        public var statementTimeout: Duration = .seconds(30)
+        /// How long a batch waits for a row lock, in whole seconds. Default 5 s.
+        public var lockTimeout: Duration = .seconds(5)
         /// Batch loops, each on a thread and a database connection of its own. Default 1 (the
         /// application sets `SIWA_WORKER_CONNECTIONS`). They share the queue as separate `work`
         /// processes do (`SKIP LOCKED`; accounts locked in one order).
@@ -46,99 +47,113 @@ public final class Worker: Service {
     let options: Options
     let logger: Logger
     let metrics: Metrics
-    /// Woken by new events and by `stop`.
-    public let wakeups = WakeSignal()
+    /// Woken by new events and by `stop`: what the first loop waits on.
+    public let wakeups: WakeSignal
     /// Wakes the helper loops (all but the first): a loop claimed a full batch, so a backlog is
     /// waiting. Helpers never wait on `wakeups`: at a trickle one loop applies everything, and
-    /// a second one would only double the small transactions (and commits) competing with the
-    /// receiver's (it tripled the p99 of `serve`; bench/README.md).
-    private let backlog = WakeSignal()
-    /// Set by `stop`: what a loop's error backoff waits on (a helper woken by every full batch
-    /// of another loop would otherwise retry a failing connection at once).
-    private let stopping = StopSignal()
-    /// One per batch loop, set when it has ended.
-    private let finished: [StopSignal]
+    /// a second one would only add small transactions (and commits) competing with the
+    /// receiver's (bench/README.md).
+    private let backlog: WakeSignal
+    /// The batch loops, the first one first (set once, at the end of `init`).
+    private let batchLoops = Mutex<[ConnectedLoop<PostgresConnection, LoopState>]>([])
+    private var loops: [ConnectedLoop<PostgresConnection, LoopState>] { batchLoops.withLock { $0 } }
 
-    public init(conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics) {
+    /// What a batch loop keeps between rounds.
+    struct LoopState {
+        /// When the first loop sweeps ignored events that raced a deletion next.
+        var sweepAt: Deadline
+        /// The last batch was neither empty nor full: after the wait, let events gather.
+        var gatherNext = false
+    }
+
+    public init(
+        conninfo: String, options: Options = Options(), logger: Logger, metrics: Metrics,
+        clock: any MonotonicClock = SystemClock.shared
+    ) {
         self.conninfo = conninfo
         self.options = options
         self.logger = logger
         self.metrics = metrics
-        self.finished = (0..<max(1, options.connections)).map { _ in StopSignal() }
+        self.wakeups = WakeSignal(clock: clock)
+        self.backlog = WakeSignal(clock: clock)
+        let loops = (1...max(1, options.connections)).map { number in
+            ConnectedLoop(
+                name: "worker \(number)", threadName: "siwa-worker-\(number)",
+                wakeups: number == 1 ? wakeups : backlog, body: batchLoop(number: number, clock: clock))
+        }
+        batchLoops.withLock { $0 = loops }
     }
 
     /// Starts the batch loops, each on a thread of its own.
     public func start() {
-        for (k, done) in finished.enumerated() {
-            let thread = Thread { [self] in
-                self.loop(number: k + 1, waitingOn: k == 0 ? wakeups : backlog)
-                done.stop()
-            }
-            thread.name = "siwa-worker-\(k + 1)"
-            thread.start()
-        }
+        for loop in loops { loop.start() }
+    }
+
+    public func prepareToStop() {
+        for loop in loops { loop.prepareToStop() }
     }
 
     /// Stops after the current batch; waits for it until the deadline (an abandoned batch rolls
     /// back when the process exits: its events are claimed again later).
     public func stop(deadline: ShutdownDeadline) {
-        wakeups.stop()
-        backlog.stop()
-        stopping.stop()
+        prepareToStop()
         // At most half of what is left: the listeners and the writer stop after the worker and
         // need time to answer what is in flight.
-        let budget = ShutdownDeadline(secondsFromNow: deadline.remaining / 2)
-        for done in finished where !done.wait(timeout: budget.remaining) {
+        let now = wakeups.clock.now
+        let budget = now.adding(deadline.timeLeft(at: now) / 2)
+        for loop in loops where !loop.stop(until: budget) {
             logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
             break
         }
     }
 
-    /// Seconds between two sweeps of unknown-type events that raced a deletion.
-    static let ignoredSweepInterval = 5.0
+    /// Between two sweeps of unknown-type events that raced a deletion.
+    static let ignoredSweepInterval: Duration = .seconds(5)
 
-    /// Helpers (`signal` is `backlog`) wait as long as no full batch is seen; the first loop
-    /// also polls every `pollInterval` (retries fall due without a notification).
-    private func loop(number: Int, waitingOn signal: WakeSignal) {
-        let idle = signal === wakeups ? options.pollInterval : 60
-        var work: PostgresConnection?
-        var backoff = 0.2
-        var swept = Deadline.now
-        while !wakeups.isStopped {
-            do {
-                if work == nil || !(work!.isHealthy) {
-                    work = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker")
+    /// One batch loop. Helpers wait on `backlog` as long as no full batch is seen; the first
+    /// loop waits on `wakeups`, polls every `pollInterval` (retries fall due without a
+    /// notification) and sweeps the raced ignored events.
+    private func batchLoop(number: Int, clock: any MonotonicClock) -> ConnectedLoop<PostgresConnection, LoopState>.Body {
+        let first = number == 1
+        let idle = first ? options.pollInterval : .seconds(60)
+        return .init(
+            connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify worker") },
+            makeState: { LoopState(sweepAt: clock.now) },
+            round: { [self] work, state in
+                if state.gatherNext {
+                    state.gatherNext = false
+                    return .pause(until: clock.now.adding(options.gather))
                 }
-                // The first loop sweeps unknown-type events that raced a deletion, every few
-                // seconds, under the batch's timeouts and planner settings; a failed sweep is
-                // retried at the next one and never holds the batches up.
-                if signal === wakeups, swept.hasPassed(at: .now) {
-                    swept = Deadline.now.adding(seconds: Self.ignoredSweepInterval)
-                    do {
-                        _ = try work!.transaction(begin: beginBatch) { c throws(PostgresError) in
-                            try c.affected(WorkerStatements.eraseRacedIgnoredEmails, ())
-                        }
-                    } catch {
-                        logger.warning("sweep of ignored events failed; will try again", metadata: ["error": "\(error)"])
-                    }
+                if first, state.sweepAt.hasPassed(at: clock.now) {
+                    state.sweepAt = clock.now.adding(Self.ignoredSweepInterval)
+                    sweepRacedIgnored(on: work)
                 }
-                let processed = try processBatch(on: work!)
-                backoff = 0.2
+                let processed = try processBatch(on: work)
                 if processed == options.batchSize {
                     // More may be due: a waiting helper joins in.
                     backlog.wake()
-                } else {
-                    signal.wait(timeout: idle)
-                    if processed > 0, signal === wakeups { stopping.wait(timeout: options.gather) }
+                    return .again
                 }
-            } catch {
-                logger.warning("worker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
-                work = nil
-                stopping.wait(timeout: backoff)
-                backoff = min(backoff * 2, 5)
+                state.gatherNext = first && processed > 0
+                return .wait(until: clock.now.adding(idle))
+            },
+            failed: { [logger] error, _, wait in
+                logger.warning(
+                    "worker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait.inSeconds)"])
+            },
+            finish: { [logger] _, _ in logger.info("worker stopped", metadata: ["loop": "\(number)"]) })
+    }
+
+    /// Sweeps unknown-type events that raced a deletion, under the batch's timeouts and planner
+    /// settings; a failed sweep is retried at the next one and never holds the batches up.
+    private func sweepRacedIgnored(on work: PostgresConnection) {
+        do {
+            _ = try work.transaction(begin: beginBatch) { c throws(PostgresError) in
+                try c.affected(WorkerStatements.eraseRacedIgnoredEmails, ())
             }
+        } catch {
+            logger.warning("sweep of ignored events failed; will try again", metadata: ["error": "\(error)"])
         }
-        logger.info("worker stopped", metadata: ["loop": "\(number)"])
     }
 
     /// Claims and applies one batch in one transaction; returns how many events it handled.
@@ -221,7 +236,9 @@ public final class Worker: Service {
 
     /// The statements that open a batch transaction (timeouts, key lookups only).
     var beginBatch: String {
-        WorkerStatements.beginBatch(statementTimeoutSeconds: options.statementTimeout, lockTimeoutSeconds: options.lockTimeout)
+        WorkerStatements.beginBatch(
+            statementTimeoutSeconds: Int(options.statementTimeout.components.seconds),
+            lockTimeoutSeconds: Int(options.lockTimeout.components.seconds))
     }
 
     /// The slow path: one event under its own savepoint; a failure is recorded for retry.

@@ -20,7 +20,7 @@ final class TestHarness: Sendable {
         var options = Application.Options()
         options.worker.retry.baseDelay = retryBaseDelay
         options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
-        options.worker.pollInterval = 0.2
+        options.worker.pollInterval = .milliseconds(200)
         options.revoker.schedule.backoff.baseDelay = retryBaseDelay
         options.revoker.schedule.backoff.maxDelay = max(retryBaseDelay, 0.5)
         options.revoker.pollInterval = 0.2
@@ -50,7 +50,7 @@ final class TestHarness: Sendable {
         conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
         retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts(), forwarding: ForwardingConfiguration? = nil,
-        forwardOptions: ForwardSender.Options = ForwardSender.Options(), workerGather: Double? = nil
+        forwardOptions: ForwardSender.Options = ForwardSender.Options(), workerGather: Duration? = nil
     ) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
