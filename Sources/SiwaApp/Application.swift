@@ -31,10 +31,10 @@ public final class Application: Sendable {
         public var worker = Worker.Options()
         public var writer = OutboxWriter.Options()
         public var revoker = Revoker.Options()
-        /// Seconds between checks of the key set's TTL. Default 1.
-        public var keyCheckInterval: Double = 1
-        /// Seconds between two retention passes. Default 600.
-        public var retentionInterval: Double = 600
+        /// Between checks of the key set's TTL. Default 1 s.
+        public var keyCheckInterval: Duration = .seconds(1)
+        /// Between two retention passes. Default 10 min.
+        public var retentionInterval: Duration = .seconds(600)
         public var forwarding = ForwardSender.Options()
         /// The migration at start (lock timeout, retries).
         public var migration = Migrator.Options()
@@ -242,7 +242,7 @@ public final class Application: Sendable {
                 revokerOptions.schedule.retryFor = Double(config.revokeRetryFor)
                 try group.start(Revoker(conninfo: conninfo, apple: appleAPI, options: revokerOptions, logger: logger, metrics: metrics))
             }
-            try group.start(WakeUpListener(conninfo: conninfo, waking: worker.wakeups, logger: logger))
+            try group.start(WakeUpListener(conninfo: conninfo, channel: WorkerStatements.channel, waking: worker.wakeups, logger: logger))
             try group.start(
                 Retention.service(
                     conninfo: conninfo, days: config.retentionDays,
@@ -334,7 +334,7 @@ public final class Application: Sendable {
                     pool.close()
                 }))
         // The hourly charts' rollup, counted in the background (a page never waits on it).
-        try group.start(PeriodicTask(name: "console charts", interval: 5) { _ in console.refreshCharts() })
+        try group.start(PeriodicTask(name: "console charts", interval: .seconds(5)) { _ in console.refreshCharts() })
         return console
     }
 

@@ -1,34 +1,38 @@
-import Foundation
+import SiwaCore
+import Synchronization
 
-/// Runs `body` every `interval` seconds on a thread of its own (the key refresher, retention).
-/// Stopping wakes the wait at once and waits for a running `body` up to the deadline.
+/// Runs `body` every `interval` on a `LoopThread` of its own (the key refresher, the console's
+/// charts), the first time one interval after `start`. Stopping ends the wait at once and waits
+/// for a running `body` up to the deadline.
 public final class PeriodicTask: Service {
     public let name: String
-    private let interval: Double
+    private let interval: Duration
     private let body: @Sendable (_ stopping: StopSignal) -> Void
-    private let stopping = StopSignal()
-    private let finished = StopSignal()
+    private let stopping: StopSignal
+    private let thread = Mutex<LoopThread?>(nil)
 
-    /// `body` gets the stop signal, to end a long run early (e.g. between pruning batches).
-    public init(name: String, interval: Double, _ body: @escaping @Sendable (_ stopping: StopSignal) -> Void) {
+    /// `body` gets the stop signal, to end a long run early.
+    public init(
+        name: String, interval: Duration, clock: any MonotonicClock = SystemClock.shared,
+        _ body: @escaping @Sendable (_ stopping: StopSignal) -> Void
+    ) {
         self.name = name
         self.interval = interval
         self.body = body
+        stopping = StopSignal(clock: clock)
     }
 
     public func start() {
-        let thread = Thread { [self] in
-            while !stopping.wait(timeout: interval) {
+        let started = LoopThread(name: "siwa-" + name.split(separator: " ").joined(separator: "-")) { [self] in
+            while !stopping.wait(for: interval) {
                 body(stopping)
             }
-            finished.stop()
         }
-        thread.name = "siwa-" + name.replacingOccurrences(of: " ", with: "-")
-        thread.start()
+        thread.withLock { $0 = started }
     }
 
     public func stop(deadline: ShutdownDeadline) {
         stopping.stop()
-        finished.wait(timeout: deadline.remaining)
+        thread.withLock { $0 }?.join(until: deadline)
     }
 }

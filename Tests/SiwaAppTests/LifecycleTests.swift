@@ -107,7 +107,7 @@ struct LifecycleTests {
     @Test("stopping wakes a PeriodicTask waiting out a long interval at once; its body never ran")
     func periodicTaskStopsAtOnce() {
         let runs = Atomic<Int>(0)
-        let task = PeriodicTask(name: "hourly", interval: 3600) { _ in runs.add(1, ordering: .relaxed) }
+        let task = PeriodicTask(name: "hourly", interval: .seconds(3600)) { _ in runs.add(1, ordering: .relaxed) }
         task.start()
         let started = Date()
         // A deadline far shorter than the interval: stop must not wait for the interval to pass.
@@ -122,7 +122,7 @@ struct LifecycleTests {
         let runs = Atomic<Int>(0)
         let sawStop = Atomic<Bool>(false)
         let enough = StopSignal()
-        let task = PeriodicTask(name: "fast", interval: 0.01) { stopping in
+        let task = PeriodicTask(name: "fast", interval: .milliseconds(10)) { stopping in
             if runs.add(1, ordering: .relaxed).newValue == 3 { enough.stop() }
             // A long run ends early once stopping: this waits for the stop, not 30 s.
             if runs.load(ordering: .relaxed) == 3 {

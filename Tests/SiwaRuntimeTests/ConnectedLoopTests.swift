@@ -133,6 +133,26 @@ struct ConnectedLoopTests {
     }
 }
 
+@Suite("Periodic task")
+struct PeriodicTaskTests {
+    @Test("Runs its body every interval on the clock, never before; stop ends the wait at once")
+    func runsEveryInterval() {
+        let clock = ManualClock()
+        let runs = Atomic<Int>(0)
+        let task = PeriodicTask(name: "test task", interval: .seconds(10), clock: clock) { _ in
+            runs.add(1, ordering: .relaxed)
+        }
+        task.start()
+        clock.settle(after: 0)
+        advanceAndSettle(clock, by: .milliseconds(9999))
+        #expect(runs.load(ordering: .relaxed) == 0)
+        advanceAndSettle(clock, by: .milliseconds(1))
+        #expect(runs.load(ordering: .relaxed) == 1)
+        task.stop(deadline: Deadline.now.adding(.seconds(5)))
+        #expect(runs.load(ordering: .relaxed) == 1)
+    }
+}
+
 /// Moves `clock` on and waits until the thread under test blocks on it again.
 func advanceAndSettle(_ clock: ManualClock, by duration: Duration) {
     let seen = clock.blockedWaits

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
+import SiwaRuntime
 import Synchronization
 
 /// Apple's signing keys, by `kid`: fetched from `SIWA_JWKS_URL` (libcurl), cached in memory and
@@ -85,8 +86,8 @@ public final class KeyStore: Sendable {
     /// Runs the fetches (one at a time).
     private let fetchQueue = DispatchQueue(label: "siwa-keys-fetch")
 
-    /// Monotonic seconds (`DispatchTime` uptime).
-    public static let monotonicSeconds: @Sendable () -> Double = { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+    /// Monotonic seconds (the runtime's clock).
+    public static let monotonicSeconds: @Sendable () -> Double = { Double(Deadline.now.uptimeNanoseconds) / 1e9 }
 
     /// - Parameters:
     ///   - extraKeys: keys trusted besides the fetched set (the `--dev` key).

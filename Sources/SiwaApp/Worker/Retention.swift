@@ -1,4 +1,5 @@
 import Logging
+import SiwaCore
 import SiwaPostgres
 import SiwaRuntime
 
@@ -39,27 +40,55 @@ public enum Retention {
         }
     }
 
-    /// The periodic service: a pass every `interval` seconds.
-    public static func service(conninfo: String, days: Int, interval: Double, logger: Logger) -> PeriodicTask {
-        PeriodicTask(name: "retention", interval: interval) { stopping in
-            do {
-                let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify retention")
-                let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
-                // Delivered forwards follow the events' retention.
-                var batches = 0
-                while batches < 100, !stopping.isStopped, try pruneForwards(on: connection, olderThanDays: days) == 1000 {
-                    batches += 1
-                }
-                if pruned > 0 {
-                    logger.info("pruned old events", metadata: ["events": "\(pruned)", "older_than_days": "\(days)"])
-                }
-                let stale = try dropStaleQueueRows(on: connection)
-                if stale > 0 {
-                    logger.warning("dropped queue rows without an event to work on", metadata: ["rows": "\(stale)"])
-                }
-            } catch {
-                logger.warning("pruning failed; will try again", metadata: ["error": "\(error)"])
-            }
+    /// The retention service: a `ConnectedLoop` that runs a pass every `interval` (the first
+    /// one interval after the start) and waits until the next one; a failed pass is logged and
+    /// tried again at the next. Stopping also ends a long pass between its batches.
+    public static func service(
+        conninfo: String, days: Int, interval: Duration, logger: Logger, clock: any MonotonicClock = SystemClock.shared
+    ) -> any Service {
+        let stopping = StopSignal(clock: clock)
+        let loop = ConnectedLoop<PostgresConnection, Deadline>(
+            name: "retention", threadName: "siwa-retention", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify retention") },
+                makeState: { clock.now.adding(interval) },
+                round: { connection, nextPass in
+                    if !nextPass.hasPassed(at: clock.now) { return .pause(until: nextPass) }
+                    do {
+                        try pass(on: connection, days: days, logger: logger, stopping: stopping)
+                    } catch {
+                        logger.warning("pruning failed; will try again", metadata: ["error": "\(error)"])
+                    }
+                    nextPass = clock.now.adding(interval)
+                    return .pause(until: nextPass)
+                },
+                failed: { error, _, _ in logger.debug("retention connection failed, reconnecting", metadata: ["error": "\(error)"]) }))
+        return ClosureService(
+            loop.name, start: { loop.start() },
+            prepareToStop: {
+                stopping.stop()
+                loop.prepareToStop()
+            },
+            stop: { deadline in
+                stopping.stop()
+                loop.stop(until: deadline)
+            })
+    }
+
+    /// One retention pass: old events, then delivered forwards (they follow the events'
+    /// retention), then queue rows without work.
+    private static func pass(on connection: PostgresConnection, days: Int, logger: Logger, stopping: StopSignal) throws(PostgresError) {
+        let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
+        var batches = 0
+        while batches < 100, !stopping.isStopped, try pruneForwards(on: connection, olderThanDays: days) == 1000 {
+            batches += 1
+        }
+        if pruned > 0 {
+            logger.info("pruned old events", metadata: ["events": "\(pruned)", "older_than_days": "\(days)"])
+        }
+        let stale = try dropStaleQueueRows(on: connection)
+        if stale > 0 {
+            logger.warning("dropped queue rows without an event to work on", metadata: ["rows": "\(stale)"])
         }
     }
 }
