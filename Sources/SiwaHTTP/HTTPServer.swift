@@ -106,15 +106,17 @@ public final class HTTPServer: Sendable {
         while context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty {
             context.suspended.answerAll(SuspendedConnections.shutdownResponse)
             if released.hasPassed(at: .now) { break }
-            usleep(10_000)
+            // Until the last request completes, answering again every 10 ms.
+            context.waitUntilIdle(until: min(released, Deadline.now.adding(.milliseconds(10))))
         }
         guard context.suspended.isEmpty else {
             _ = Unmanaged.passRetained(context)  // the daemon's threads may still call into it
             daemon.withLock { $0 = .abandoned }
             return .abandoned
         }
-        // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next turn.
-        usleep(50_000)
+        // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next
+        // turn, which nothing signals: give them one.
+        StopSignal().wait(for: .milliseconds(50))
         MHD_stop_daemon(current)
         daemon.withLock { $0 = .stopped }
         return .stopped
@@ -159,18 +161,16 @@ final class ServerContext: Sendable {
     /// False once shutdown began: requests are refused at their first call.
     private let admitting = Atomic<Bool>(true)
     /// Signalled when `inFlight` drops to 0 (graceful shutdown waits on it).
-    private let idle = NSCondition()
+    private let idle = Condition()
     let connections = Mutex<[UInt: Tracked]>([:])
     let suspended = SuspendedConnections()
-    private let sweeping = Atomic<Bool>(false)
-    private let sweeperDone = Mutex<Bool>(true)
+    /// The sweeper's thread and what stops it, while it runs.
+    private let sweeper = Mutex<(thread: LoopThread, stopping: StopSignal)?>(nil)
 
     /// A request completed: wakes a shutdown waiting for the last one.
     func requestCompleted() {
         if inFlight.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
-            idle.lock()
-            idle.broadcast()
-            idle.unlock()
+            idle.withLock { idle.broadcast() }
         }
     }
 
@@ -192,8 +192,8 @@ final class ServerContext: Sendable {
     func waitUntilIdle(until deadline: Deadline) {
         idle.lock()
         defer { idle.unlock() }
-        while inFlight.load(ordering: .acquiring) > 0 {
-            if !idle.wait(until: Date(timeIntervalSinceNow: deadline.remaining)) { return }
+        while inFlight.load(ordering: .acquiring) > 0 && !deadline.hasPassed(at: .now) {
+            idle.waitLocked(until: deadline)
         }
     }
 
@@ -214,7 +214,7 @@ final class ServerContext: Sendable {
         self.requestTimeout = requestTimeout
     }
 
-    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    static func now() -> UInt64 { Deadline.now.uptimeNanoseconds }
 
     func track(_ connection: OpaquePointer, _ change: (inout Tracked) -> Void) {
         connections.withLock { all in
@@ -231,11 +231,9 @@ final class ServerContext: Sendable {
     /// (the polling thread then closes it). Entries leave the table in the CLOSED notification,
     /// under the same lock, before libmicrohttpd closes the descriptor, so a reused fd is never hit.
     func startSweeper() {
-        sweeping.store(true, ordering: .relaxed)
-        sweeperDone.withLock { $0 = false }
-        let thread = Thread { [self] in
-            while sweeping.load(ordering: .relaxed) {
-                usleep(200_000)
+        let stopping = StopSignal()
+        let thread = LoopThread(name: "siwa-http-sweeper") { [self] in
+            while !stopping.wait(for: .milliseconds(200)) {
                 let limit = UInt64(requestTimeout * 1e9)
                 connections.withLock { all in
                     // The clock is read under the lock: a connection that started while the
@@ -246,17 +244,14 @@ final class ServerContext: Sendable {
                     }
                 }
             }
-            sweeperDone.withLock { $0 = true }
         }
-        thread.name = "siwa-http-sweeper"
-        thread.start()
+        sweeper.withLock { $0 = (thread, stopping) }
     }
 
     /// The connections to cut at `now`: not with the handler, not cut yet, and their current
     /// request (or the connection) started more than `limit` nanoseconds ago. A `since` later
-    /// than `now` is a connection that just started, never an overdue one (a wrapping
-    /// subtraction made it look ~584 years old and cut fresh connections: "server returned
-    /// nothing").
+    /// than `now` is a connection that just started, never an overdue one (so the unsigned
+    /// subtraction never wraps).
     static func overdue(_ all: [UInt: Tracked], now: UInt64, limit: UInt64) -> [UInt] {
         all.compactMap { key, entry in
             !entry.busy && !entry.cut && now > entry.since && now - entry.since > limit ? key : nil
@@ -264,8 +259,13 @@ final class ServerContext: Sendable {
     }
 
     func stopSweeper() {
-        sweeping.store(false, ordering: .relaxed)
-        while !sweeperDone.withLock({ $0 }) { usleep(10_000) }
+        let running = sweeper.withLock { s in
+            defer { s = nil }
+            return s
+        }
+        guard let (thread, stopping) = running else { return }
+        stopping.stop()
+        thread.join(until: .never)
     }
 
     /// Bytes of an over-limit streamed body read and dropped before the connection is cut.

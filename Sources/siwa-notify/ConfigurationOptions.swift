@@ -157,7 +157,7 @@ enum Bootstrap {
         let format = LineLogHandler.Format(rawValue: configuration.logFormat) ?? .json
         LogWriter.standardError.noticeFormat = format
         LoggingSystem.bootstrap { label in LineLogHandler(label: label, level: level, format: format) }
-        atexit { LogWriter.standardError.flush(timeout: 2) }
+        atexit { LogWriter.standardError.flush(timeout: .seconds(2)) }
         return Logger(label: "siwa-notify")
     }
 }

@@ -168,9 +168,9 @@ struct LoggingTests {
         var stats = writer.statistics
         #expect(stats.queuedLines == 100)
         #expect(stats.droppedLines == 50)
-        #expect(writer.flush(timeout: 0.2) == false, "flush is bounded on a stalled pipe")
+        #expect(writer.flush(timeout: .milliseconds(200)) == false, "flush is bounded on a stalled pipe")
         let drain = Drain(r)
-        #expect(writer.flush(timeout: 30))
+        #expect(writer.flush(timeout: .seconds(30)))
         stats = writer.statistics
         #expect(stats.writtenLines == 101)
         #expect(stats.droppedLines == 50)
@@ -194,12 +194,12 @@ struct LoggingTests {
         let writer = LogWriter(fileDescriptor: w)
         writer.noticeFormat = .text
         writer.enqueue("before")
-        #expect(writer.flush(timeout: 30))
+        #expect(writer.flush(timeout: .seconds(30)))
         var buffer = [UInt8](repeating: 0, count: 4096)
         #expect(read(r, &buffer, buffer.count) == 7)
         close(r)
         for i in 0..<5 { writer.enqueue("lost \(i)\n") }
-        #expect(writer.flush(timeout: 30))
+        #expect(writer.flush(timeout: .seconds(30)))
         #expect(writer.statistics.droppedLines == 5)
         // A new reader on the same descriptor number: writes succeed again.
         let (r2, w2) = try Self.makePipe()
@@ -208,7 +208,7 @@ struct LoggingTests {
         _ = fcntl(w, F_SETFD, FD_CLOEXEC)
         close(w2)
         writer.enqueue("after\n")
-        #expect(writer.flush(timeout: 30))
+        #expect(writer.flush(timeout: .seconds(30)))
         writer.stop()
         let n = read(r2, &buffer, buffer.count)
         let lines = String(decoding: buffer[0..<max(0, n)], as: UTF8.self).split(separator: "\n")
@@ -224,7 +224,7 @@ struct LoggingTests {
         let writer = LogWriter(fileDescriptor: -1)
         for i in 0..<3 { writer.enqueue("line \(i)\n") }
         writer.enqueue("a text line whose message\nholds a newline\n")
-        #expect(writer.flush(timeout: 30))
+        #expect(writer.flush(timeout: .seconds(30)))
         #expect(writer.statistics.droppedLines == 4)
         writer.stop()
         // The counter of this writer, as /metrics renders it.

@@ -64,8 +64,8 @@ public final class AdminProbe: Service {
     private let state = Mutex(State())
     private let signal = WakeSignal()
     private let deadlines = WakeSignal()
-    private let finished = StopSignal()
-    private let deadlinesFinished = StopSignal()
+    /// The round thread and the deadline thread, once started.
+    private let threads = Mutex<(rounds: LoopThread, deadlines: LoopThread)?>(nil)
 
     /// - Parameter conninfo: the database; the probe opens one connection of its own.
     /// Forwarding is on: each round also reads the forwards' backlog.
@@ -81,16 +81,13 @@ public final class AdminProbe: Service {
     }
 
     public func start() {
-        let thread = Thread { [self] in
+        let rounds = LoopThread(name: "siwa-admin-probe") { [self] in
             // A round at once (the first snapshot), then one per refresh interval or request.
             repeat {
                 round()
             } while !signal.wait(timeout: refreshInterval)
-            finished.stop()
         }
-        thread.name = "siwa-admin-probe"
-        thread.start()
-        let timer = Thread { [self] in
+        let timer = LoopThread(name: "siwa-admin-probe-deadlines") { [self] in
             while true {
                 let next = state.withLock { $0.waiters.values.map(\.expires).min() }
                 let stopped = deadlines.wait(timeout: next.map { max(0, $0 - Self.now()) } ?? 3600)
@@ -102,21 +99,21 @@ public final class AdminProbe: Service {
                 for waiter in expired { waiter.answer(Reading(answered: false, backlog: nil)) }
                 if stopped { break }
             }
-            deadlinesFinished.stop()
         }
-        timer.name = "siwa-admin-probe-deadlines"
-        timer.start()
+        threads.withLock { $0 = (rounds, timer) }
     }
 
-    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+    /// Monotonic seconds (the runtime's clock).
+    static func now() -> Double { Double(Deadline.now.uptimeNanoseconds) / 1e9 }
 
     public func stop(deadline: ShutdownDeadline) {
         signal.stop()
         deadlines.stop()
         answerAll(Reading(answered: false, backlog: nil))
-        deadlinesFinished.wait(timeout: deadline.remaining)
+        let started = threads.withLock { $0 }
+        started?.deadlines.join(until: deadline)
         // A round stuck on a hung database is not waited for beyond the deadline.
-        finished.wait(timeout: deadline.remaining)
+        started?.rounds.join(until: deadline)
         pool.close()
     }
 

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import SiwaCore
+import SiwaRuntime
 import Synchronization
 
 #if canImport(Glibc)
@@ -55,15 +57,15 @@ public final class LogWriter: Sendable {
     private let maxBytes: Int
     private let state = Mutex(State())
     private let wake = DispatchSemaphore(value: 0)
+    /// Broadcast (under its lock) after the writer finished a batch: what `flush` waits on.
+    private let batchFinished = Condition()
 
     /// Starts the writer thread for `fileDescriptor` (not owned: never closed here).
     public init(fileDescriptor: Int32, maxLines: Int = LogWriter.defaultMaxLines, maxBytes: Int = LogWriter.defaultMaxBytes) {
         fd = fileDescriptor
         self.maxLines = max(1, maxLines)
         self.maxBytes = max(1, maxBytes)
-        let thread = Thread { [self] in run() }
-        thread.name = "siwa-log-writer"
-        thread.start()
+        _ = LoopThread(name: "siwa-log-writer") { [self] in run() }
     }
 
     /// Format of the `log lines dropped` notice (set it to the handler's format; default `json`).
@@ -100,15 +102,17 @@ public final class LogWriter: Sendable {
         if signal { wake.signal() }
     }
 
-    /// Waits until every line queued before the call was written (or dropped), at most `timeout`
-    /// seconds; false on timeout (a stalled reader). Call before exiting.
+    /// Waits until every line queued before the call was written (or dropped), at most
+    /// `timeout`; false on timeout (a stalled reader). Call before exiting.
     @discardableResult
-    public func flush(timeout: Double) -> Bool {
+    public func flush(timeout: Duration) -> Bool {
         let target = state.withLock { $0.accepted }
-        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, timeout) * 1e9)
+        let deadline = Deadline(after: timeout)
+        batchFinished.lock()
+        defer { batchFinished.unlock() }
         while state.withLock({ $0.finished }) < target {
-            if DispatchTime.now().uptimeNanoseconds >= deadline { return false }
-            usleep(1000)
+            if deadline.hasPassed(at: .now) { return false }
+            batchFinished.waitLocked(until: deadline)
         }
         return true
     }
@@ -180,6 +184,7 @@ public final class LogWriter: Sendable {
                     s.dropped += lost
                     s.unreported += lost + reannounce
                 }
+                batchFinished.withLock { batchFinished.broadcast() }
             }
         }
     }

@@ -61,9 +61,10 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     private let pool: PostgresPool
     private let options: Options
     private let logger: Logger
-    private let condition = NSCondition()
+    private let condition = Condition()
     private var state: OutboxQueue<Item>
-    private let finished = DispatchGroup()
+    /// The writer threads and the deadline thread, once started.
+    private let threads = Mutex<[LoopThread]>([])
 
     public init(conninfo: String, options: Options = Options(), logger: Logger) {
         self.options = options
@@ -80,13 +81,8 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     }
 
     private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
-        finished.enter()
-        let thread = Thread { [finished] in
-            body()
-            finished.leave()
-        }
-        thread.name = name
-        thread.start()
+        let thread = LoopThread(name: name, body)
+        threads.withLock { $0.append(thread) }
     }
 
     /// Writes what is queued (each item still bounded by its deadline), then stops the threads;
@@ -96,7 +92,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
         state.stop()
         condition.broadcast()
         condition.unlock()
-        if finished.wait(timeout: deadline.dispatchTime) == .timedOut {
+        if !threads.withLock({ $0 }).allSatisfy({ $0.join(until: deadline) }) {
             logger.warning("writer did not finish its batch within the shutdown budget; its requests were answered 503")
             condition.lock()
             let items = state.abandonAll()
@@ -141,7 +137,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
                 condition.unlock()
                 return
             case .wait:
-                condition.wait()
+                condition.waitLocked()
             case .write(let batch):
                 if state.idleWriterWanted { condition.broadcast() }
                 condition.unlock()
@@ -166,9 +162,9 @@ public final class OutboxWriter: Service, @unchecked Sendable {
             }
             guard let until = expiry.sleepUntil else { break }
             if until == .never {
-                condition.wait()
+                condition.waitLocked()
             } else {
-                _ = condition.wait(until: Date(timeIntervalSinceNow: until.remaining + 0.001))
+                condition.waitLocked(until: until)
             }
         }
         condition.unlock()

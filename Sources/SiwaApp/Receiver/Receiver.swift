@@ -76,7 +76,7 @@ public final class Receiver: HTTPHandler {
         _ body: [UInt8], arrivedAt: Double, deadline: Deadline, mayWait: Bool, requestID: UInt64,
         responder: HTTPResponder
     ) {
-        let started = DispatchTime.now()
+        let started = Deadline.now
         let notification: VerifiedNotification
         var ticket: KeyStore.Ticket?
         var retryAfter: Int?
@@ -107,7 +107,7 @@ public final class Receiver: HTTPHandler {
         metrics.observeVerification(seconds: Self.seconds(since: started))
 
         // Answered from a writer thread once the row is committed (the connection waits suspended).
-        let committing = DispatchTime.now()
+        let committing = Deadline.now
         let submitted = writer.submit(notification, deadline: deadline) { [self] result in
             responder.respond(answer(result, notification: notification, requestID: requestID, since: committing))
         }
@@ -118,7 +118,7 @@ public final class Receiver: HTTPHandler {
 
     private func answer(
         _ result: OutboxResult, notification: VerifiedNotification,
-        requestID: UInt64, since committing: DispatchTime
+        requestID: UInt64, since committing: Deadline
     ) -> HTTPResponse {
         switch result {
         case .timedOut:
@@ -181,7 +181,7 @@ public final class Receiver: HTTPHandler {
         }
     }
 
-    static func seconds(since start: DispatchTime) -> Double {
-        Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+    static func seconds(since start: Deadline) -> Double {
+        Double(Deadline.now.uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
     }
 }

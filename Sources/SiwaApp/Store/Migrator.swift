@@ -1,6 +1,8 @@
 import Foundation
+import SiwaCore
 import SiwaCrypto
 import SiwaPostgres
+import SiwaRuntime
 
 /// Applies the embedded copy of `schema.sql` (idempotent; serialized by an advisory lock), and
 /// records which version it applied (`COMMENT ON SCHEMA siwa`, in the schema's own transaction).
@@ -57,10 +59,12 @@ public enum Migrator {
     }
 
     /// Applies the schema unless this version is already there (`force`: apply anyway).
-    /// `onRetry` is told about every attempt that failed and will be retried.
+    /// `onRetry` is told about every attempt that failed and will be retried; the waits between
+    /// attempts run on `clock`.
     @discardableResult
     public static func migrate(
-        conninfo: String, force: Bool = false, options: Options = Options(), onRetry: (Retry) -> Void = { _ in }
+        conninfo: String, force: Bool = false, options: Options = Options(), clock: any MonotonicClock = SystemClock.shared,
+        onRetry: (Retry) -> Void = { _ in }
     ) throws(PostgresError) -> Outcome {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
         let marker = versionMarker
@@ -74,7 +78,8 @@ public enum Migrator {
         else {
             throw PostgresError(code: .queryFailed, serverMessage: "schema.sql must open with a line BEGIN; and end with a line COMMIT;")
         }
-        let deadline = Date().addingTimeInterval(max(0, options.retryFor))
+        let deadline = clock.now.adding(seconds: options.retryFor)
+        let pause = StopSignal(clock: clock)
         var delay = options.backoff
         var attempt = 1
         while true {
@@ -84,10 +89,10 @@ public enum Migrator {
             } catch {
                 if connection.isHealthy { _ = try? connection.execute(MigrationStatements.rollback) }
                 guard let state = error.sqlState, MigrationStatements.retryableStates.contains(state),
-                    Date().addingTimeInterval(delay) < deadline
+                    clock.now.adding(seconds: delay) < deadline
                 else { throw error }
                 onRetry(Retry(attempt: attempt, delay: delay, error: error))
-                Thread.sleep(forTimeInterval: delay)
+                pause.wait(timeout: delay)
                 delay = min(delay * 2, options.maxBackoff)
                 attempt += 1
             }
