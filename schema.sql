@@ -972,4 +972,123 @@ CREATE TABLE IF NOT EXISTS siwa.library_tokens (
 GRANT SELECT, INSERT, UPDATE ON siwa.library_tokens TO siwa_worker;
 -- === end of tokens the auth libraries store ===
 
+-- === Maintained counts (issue 29; README "Status") ===
+-- What `status`, /metrics and the console show of tables that only grow (revocations by status,
+-- stored refresh tokens, transfers) is counted as rows change, never by reading the tables:
+-- statement triggers append each statement's net changes to siwa.count_changes (no row is ever
+-- updated by two writers: nobody waits on a counter); whoever reads adds them to siwa.counts.
+-- The changes are folded into siwa.counts by the next writer that can (one at a time, never
+-- waiting: an advisory try-lock), so siwa.count_changes holds the changes of a few statements.
+-- A reader sums both tables at one snapshot: exact, whatever is folded or not yet.
+CREATE TABLE IF NOT EXISTS siwa.counts (
+    name text COLLATE "C" PRIMARY KEY,
+    n    bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS siwa.count_changes (
+    name text COLLATE "C" NOT NULL,
+    n    bigint NOT NULL
+);
+GRANT SELECT ON siwa.counts, siwa.count_changes TO siwa_worker, siwa_api;
+
+-- Moves the changes into siwa.counts, in a READ COMMITTED transaction only (each statement then
+-- sees what an earlier folder committed) and when no other transaction holds the fold's lock
+-- (it keeps it to its end; nobody waits for it).
+CREATE OR REPLACE FUNCTION siwa.fold_count_changes() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR NOT pg_try_advisory_xact_lock(hashtext('siwa.fold_count_changes')) THEN
+        RETURN;
+    END IF;
+    WITH moved AS (DELETE FROM siwa.count_changes RETURNING name, n)
+    INSERT INTO siwa.counts AS c (name, n)
+    SELECT name, sum(n) FROM moved GROUP BY name
+    ON CONFLICT (name) DO UPDATE SET n = c.n + excluded.n;
+END
+$$;
+
+-- The names a row of a counted table is counted under.
+CREATE OR REPLACE FUNCTION siwa.count_names(counted_table text, r jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE counted_table
+        WHEN 'revocations' THEN ARRAY['revocations:' || (r ->> 'status')]
+            || CASE WHEN r ->> 'confirmation' = 'unconfirmed' THEN ARRAY['revocations:unconfirmed'] ELSE '{}'::text[] END
+        WHEN 'apple_tokens' THEN ARRAY['apple_tokens']
+            || CASE WHEN r ->> 'validated_at' IS NOT NULL THEN ARRAY['apple_tokens:validated'] ELSE '{}'::text[] END
+            || CASE WHEN (r ->> 'validation_failures')::int > 0 THEN ARRAY['apple_tokens:failing'] ELSE '{}'::text[] END
+        ELSE ARRAY[CASE WHEN r ->> 'direction' = 'export' THEN 'transfers:export'
+                        WHEN r ->> 'new_sub' IS NULL THEN 'transfers:unmapped' ELSE 'transfers:mapped' END]
+    END
+$$;
+
+-- One trigger function for the three tables: per name, the rows the statement added minus those
+-- it removed (an UPDATE: both), net of zero; then a fold, when there was a change.
+CREATE OR REPLACE FUNCTION siwa.count_row_changes() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    changed bigint;
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM siwa.count_changes WHERE name LIKE TG_TABLE_NAME || ':%' OR name = TG_TABLE_NAME;
+        UPDATE siwa.counts SET n = 0 WHERE (name LIKE TG_TABLE_NAME || ':%' OR name = TG_TABLE_NAME) AND n <> 0;
+        RETURN NULL;
+    ELSIF TG_OP = 'INSERT' THEN
+        INSERT INTO siwa.count_changes
+        SELECT name, count(*) FROM added a, unnest(siwa.count_names(TG_TABLE_NAME, to_jsonb(a))) name GROUP BY name;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO siwa.count_changes
+        SELECT name, -count(*) FROM removed r, unnest(siwa.count_names(TG_TABLE_NAME, to_jsonb(r))) name GROUP BY name;
+    ELSE
+        INSERT INTO siwa.count_changes
+        SELECT name, sum(d) FROM (SELECT unnest(siwa.count_names(TG_TABLE_NAME, to_jsonb(a))) AS name, 1 AS d FROM added a
+                                  UNION ALL SELECT unnest(siwa.count_names(TG_TABLE_NAME, to_jsonb(r))), -1 FROM removed r) x
+        GROUP BY name HAVING sum(d) <> 0;
+    END IF;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed > 0 THEN
+        PERFORM siwa.fold_count_changes();
+    END IF;
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.fold_count_changes(), siwa.count_row_changes(), siwa.count_names(text, jsonb) FROM PUBLIC;
+
+-- The triggers, then (in this transaction, which holds each table's trigger lock: no write
+-- slips between) the rows already there, counted once.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['revocations', 'apple_tokens', 'transfers'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = t || '_counted_insert' AND tgrelid = ('siwa.' || t)::regclass) THEN
+            EXECUTE format('CREATE TRIGGER %I AFTER INSERT ON siwa.%I REFERENCING NEW TABLE AS added
+                            FOR EACH STATEMENT EXECUTE FUNCTION siwa.count_row_changes()', t || '_counted_insert', t);
+            EXECUTE format('CREATE TRIGGER %I AFTER UPDATE ON siwa.%I REFERENCING OLD TABLE AS removed NEW TABLE AS added
+                            FOR EACH STATEMENT EXECUTE FUNCTION siwa.count_row_changes()', t || '_counted_update', t);
+            EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON siwa.%I REFERENCING OLD TABLE AS removed
+                            FOR EACH STATEMENT EXECUTE FUNCTION siwa.count_row_changes()', t || '_counted_delete', t);
+            EXECUTE format('CREATE TRIGGER %I AFTER TRUNCATE ON siwa.%I
+                            FOR EACH STATEMENT EXECUTE FUNCTION siwa.count_row_changes()', t || '_counted_truncate', t);
+            DELETE FROM siwa.count_changes WHERE name LIKE t || ':%' OR name = t;
+            DELETE FROM siwa.counts WHERE name LIKE t || ':%' OR name = t;
+        END IF;
+        IF NOT EXISTS (SELECT FROM siwa.counts WHERE name LIKE t || ':%' OR name = t)
+           AND NOT EXISTS (SELECT FROM siwa.count_changes WHERE name LIKE t || ':%' OR name = t) THEN
+            EXECUTE format('INSERT INTO siwa.counts (name, n)
+                            SELECT name, count(*) FROM siwa.%I r, unnest(siwa.count_names(%L, to_jsonb(r))) name GROUP BY name', t, t);
+        END IF;
+    END LOOP;
+END
+$$;
+-- When the first import began (status: the days left of Apple's window), and the grants found
+-- gone by reconciliation: each read from a small index of its own.
+CREATE INDEX IF NOT EXISTS transfers_import_created_idx ON siwa.transfers (created_at) WHERE direction = 'import';
+CREATE INDEX IF NOT EXISTS events_reconcile_gone_idx ON siwa.events (id) WHERE jti LIKE 'siwa-reconcile-%';
+-- The console's failing revocations, newest first (as revocations_dead_idx for the dead ones).
+CREATE INDEX IF NOT EXISTS revocations_failed_idx ON siwa.revocations (id) WHERE status = 'failed';
+-- === end of maintained counts ===
+
 COMMIT;

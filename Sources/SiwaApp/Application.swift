@@ -322,7 +322,7 @@ public final class Application: Sendable {
     private func consoleHandler(tokens: APIHandler.Tokens?, conninfo: String, inAppDeletion: Bool, group: ServiceGroup) throws -> ConsoleHandler? {
         guard let tokens else { return nil }
         let pool = PostgresPool(
-            conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginAdmin)
+            conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginConsole)
         let console = ConsoleHandler(
             tokens: tokens, pool: pool, secureCookie: configuration.consoleSecureCookie, inAppDeletion: inAppDeletion,
             forwarding: configuration.forwarding != nil, logger: logger)

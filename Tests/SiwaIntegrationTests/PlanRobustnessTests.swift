@@ -23,7 +23,7 @@ struct PlanRobustnessTests {
     /// The tables no statement may read whole.
     static let tables = [
         "siwa.events", "siwa.event_queue", "siwa.accounts", "siwa.app_accounts", "siwa.sessions", "siwa.forwards",
-        "siwa.revocations", "siwa.apple_tokens",
+        "siwa.revocations", "siwa.apple_tokens", "siwa.transfers",
     ]
 
     enum Statistics: String, CaseIterable, CustomTestStringConvertible {
@@ -78,15 +78,21 @@ struct PlanRobustnessTests {
             INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason, status)
             SELECT 'u.' || g, 'com.example.a', 'k1', '\\x00', 'in-app-deletion', CASE WHEN \(waiting) THEN 'pending' ELSE 'done' END
             FROM generate_series(\(from), \(to)) g;
-            INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, next_validation_at)
-            SELECT 'u.' || g, 'com.example.a', 'k1', '\\x00', now() - interval '1 day', now() - (g % 100) * interval '1 minute'
+            INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, next_validation_at,
+                                           validated_at, validation_failures)
+            SELECT 'u.' || g, 'com.example.a', 'k1', '\\x00', now() - interval '1 day', now() - (g % 100) * interval '1 minute',
+                   CASE WHEN g % 3 = 0 THEN now() END, g % 5 / 4
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.transfers (direction, team_id, client_id, sub, transfer_sub, new_sub, created_at)
+            SELECT CASE WHEN g % 2 = 0 THEN 'export' ELSE 'import' END, 'TEAM', 'com.example.a', 'u.' || g, 't.' || g,
+                   CASE WHEN g % 4 = 1 THEN 'n.' || g END, now() - g * interval '1 second'
             FROM generate_series(\(from), \(to)) g;
             """
     }
 
     static let emptyAll = """
         DELETE FROM siwa.forwards; DELETE FROM siwa.revocations; DELETE FROM siwa.apple_tokens; DELETE FROM siwa.sessions;
-        DELETE FROM siwa.app_accounts; DELETE FROM siwa.accounts; DELETE FROM siwa.events;
+        DELETE FROM siwa.app_accounts; DELETE FROM siwa.accounts; DELETE FROM siwa.events; DELETE FROM siwa.transfers;
         """
 
     static var analyzeAll: String { "ANALYZE " + tables.joined(separator: ", ") + ";" }
@@ -123,6 +129,9 @@ struct PlanRobustnessTests {
         var sql: String
         var parameters: [String?]
         var rows: Int
+        /// It reads what it reports and that grew 10× with the tables (a backlog's count: one
+        /// queue entry per waiting row): allowed 10× the rows at 10×.
+        var readsBacklog = false
     }
 
     /// What one run read, per relation (`siwa.x`, or `siwa.x index`).
@@ -197,8 +206,12 @@ struct PlanRobustnessTests {
         let active = AccountState(status: .active)
         var states: [(sub: String, state: AccountState)] = subs.map { ($0, active) }
         for k in 0..<10 { states.append(("new.\(k)", active)) }
-        func probe<B, R>(_ statement: Statement<B, R>, _ binds: B, begin: String, rows: Int, setup: [String] = []) -> Probe {
-            Probe(name: statement.name, begin: begin, setup: setup, sql: statement.sql, parameters: statement.bind(binds), rows: rows)
+        func probe<B, R>(
+            _ statement: Statement<B, R>, _ binds: B, begin: String, rows: Int, setup: [String] = [], readsBacklog: Bool = false
+        ) -> Probe {
+            Probe(
+                name: statement.name, begin: begin, setup: setup, sql: statement.sql, parameters: statement.bind(binds), rows: rows,
+                readsBacklog: readsBacklog)
         }
         var list: [Probe] = []
         list.append(
@@ -287,31 +300,178 @@ struct PlanRobustnessTests {
             probe(ForwardStatements.prune, 30, begin: keys, rows: batch))
         list.append(
             probe(WorkerStatements.dropStaleQueueRows, (), begin: keys, rows: 20000))
+        list.append(
+            probe(ReconcileStatements.schedule, 86400, begin: "BEGIN", rows: 1))
+        list += try consoleProbes(c)
         return list
     }
 
-    @Test("every hot statement reads a few index entries per batch row and no more as the tables grow 10×", arguments: Statistics.allCases)
+    /// What a console page view reads (README "Console"), and the counts `status` and `/metrics`
+    /// share with it, each in the admin pool's transaction as the console runs it.
+    static func consoleProbes(_ c: PostgresConnection) throws -> [Probe] {
+        let begin = AdminStatements.beginConsole
+        let high = Int64(try c.execute("SELECT max(id) FROM siwa.events").scalar ?? "0")!
+        let sub = subs[7]
+        func probe<B, R>(_ statement: Statement<B, R>, _ binds: B, rows: Int, readsBacklog: Bool = false) -> Probe {
+            Probe(
+                name: statement.name, begin: begin, sql: statement.sql, parameters: statement.bind(binds), rows: rows,
+                readsBacklog: readsBacklog)
+        }
+        let page = ConsoleStatements.EventQuery(
+            before: high + 1, floor: high + 1 - ConsoleReads.eventWindow, type: nil, status: nil, aud: nil, limit: 51, sub: nil)
+        var rare = page
+        rare.type = "no-such-type"
+        var queued = page
+        queued.status = "pending"
+        queued.floor = try c.row(ConsoleStatements.queueWindowFloor, high + 1) ?? 0
+        var dead = queued
+        dead.status = "dead"
+        var ofSub = page
+        ofSub.sub = sub
+        ofSub.floor = 0
+        return [
+            // The overview.
+            probe(OperatorStatements.backlog, (), rows: base, readsBacklog: true),
+            probe(ConsoleStatements.keySets, (), rows: 1),
+            probe(RevocationStatements.counts, (), rows: 1),
+            probe(RevocationStatements.unconfirmedCount, (), rows: 1),
+            probe(ForwardStatements.backlog, (), rows: base, readsBacklog: true),
+            probe(TransferStatements.counts, (), rows: 1),
+            probe(ReconcileStatements.counts, (), rows: 1),
+            probe(ConsoleStatements.idRange, (), rows: 2),
+            probe(ConsoleStatements.probe, high / 2, rows: 1),
+            probe(ConsoleStatements.receivedPerMinute, (high - 1000, 0, high), rows: 1000),
+            probe(ConsoleStatements.appliedPerMinute, (high - 1000, 0, high), rows: 1000),
+            probe(ConsoleStatements.hours, (), rows: 1),
+            probe(ConsoleStatements.rollupMark, (), rows: 1),
+            probe(ConsoleStatements.rollupCurrentTo, high, rows: 1),
+            // The rollup's refresh (every few seconds), over a window of 1,000 ids.
+            probe(ConsoleStatements.lockRollup, (), rows: 1),
+            probe(ConsoleStatements.finalBound, (), rows: 1),
+            probe(ConsoleStatements.rollUp, (high - 1000, high), rows: 1000),
+            // The event list: a page, a rare filter (the whole bounded window), the queue, one user.
+            probe(ConsoleStatements.eventsInRange, page, rows: 51),
+            probe(ConsoleStatements.eventsInRange, rare, rows: Int(ConsoleReads.eventWindow)),
+            probe(ConsoleStatements.queueWindowFloor, high + 1, rows: ConsoleStatements.queueWindow),
+            probe(ConsoleStatements.eventsInQueue, queued, rows: 51),
+            probe(ConsoleStatements.eventsInQueue, dead, rows: ConsoleStatements.queueWindow),
+            probe(ConsoleStatements.eventsOfSub, ofSub, rows: 4),
+            probe(ConsoleStatements.event, high, rows: 1),
+            probe(ConsoleStatements.subOfHash, SubjectHash.of(sub), rows: 1),
+            // Failures.
+            probe(ConsoleStatements.deadLetters, (Int64.max, 200), rows: 200),
+            probe(ConsoleStatements.deadLetterTypes, (), rows: 1),
+            probe(ConsoleStatements.deadRevocations, 200, rows: 200),
+            probe(ConsoleStatements.failedRevocations, 200, rows: 200),
+            probe(ConsoleStatements.deadForwards, 200, rows: 200),
+            // A user.
+            probe(ConsoleStatements.account, sub, rows: 1),
+            probe(ConsoleStatements.appAccounts, sub, rows: 1),
+            probe(ConsoleStatements.sessions, sub, rows: 1),
+            probe(ConsoleStatements.userEvents, sub, rows: 4),
+            probe(ConsoleStatements.userRevocations, sub, rows: 1),
+            probe(ConsoleStatements.userForwards, sub, rows: 1),
+            probe(ReportStatements.userReport, sub, rows: 10),
+            // Reconciliation and transfer.
+            probe(ConsoleStatements.tokensDue, (), rows: ConsoleStatements.tokensDueShown + 1),
+            probe(ConsoleStatements.reconcilePace, (), rows: 1),
+            // The audit trail and the session check of every page.
+            probe(ConsoleStatements.actions, (Int64.max, 101), rows: 101),
+            probe(ConsoleStatements.findSession, "no-such-session", rows: 1),
+        ]
+    }
+
+    /// The maintained counts (schema.sql "Maintained counts") are the tables' own counts.
+    static func expectCountsExact(_ c: PostgresConnection, _ context: String) throws {
+        var revocations: [String: Int] = [:]
+        for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
+        var actual: [String: Int] = [:]
+        for row in try c.execute("SELECT status, count(*) FROM siwa.revocations GROUP BY 1").rows {
+            actual[row[0] ?? ""] = Int(row[1] ?? "")
+        }
+        #expect(revocations == actual, "revocations by status (\(context))")
+        let unconfirmed = try c.execute("SELECT count(*) FROM siwa.revocations WHERE confirmation = 'unconfirmed'").scalar
+        #expect(try c.row(RevocationStatements.unconfirmedCount).map(String.init) == unconfirmed, "unconfirmed (\(context))")
+        let tokens = try c.execute(
+            "SELECT count(*), count(*) FILTER (WHERE validated_at IS NOT NULL), count(*) FILTER (WHERE validation_failures > 0) FROM siwa.apple_tokens"
+        ).rows[0].map { Int($0 ?? "") ?? -1 }
+        let reconcile = try c.row(ReconcileStatements.counts)
+        #expect(try c.row(ReconcileStatements.schedule, 86400) == tokens[0], "tokens stored (\(context))")
+        #expect(reconcile?.validated == tokens[1] && reconcile?.failing == tokens[2], "tokens validated, failing (\(context))")
+        let transfers = try c.execute(
+            """
+            SELECT count(*) FILTER (WHERE direction = 'export'), count(*) FILTER (WHERE direction = 'import' AND new_sub IS NOT NULL),
+                   count(*) FILTER (WHERE direction = 'import' AND new_sub IS NULL) FROM siwa.transfers
+            """
+        ).rows[0].map { Int($0 ?? "") ?? -1 }
+        let counted = try c.row(TransferStatements.counts)
+        #expect([counted?.exported, counted?.mapped, counted?.unmapped] == transfers.map { Optional($0) }, "transfers (\(context))")
+    }
+
+    @Test("every hot statement and console read takes a few index entries per row and no more as the tables grow 10×", arguments: Statistics.allCases)
     func batchDriven(_ state: Statistics) throws {
         let url = try TestDatabase.create()
         try Self.prepare(url, state)
         let c = try PostgresConnection(conninfo: url)
+        try Self.expectCountsExact(c, state.rawValue)
         let probes = try Self.probes(c)
         let small = try probes.map { try Self.measure(c, $0) }
         _ = try TestDatabase.query(url, Self.load(from: Self.base + 1, to: Self.base * 10))
+        try Self.expectCountsExact(c, state.rawValue + ", 10×")
         let large = try probes.map { try Self.measure(c, $0) }
         for (i, probe) in probes.enumerated() {
-            for (size, reads) in [("\(Self.base)", small[i]), ("\(Self.base * 10)", large[i])] {
+            for (size, reads, grown) in [("\(Self.base)", small[i], 1), ("\(Self.base * 10)", large[i], probe.readsBacklog ? 10 : 1)] {
                 #expect(reads.seqScans.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) scans \(reads.seqScans)")
                 // A probe returns the batch row's own entries (a user's two events, say): a few each.
-                let limit = 10 * probe.rows + 100
+                let limit = 10 * probe.rows * grown + 100
                 let wide = reads.indexEntries.filter { $0.value > limit }
                 #expect(wide.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) reads \(wide) index entries for \(probe.rows) rows")
             }
             // A deeper B-tree level costs a block a probe at most.
-            let allowed = small[i].blocks * 3 / 2 + 2 * probe.rows + 50
+            let allowed = (probe.readsBacklog ? small[i].blocks * 15 : small[i].blocks * 3 / 2) + 2 * probe.rows + 50
             #expect(
                 large[i].blocks <= allowed,
                 "\(probe.name) (\(state.rawValue)): \(small[i].blocks) blocks with \(Self.base) users, \(large[i].blocks) with 10×")
         }
+    }
+
+    @Test("the maintained counts start from a database's rows when it is upgraded, and follow every change")
+    func countsFollowChanges() throws {
+        let url = try TestDatabase.create()
+        // An earlier version: rows, no count triggers, nothing counted.
+        let triggers = ["revocations", "apple_tokens", "transfers"].flatMap { t in
+            ["insert", "update", "delete", "truncate"].map { "DROP TRIGGER \(t)_counted_\($0) ON siwa.\(t);" }
+        }
+        _ = try TestDatabase.query(
+            url, triggers.joined(separator: " ") + " DELETE FROM siwa.counts; DELETE FROM siwa.count_changes;" + Self.load(from: 1, to: 300))
+        try Migrator.migrate(conninfo: url, force: true)
+        let c = try PostgresConnection(conninfo: url)
+        try Self.expectCountsExact(c, "upgraded")
+        // Status changes, a transaction that cannot fold (REPEATABLE READ), deletes, a truncate.
+        _ = try TestDatabase.query(
+            url,
+            """
+            UPDATE siwa.revocations SET status = 'dead' WHERE id % 3 = 0;
+            UPDATE siwa.revocations SET status = 'done', confirmation = 'unconfirmed' WHERE id % 7 = 0;
+            UPDATE siwa.apple_tokens SET validation_failures = validation_failures + 1 WHERE apple_sub LIKE 'u.2%';
+            """)
+        _ = try TestDatabase.query(
+            url,
+            """
+            BEGIN ISOLATION LEVEL REPEATABLE READ;
+            DELETE FROM siwa.apple_tokens WHERE apple_sub LIKE 'u.1%';
+            UPDATE siwa.transfers SET new_sub = 'x.' || id WHERE direction = 'import' AND new_sub IS NULL AND id % 2 = 1;
+            DELETE FROM siwa.revocations WHERE id % 5 = 0;
+            COMMIT;
+            """)
+        #expect(try c.execute("SELECT count(*) FROM siwa.count_changes").scalar != "0", "the REPEATABLE READ changes wait unfolded")
+        try Self.expectCountsExact(c, "after changes")
+        _ = try TestDatabase.query(url, "UPDATE siwa.apple_tokens SET validated_at = now() WHERE apple_sub LIKE 'u.3%'")
+        #expect(try c.execute("SELECT count(*) FROM siwa.count_changes").scalar == "0", "the next writer folded them")
+        try Self.expectCountsExact(c, "folded")
+        _ = try TestDatabase.query(url, "TRUNCATE siwa.transfers, siwa.apple_tokens; TRUNCATE siwa.revocations CASCADE")
+        try Self.expectCountsExact(c, "truncated")
+        _ = try TestDatabase.query(url, Self.load(from: 301, to: 400))
+        try Self.expectCountsExact(c, "refilled")
     }
 }

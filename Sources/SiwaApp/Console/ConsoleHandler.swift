@@ -347,8 +347,8 @@ public final class ConsoleHandler: Sendable {
         ConsolePages.Failures(
             deadLetters: try c.rows(ConsoleStatements.deadLetters, (Int64.max, 200)),
             deadLetterTypes: try c.rows(ConsoleStatements.deadLetterTypes, ()),
-            deadRevocations: try c.rows(ConsoleStatements.revocations, ("dead", 200)),
-            failingRevocations: try c.rows(ConsoleStatements.revocations, ("failed", 200)),
+            deadRevocations: try c.rows(ConsoleStatements.deadRevocations, 200),
+            failingRevocations: try c.rows(ConsoleStatements.failedRevocations, 200),
             deadForwards: try c.rows(ConsoleStatements.deadForwards, 200))
     }
 

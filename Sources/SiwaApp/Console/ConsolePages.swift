@@ -442,7 +442,8 @@ enum ConsolePages {
         body += keyValues([
             ("state", features.inAppDeletion ? "on" : "off (needs in-app deletion)"),
             ("tokens validated at least once", c(s.reconcile?.validated ?? 0)),
-            ("due now", c(s.tokensDue)), ("grants found gone", c(s.reconcile?.gone ?? 0)), ("failing (will retry)", c(s.reconcile?.failing ?? 0)),
+            ("due now", s.tokensDue > ConsoleStatements.tokensDueShown ? "more than " + c(ConsoleStatements.tokensDueShown) : c(s.tokensDue)),
+            ("grants found gone", c(s.reconcile?.gone ?? 0)), ("failing (will retry)", c(s.reconcile?.failing ?? 0)),
             ("next call slot (UTC)", s.nextSlot ?? "–"),
         ])
         body += "</div><div class=\"card\"><h2>App transfer</h2>"

@@ -193,7 +193,13 @@ enum ConsoleReads {
             before: before, floor: floor, type: filter.type, status: filter.status, aud: filter.aud, limit: pageSize + 1, sub: sub)
         let rows: [ConsoleRow]
         if let status = filter.status, ["pending", "failed", "dead"].contains(status) {
-            rows = try c.rows(ConsoleStatements.eventsInQueue, query)
+            // A window of the queue's newest rows below the cursor: a rare status pages through windows.
+            query.floor = max(floor, try c.row(ConsoleStatements.queueWindowFloor, before) ?? floor)
+            let found = try c.rows(ConsoleStatements.eventsInQueue, query)
+            if found.count <= pageSize {
+                return EventPage(rows: found, next: query.floor > floor ? query.floor : nil)
+            }
+            return EventPage(rows: Array(found.prefix(pageSize)), next: found[pageSize - 1].int64("id"))
         } else if sub != nil {
             rows = try c.rows(ConsoleStatements.eventsOfSub, query)
         } else {

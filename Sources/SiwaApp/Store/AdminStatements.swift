@@ -6,6 +6,10 @@ enum AdminStatements {
     /// The admin pool (API calls, the key set's persistence): 5 s per statement, 2 s for a lock.
     static let beginAdmin = begin(statementTimeoutMilliseconds: 5000, lockTimeoutMilliseconds: 2000)
 
+    /// The console's pages: the admin pool's timeouts, and key lookups only (no table read whole
+    /// because the statistics made it look small: `WorkerStatements.keyLookupsOnly`).
+    static let beginConsole = beginAdmin + "; " + WorkerStatements.keyLookupsOnly.sql
+
     /// The readiness and gauge probe: 2 s per statement, 1 s for a lock.
     static let beginProbe = begin(statementTimeoutMilliseconds: 2000, lockTimeoutMilliseconds: 1000)
 

@@ -91,9 +91,13 @@ enum ConsoleStatements {
         "SELECT url, \(utc("fetched_at", as: "fetched")), extract(epoch FROM now() - fetched_at)::float8 AS age FROM siwa.key_sets ORDER BY url",
         bind: { (_: Void) in [] })
 
-    /// The ends of the events' id range (both ends of the primary key).
+    /// The ends of the events' id range (both ends of the primary key, one entry each: `min` and
+    /// `max` were planned as a read of the whole index on a table analyzed while empty).
     static let idRange = Statement<Void, (low: Int64, high: Int64)?>(
-        "console_id_range", "SELECT min(id) AS low, max(id) AS high FROM siwa.events",
+        "console_id_range",
+        """
+        SELECT (SELECT id FROM siwa.events ORDER BY id LIMIT 1) AS low, (SELECT id FROM siwa.events ORDER BY id DESC LIMIT 1) AS high
+        """,
         decode: { row throws(PostgresError) in
             guard let low = try row.optionalInt64("low"), let high = try row.optionalInt64("high") else { return nil }
             return (low, high)
@@ -129,12 +133,13 @@ enum ConsoleStatements {
         "console_lock_rollup", "SELECT last_id FROM siwa.console_rollup FOR UPDATE SKIP LOCKED",
         decode: { row throws(PostgresError) in try row.int64("last_id") })
 
-    /// The highest id whose outcome is final: below the oldest event still waiting in the queue.
+    /// The highest id whose outcome is final: below the oldest event still waiting in the queue
+    /// (the queue's primary key in order, to its first waiting row: past the dead ones only).
     static let finalBound = Statement<Void, Int64>(
         "console_final_bound",
         """
-        SELECT coalesce((SELECT min(id) - 1 FROM siwa.event_queue WHERE status IN ('pending', 'failed')),
-                        (SELECT max(id) FROM siwa.events), 0) AS bound
+        SELECT coalesce((SELECT id - 1 FROM siwa.event_queue WHERE status IN ('pending', 'failed') ORDER BY id LIMIT 1),
+                        (SELECT id FROM siwa.events ORDER BY id DESC LIMIT 1), 0) AS bound
         """,
         decode: { row throws(PostgresError) in try row.int64("bound") })
 
@@ -175,8 +180,16 @@ enum ConsoleStatements {
         "console_rollup_current_to", "SELECT extract(epoch FROM received_at)::float8 AS t FROM siwa.events WHERE id = $1",
         bind: { [String($0)] }, decode: { row throws(PostgresError) in try row.double("t") })
 
+    /// Most due tokens the console counts (the page says "more than" beyond it).
+    static let tokensDueShown = 10_000
+
+    /// Tokens due now, up to one more than `tokensDueShown`: the first entries of the due index,
+    /// whatever the reconciliation's backlog.
     static let tokensDue = Statement<Void, Int>(
-        "console_tokens_due", "SELECT count(*)::int AS n FROM siwa.apple_tokens WHERE next_validation_at <= now()",
+        "console_tokens_due",
+        """
+        SELECT count(*)::int AS n FROM (SELECT 1 FROM siwa.apple_tokens WHERE next_validation_at <= now() LIMIT \(tokensDueShown + 1)) due
+        """,
         decode: { row throws(PostgresError) in try row.int("n") })
 
     static let reconcilePace = Statement<Void, String?>(
@@ -226,12 +239,25 @@ enum ConsoleStatements {
             + " FROM e WHERE e.id < $1 AND e.id >= $2 AND \(eventFilters) ORDER BY e.id DESC LIMIT $6",
         bind: { eventBinds($0) })
 
-    /// Events waiting or dead, from the queue, newest first.
+    /// Queue rows one page of waiting or dead events reads at most.
+    static let queueWindow = 2_000
+
+    /// The lowest id of the `queueWindow` newest queue rows below `$1` (nil: fewer are left).
+    static let queueWindowFloor = Statement<Int64, Int64>(
+        "console_queue_window_floor",
+        "SELECT id FROM siwa.event_queue WHERE id < $1 ORDER BY id DESC OFFSET \(queueWindow - 1) LIMIT 1",
+        bind: { [String($0)] }, decode: { row throws(PostgresError) in try row.int64("id") })
+
+    /// Events waiting or dead, newest first, among queue ids `$2` to `$1` (a window of at most
+    /// `queueWindow` queue rows): the queue's primary key backwards, an event probe per row
+    /// (`= ANY (ARRAY[q.id])`, see `WorkerStatements`). The status test is an expression no
+    /// partial index of the queue implies: a read of a whole status index and a sort never
+    /// competes with the walk that stops at the page's end.
     static let eventsInQueue = listing(
         "console_events_queue", eventColumns,
         eventSelect
-            + " FROM siwa.event_queue q JOIN siwa.events e ON e.id = q.id WHERE q.status = $4 AND q.id < $1 AND q.id >= $2 AND \(eventFilters)"
-            + " AND ($7::text IS NULL OR e.sub = $7) ORDER BY q.id DESC LIMIT $6",
+            + " FROM siwa.event_queue q, siwa.events e WHERE e.id = ANY (ARRAY[q.id]) AND (q.status || '') = $4 AND q.id < $1"
+            + " AND q.id >= $2 AND \(eventFilters) AND ($7::text IS NULL OR e.sub = $7) ORDER BY q.id DESC LIMIT $6",
         bind: { eventBinds($0) })
 
     static let event = listing(
@@ -250,9 +276,15 @@ enum ConsoleStatements {
         FROM siwa.events WHERE id = $1
         """, bind: { (id: Int64) in [String(id)] })
 
-    /// The `sub` whose hash (`siwa.subject_hash`) is `$1`, through the accounts' hash index.
+    /// The `sub` whose hash (`siwa.subject_hash`) is `$1`, through the accounts' hash index (in
+    /// matches taken first, materialized; `status` read too, so that no index-only walk down the
+    /// primary key, hashing every `sub`, can answer it: that looked cheaper on a table believed empty).
     static let subOfHash = Statement<String, String>(
-        "console_sub_of_hash", "SELECT apple_sub FROM siwa.accounts WHERE siwa.subject_hash(apple_sub) = $1 LIMIT 1",
+        "console_sub_of_hash",
+        """
+        WITH a AS MATERIALIZED (SELECT apple_sub, status FROM siwa.accounts WHERE siwa.subject_hash(apple_sub) = $1)
+        SELECT apple_sub FROM a LIMIT 1
+        """,
         bind: { [$0] }, decode: { row throws(PostgresError) in try row.text("apple_sub") })
 
     // MARK: Failures
@@ -271,13 +303,22 @@ enum ConsoleStatements {
         WHERE q.status = 'dead' AND e.status = 'dead' GROUP BY 1 ORDER BY 1
         """, bind: { (_: Void) in [] })
 
-    static let revocations = listing(
-        "console_revocations", ["id", "sub_hash", "client_id", "reason", "status", "attempts", "last_error", "created", "next_attempt"],
-        """
-        SELECT id, siwa.subject_hash(apple_sub) AS sub_hash, client_id, reason, status, attempts, last_error,
-               \(utc("created_at", as: "created")), \(utc("next_attempt_at", as: "next_attempt"))
-        FROM siwa.revocations WHERE status = $1 ORDER BY id DESC LIMIT $2
-        """, bind: { (p: (status: String, limit: Int)) in [p.status, String(p.limit)] })
+    /// Revocations of one status (`dead`, `failed`), newest first, by that status's own partial
+    /// index (`revocations_dead_idx`, `revocations_failed_idx`): the status is in the SQL, not a
+    /// parameter, so every plan can use it.
+    static func revocations(_ status: String) -> Statement<Int, ConsoleRow> {
+        listing(
+            "console_revocations_\(status)",
+            ["id", "sub_hash", "client_id", "reason", "status", "attempts", "last_error", "created", "next_attempt"],
+            """
+            SELECT id, siwa.subject_hash(apple_sub) AS sub_hash, client_id, reason, status, attempts, last_error,
+                   \(utc("created_at", as: "created")), \(utc("next_attempt_at", as: "next_attempt"))
+            FROM siwa.revocations WHERE status = '\(status)' ORDER BY id DESC LIMIT $1
+            """, bind: { (limit: Int) in [String(limit)] })
+    }
+
+    static let deadRevocations = revocations("dead")
+    static let failedRevocations = revocations("failed")
 
     static let deadForwards = listing(
         "console_dead_forwards", ["id", "seq", "type", "sub_hash", "aud", "source", "attempts", "last_error", "created"],
@@ -306,6 +347,9 @@ enum ConsoleStatements {
         """, bind: { [SQLEncoding.array($0)] })
 
     // MARK: A user
+    // (Each reads the user's rows first, materialized, by the user's index; ordered afterwards: an
+    // index in the listing's order, walked whole and filtered, looked cheaper on a table believed
+    // empty.)
 
     static let account = listing(
         "console_account",
@@ -319,8 +363,9 @@ enum ConsoleStatements {
     static let appAccounts = listing(
         "console_app_accounts", ["aud", "status", "email", "is_private_email", "email_forwarding", "signed_in", "updated"],
         """
+        WITH a AS MATERIALIZED (SELECT * FROM siwa.app_accounts WHERE apple_sub = $1)
         SELECT aud, status, email, is_private_email, email_forwarding, \(utc("signed_in_at", as: "signed_in")), \(utc("updated_at", as: "updated"))
-        FROM siwa.app_accounts WHERE apple_sub = $1 ORDER BY aud
+        FROM a ORDER BY aud
         """, bind: { (sub: String) in [sub] })
 
     static let sessions = listing(
@@ -342,9 +387,10 @@ enum ConsoleStatements {
     static let userRevocations = listing(
         "console_user_revocations", ["id", "client_id", "reason", "status", "confirmation", "attempts", "last_error", "created", "finished"],
         """
+        WITH r AS MATERIALIZED (SELECT * FROM siwa.revocations WHERE apple_sub = $1)
         SELECT id, client_id, reason, status, confirmation, attempts, last_error, \(utc("created_at", as: "created")),
                \(utc("finished_at", as: "finished"))
-        FROM siwa.revocations WHERE apple_sub = $1 ORDER BY id DESC LIMIT 100
+        FROM r ORDER BY id DESC LIMIT 100
         """, bind: { (sub: String) in [sub] })
 
     static let userForwards = listing(

@@ -4,8 +4,9 @@ import SiwaPostgres
 /// answer changes. Every statement stands alone (autocommit): nothing is held open while Apple
 /// is called.
 enum ReconcileStatements {
-    /// Tokens first seen get their first due time (one interval after they were stored); returns
-    /// how many tokens are stored.
+    /// Tokens first seen get their first due time (one interval after they were stored; by
+    /// `apple_tokens_unscheduled_idx`); returns how many tokens are stored, from the maintained
+    /// count (schema.sql "Maintained counts": exact, without reading the table).
     static let schedule = Statement<Double, Int>(
         "reconcile_schedule",
         """
@@ -13,7 +14,7 @@ enum ReconcileStatements {
             UPDATE siwa.apple_tokens SET next_validation_at = updated_at + make_interval(secs => $1)
             WHERE next_validation_at IS NULL RETURNING 1
         )
-        SELECT (SELECT count(*) FROM siwa.apple_tokens) + 0 * (SELECT count(*) FROM scheduled) AS tokens
+        SELECT \(MaintainedCounts.sum("'apple_tokens'")) + 0 * (SELECT count(*) FROM scheduled) AS tokens
         """,
         bind: { [String($0)] },
         decode: { row throws(PostgresError) in try row.int("tokens") })
@@ -147,13 +148,14 @@ enum ReconcileStatements {
         decode: { row throws(PostgresError) in try row.int("queued") })
 
     /// What `status` shows: tokens validated at least once, grants found gone (events still kept),
-    /// tokens whose last validation failed.
+    /// tokens whose last validation failed. The token counts are maintained; the gone grants are
+    /// the entries of their own partial index (`events_reconcile_gone_idx`).
     static let counts = Statement<Void, (validated: Int, gone: Int, failing: Int)>(
         "reconcile_counts",
         """
-        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL) AS validated,
+        SELECT \(MaintainedCounts.sum("'apple_tokens:validated'")) AS validated,
                (SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%') AS gone,
-               (SELECT count(*) FROM siwa.apple_tokens WHERE validation_failures > 0) AS failing
+               \(MaintainedCounts.sum("'apple_tokens:failing'")) AS failing
         """,
         decode: { row throws(PostgresError) in (try row.int("validated"), try row.int("gone"), try row.int("failing")) })
 }

@@ -131,10 +131,15 @@ enum RevocationStatements {
         "SELECT count(*)::int AS n FROM siwa.revocations WHERE confirmation = 'unconfirmed'",
         decode: { row throws(PostgresError) in try row.int("n") })
 
-    /// Revocations by status (for `status` and `/metrics`).
+    /// Revocations by status (for `status`, `/metrics` and the console), the statuses that have
+    /// any: the maintained counts (schema.sql "Maintained counts"), never a read of the table.
     static let counts = Statement<Void, (status: String, count: Int)>(
         "revocation_counts",
-        "SELECT status, count(*)::int AS n FROM siwa.revocations GROUP BY status",
+        """
+        SELECT substr(name, length('revocations:') + 1) AS status, sum(n)::int AS n
+        FROM \(MaintainedCounts.rows) WHERE name LIKE 'revocations:%' AND name <> 'revocations:unconfirmed'
+        GROUP BY name HAVING sum(n) > 0
+        """,
         decode: { row throws(PostgresError) in (try row.text("status"), try row.int("n")) })
 
     /// Dead revocations back in the queue with a fresh retry window; returns how many.

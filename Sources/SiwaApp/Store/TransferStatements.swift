@@ -143,14 +143,16 @@ enum TransferStatements {
         var importStarted: Double?
     }
 
+    /// Users exported, mapped and still unmapped (maintained counts: schema.sql "Maintained counts"),
+    /// and when the first import began (`transfers_import_created_idx`).
     static let counts = Statement<Void, Counts>(
         "transfer_counts",
         """
-        SELECT count(*) FILTER (WHERE direction = 'export') AS exported,
-               count(*) FILTER (WHERE direction = 'import' AND new_sub IS NOT NULL) AS mapped,
-               count(*) FILTER (WHERE direction = 'import' AND new_sub IS NULL) AS unmapped,
-               extract(epoch FROM min(created_at) FILTER (WHERE direction = 'import'))::float8 AS import_started
-        FROM siwa.transfers
+        SELECT \(MaintainedCounts.sum("'transfers:export'")) AS exported,
+               \(MaintainedCounts.sum("'transfers:mapped'")) AS mapped,
+               \(MaintainedCounts.sum("'transfers:unmapped'")) AS unmapped,
+               (SELECT extract(epoch FROM created_at)::float8 FROM siwa.transfers WHERE direction = 'import' ORDER BY created_at LIMIT 1)
+                   AS import_started
         """,
         decode: { row throws(PostgresError) in
             Counts(
