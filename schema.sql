@@ -972,7 +972,7 @@ CREATE TABLE IF NOT EXISTS siwa.library_tokens (
 GRANT SELECT, INSERT, UPDATE ON siwa.library_tokens TO siwa_worker;
 -- === end of tokens the auth libraries store ===
 
--- === Maintained counts (issue 29; README "Status") ===
+-- === Maintained counts (issue 29; README "Database") ===
 -- What `status`, /metrics and the console show of tables that only grow (revocations by status,
 -- stored refresh tokens, transfers) is counted as rows change, never by reading the tables:
 -- statement triggers append each statement's net changes to siwa.count_changes (no row is ever

@@ -116,6 +116,8 @@ def server_env(port, admin_port, threads, app_name=None):
         "SIWA_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "warning"),
         "SIWA_HTTP_THREADS": str(threads),
     })
+    if CLOCK_SHIFT:
+        env.update({"LD_PRELOAD": FAKETIME_LIB, "FAKETIME": f"-{CLOCK_SHIFT}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     return env
 
 
@@ -309,10 +311,35 @@ class CPUMeter:
 # ---------------------------------------------------------------------------------------------
 # Bodies
 
-def presign(kind, count):
-    out = subprocess.run([sys.executable, os.path.join(HERE, "presign.py"), "sign", CACHE, kind, str(count)],
-                         stdout=subprocess.PIPE, text=True, check=True)
+def presign(kind, count, once=False):
+    """The path of `count` bodies of `kind`, signed now or taken from the cache. `once`: signed
+    once and kept whatever their age (a million take half an hour on this machine); the caller
+    then runs the server at their time (`clock_shift`)."""
+    out = subprocess.run([sys.executable, os.path.join(HERE, "presign.py"), "sign-once" if once else "sign", CACHE, kind,
+                          str(count)], stdout=subprocess.PIPE, text=True, check=True)
     return out.stdout.strip().splitlines()[-1]
+
+
+# Seconds the siwa-notify processes' clock runs behind (libfaketime), so that bodies signed long
+# ago are still within their day of validity (iat ≤ now + 60 s, now < iat + 86,400): only the
+# token checks read that clock; PostgreSQL and everything it stamps keep the real time.
+CLOCK_SHIFT = 0
+FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def clock_shift(path, longest_run):
+    """Sets CLOCK_SHIFT for the bodies at `path` when a run of `longest_run` seconds would reach
+    their expiry; returns (signed at, shift)."""
+    global CLOCK_SHIFT
+    with open(path + ".json") as f:
+        iat = json.load(f)["iat"]
+    age = time.time() - iat
+    if age + longest_run + 600 > 86400:
+        if not os.path.exists(FAKETIME_LIB):
+            raise SystemExit(f"bench: bodies signed {age / 3600:.1f} h ago need libfaketime ({FAKETIME_LIB}): apt-get install faketime")
+        CLOCK_SHIFT = int(age) - 300  # the server starts 5 minutes after the signing
+        log(f"bench: bodies signed {age / 3600:.1f} h ago: siwa-notify runs {CLOCK_SHIFT} s behind (libfaketime)")
+    return iat, CLOCK_SHIFT
 
 
 def read_bodies(path):
@@ -935,18 +962,20 @@ SCALE_FUNCTIONS = """
 """
 
 
-def scale_accounts_sql(count, step, offset=0):
-    """Accounts and one live session each for a = offset, offset + step, ... (count of them)."""
+def scale_accounts_sql(count, step, offset=0, now="now()"):
+    """Accounts and one live session each for a = offset, offset + step, ... (count of them).
+    `now`: the time the accounts' last events and the sessions are dated from (the burst dates
+    them from its bodies' signing, so that the bodies' events are newer whenever they were signed)."""
     return f"""
         INSERT INTO siwa.accounts (apple_sub, email, is_private_email, email_forwarding, status,
                                    last_event_time, email_event_time, created_at, updated_at)
         SELECT public.bench_sub(a, ''), substr(md5('mail' || a), 1, 10) || '@privaterelay.appleid.com', true, true,
-               'active', now() - interval '2 days', now() - interval '2 days',
+               'active', {now} - interval '2 days', {now} - interval '2 days',
                now() - interval '400 days' + a * interval '10 seconds', now() - interval '2 days'
         FROM generate_series(0, {count - 1}) i, LATERAL (SELECT i::bigint * {step} + {offset} AS a) x;
     """, f"""
         INSERT INTO siwa.sessions (apple_sub, created_at, expires_at)
-        SELECT public.bench_sub(a, ''), now() - interval '3 days' + (a % 1000) * interval '1 second',
+        SELECT public.bench_sub(a, ''), {now} - interval '3 days' + (a % 1000) * interval '1 second',
                now() + interval '27 days'
         FROM generate_series(0, {count - 1}) i, LATERAL (SELECT i::bigint * {step} + {offset} AS a) x;
     """
@@ -973,15 +1002,16 @@ def scale_events_sql(first, last, accounts, total):
     """
 
 
-def scale_backlog_sql(backlog, accounts, erasure=True):
+def scale_backlog_sql(backlog, accounts, erasure=True, again=False):
     """`backlog` pending events, 4 types round robin: even i for an existing account (spread over
     all of them: it has a live session), odd i for a new sub. `erasure=False`: consent-revoked in
     place of account-delete (no user's history to erase), other existing accounts (offset by half
-    a step), other jtis and new subs."""
+    a step), other jtis and new subs. `again`: a second pair of backlogs, for accounts a quarter
+    step further (none of them touched by the first pair), with their own jtis and new subs."""
     half = backlog // 2
     step = max(1, accounts // max(1, half))
-    offset = 0 if erasure else step // 2
-    tag = "" if erasure else "nd-"
+    offset = (0 if erasure else step // 2) + (step // 4 if again else 0)
+    tag = ("" if erasure else "nd-") + ("again-" if again else "")
     third = "account-delete" if erasure else "consent-revoked"
     return f"""
         INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
@@ -1161,6 +1191,22 @@ def scale():
             f"{preload['indexes_s']} s, checkpoint "
             f"{preload['checkpoint_s']} s); tables {preload['tables']}")
         loaded = ingest_and_drain("scale", n, threads, backlog_sql, quiet_backlog_sql)
+        analyzed = None
+        if os.environ.get("SCALE_ANALYZE", "1") == "1":
+            # 3. The same tables once ANALYZEd (what autovacuum does within a minute of a load),
+            # with the queue empty (its usual state: the statistics say it holds nothing), then a
+            # backlog of the same size for other accounts, drained by one worker.
+            t = time.perf_counter()
+            psql_script(analyze_tables())
+            log(f"scale: ANALYZE {time.perf_counter() - t:.1f} s; backlog again")
+            analyzed = {}
+            psql_script(scale_backlog_sql(backlog, accounts, again=True)[0])
+            psql("CHECKPOINT")
+            analyzed["worker"] = drain(1, label="analyzed worker")
+            psql_script(scale_backlog_sql(backlog, accounts, erasure=False, again=True)[0])
+            psql("CHECKPOINT")
+            analyzed["worker_no_erasure"] = drain(1, label="analyzed worker, no account-delete")
+            analyzed["tables"] = table_stats()
     finally:
         if not autovacuum:
             for t in quiet_tables:
@@ -1177,6 +1223,10 @@ def scale():
         "worker_no_erasure_events_per_s": (empty["worker_no_erasure"]["events_per_s"], loaded["worker_no_erasure"]["events_per_s"]),
     }
     summary = {k: {"empty": a, "scale": b, "ratio": ratio(a, b)} for k, (a, b) in figures.items()}
+    if analyzed:
+        for k in ("worker", "worker_no_erasure"):
+            a, b = empty[k]["events_per_s"], analyzed[k]["events_per_s"]
+            summary[f"{k}_events_per_s_after_analyze"] = {"empty": a, "scale": b, "ratio": ratio(a, b)}
     summary["preload_s"] = preload["total_s"]
     summary["sizes"] = {"accounts": accounts, "sessions": sessions, "events": events, "backlog": backlog, "ingest_n": n}
     summary["aim_ratio"] = 0.8
@@ -1189,7 +1239,7 @@ def scale():
     return {"settings": {"accounts": accounts, "sessions": sessions, "events": events, "backlog": backlog,
                          "backlog_existing": half, "backlog_existing_step": step, "ingest_n": n,
                          "http_threads": threads, "autovacuum": autovacuum},
-            "empty": empty, "preload": preload, "scale": loaded, "summary": summary}
+            "empty": empty, "preload": preload, "scale": loaded, "analyzed": analyzed, "summary": summary}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1475,7 +1525,8 @@ def burst():
     n = env_int("BURST_N", 1000000)
     threads = env_int("BENCH_LATENCY_HTTP_THREADS", 4)
     timeout = env_int("BURST_MAX_SECONDS", 1800)
-    path = presign(f"burst{accounts}", n)
+    path = presign(f"burst{accounts}", n, once=True)
+    signed_at, shift = clock_shift(path, timeout)
     bodies = read_bodies(path)
     # Apple's retries: one in fifty again, twenty-five bodies after its first.
     sent = []
@@ -1490,7 +1541,7 @@ def burst():
     psql_script(SCALE_FUNCTIONS)
     started = time.perf_counter()
     recreate = drop_indexes(["siwa.accounts", "siwa.sessions"])
-    for sql in scale_accounts_sql(accounts, 1):
+    for sql in scale_accounts_sql(accounts, 1, now=f"to_timestamp({signed_at})"):
         psql_script(sql)
     for sql in recreate:
         psql(sql)
@@ -1507,6 +1558,7 @@ def burst():
     preload_s = round(time.perf_counter() - started, 1)
     log(f"burst: {accounts} accounts and sessions loaded and analyzed in {preload_s} s; sending {len(sent)} bodies")
     first_id = int(psql("SELECT coalesce(max(id), 0) FROM siwa.events"))
+    load_start = os.getloadavg()
     timeline, analyzed_at = [], []
     stop = threading.Event()
     with Server("serve", threads) as server:
@@ -1556,7 +1608,9 @@ def burst():
                if marks[k] is not None and marks[k + 1] is not None and marks[k + 1] > marks[k] else None for k in range(10)]
     last_applied = marks[10] - first_send if marks[10] is not None else None
     result = {
-        "settings": {"accounts": accounts, "bodies": n, "sent": len(sent), "http_threads": threads},
+        "settings": {"accounts": accounts, "bodies": n, "sent": len(sent), "http_threads": threads,
+                     "bodies_signed_at": signed_at, "server_clock_shift_s": shift},
+        "load_average": {"start": load_start, "end": os.getloadavg()},
         "preload_s": preload_s, "counts": counts, "socket_errors": w["errors"],
         "last_answered_s": round(w["last_recv"] - first_send, 2),
         "last_applied_s": round(last_applied, 2) if last_applied is not None else None,
@@ -1581,7 +1635,8 @@ def burst():
         f"| worker events/s by tenth | {deciles} | |\n"
         f"| receiver p50 / p99 / max | {lat.get('50')} / {lat.get('99')} / {result['receiver_latency_max_ms']} ms | max ≤ 5,000 ms |\n"
         f"| answers | {counts} | |\n"
-        f"| CPU µs/event (serve, postgres, load, other); idle | {cpu['us_per_event']}; {cpu['idle_pct']}% | |")
+        f"| CPU µs/event (serve, postgres, load, other); idle | {cpu['us_per_event']}; {cpu['idle_pct']}% | |\n"
+        f"| load average (1, 5, 15 min) at the start / the end | {load_start} / {result['load_average']['end']} | |")
     return result
 
 

@@ -4,9 +4,12 @@
     presign.py key CACHE_DIR                  -> CACHE_DIR/key.pem, CACHE_DIR/jwks.json (kept if present)
     presign.py sign CACHE_DIR KIND COUNT      -> prints the path of a bodies file, one HTTP body a line:
                                                  {"payload":"<compact RS256 JWS>"}
+    presign.py sign-once CACHE_DIR KIND COUNT -> the same, never re-signed for its age: the caller runs
+                                                 the server at the bodies' own time (bench.py burst)
 
-Bodies are cached per key (CACHE_DIR/<key fingerprint>/<kind>-<count>.bodies) and re-signed when
-older than MAX_AGE (the tokens carry exp = iat + 86400). Every token has a unique `jti` (22 base64url
+Bodies are cached per key (CACHE_DIR/<key fingerprint>/<kind>-<count>.bodies, with a .json of when
+they were signed) and re-signed when older than MAX_AGE (the tokens carry exp = iat + 86400),
+except with sign-once. Every token has a unique `jti` (22 base64url
 characters) and a unique (sub, type, event_time) triple; KIND prefixes the sub, so bodies of
 different kinds never collide in one database. KIND `burst<N>`: every type, most for the N users
 that bench.py's burst mode preloads (see burst_event). Signing runs on a multiprocessing pool (2 processes
@@ -110,7 +113,7 @@ def burst_event(accounts: int, i: int, new_sub: str, base_ms: int) -> dict:
     return event
 
 
-def sign(cache: str, kind: str, count: int) -> str:
+def sign(cache: str, kind: str, count: int, any_age: bool = False) -> str:
     _, pem_path, _, fingerprint = ensure_key(cache)
     directory = os.path.join(cache, fingerprint)
     os.makedirs(directory, exist_ok=True)
@@ -119,7 +122,7 @@ def sign(cache: str, kind: str, count: int) -> str:
     try:
         with open(meta_path) as f:
             meta = json.load(f)
-        if time.time() - meta["iat"] < MAX_AGE and os.path.getsize(path) == meta["bytes"]:
+        if (any_age or time.time() - meta["iat"] < MAX_AGE) and os.path.getsize(path) == meta["bytes"]:
             return path
     except (OSError, ValueError, KeyError):
         pass
@@ -150,8 +153,8 @@ def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "key":
         _, pem, jwks, fp = ensure_key(sys.argv[2])
         print(jwks)
-    elif len(sys.argv) == 5 and sys.argv[1] == "sign":
-        print(sign(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    elif len(sys.argv) == 5 and sys.argv[1] in ("sign", "sign-once"):
+        print(sign(sys.argv[2], sys.argv[3], int(sys.argv[4]), any_age=sys.argv[1] == "sign-once"))
     else:
         sys.exit(__doc__)
 
