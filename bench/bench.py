@@ -313,8 +313,8 @@ class CPUMeter:
 
 def presign(kind, count, once=False):
     """The path of `count` bodies of `kind`, signed now or taken from the cache. `once`: signed
-    once and kept whatever their age (a million take half an hour on this machine); the caller
-    then runs the server at their time (`clock_shift`)."""
+    once and kept whatever their age (signing a million is slow: bench/README); the caller then
+    runs the server at their time (`clock_shift`)."""
     out = subprocess.run([sys.executable, os.path.join(HERE, "presign.py"), "sign-once" if once else "sign", CACHE, kind,
                           str(count)], stdout=subprocess.PIPE, text=True, check=True)
     return out.stdout.strip().splitlines()[-1]
@@ -337,7 +337,7 @@ def clock_shift(path, longest_run):
     if age + longest_run + 600 > 86400:
         if not os.path.exists(FAKETIME_LIB):
             raise SystemExit(f"bench: bodies signed {age / 3600:.1f} h ago need libfaketime ({FAKETIME_LIB}): apt-get install faketime")
-        CLOCK_SHIFT = int(age) - 300  # the server starts 5 minutes after the signing
+        CLOCK_SHIFT = int(age) - 300  # the server's clock starts 5 minutes after the signing
         log(f"bench: bodies signed {age / 3600:.1f} h ago: siwa-notify runs {CLOCK_SHIFT} s behind (libfaketime)")
     return iat, CLOCK_SHIFT
 
