@@ -988,7 +988,8 @@ CREATE TABLE IF NOT EXISTS siwa.count_changes (
     name text COLLATE "C" NOT NULL,
     n    bigint NOT NULL
 );
-GRANT SELECT ON siwa.counts, siwa.count_changes TO siwa_worker, siwa_api;
+-- The reconciler's pacing and /metrics read them as the worker.
+GRANT SELECT ON siwa.counts, siwa.count_changes TO siwa_worker;
 
 -- Moves the changes into siwa.counts, in a READ COMMITTED transaction only (each statement then
 -- sees what an earlier folder committed) and when no other transaction holds the fold's lock

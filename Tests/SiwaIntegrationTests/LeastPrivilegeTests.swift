@@ -176,7 +176,7 @@ struct LeastPrivilegeTests {
         "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
         "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
         "siwa_worker SELECT apple_tokens", "siwa_worker INSERT apple_tokens", "siwa_worker UPDATE apple_tokens",
-        "siwa_worker DELETE apple_tokens",
+        "siwa_worker DELETE apple_tokens", "siwa_worker SELECT counts", "siwa_worker SELECT count_changes",
         "siwa_worker SELECT events", "siwa_worker INSERT events", "siwa_worker UPDATE events", "siwa_worker DELETE events",
         "siwa_worker SELECT event_queue", "siwa_worker UPDATE event_queue", "siwa_worker DELETE event_queue",
         "siwa_worker SELECT forwards", "siwa_worker INSERT forwards", "siwa_worker UPDATE forwards",
