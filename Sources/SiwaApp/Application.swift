@@ -361,7 +361,7 @@ public final class Application: Sendable {
         guard let forwarding = configuration.forwarding else { return }
         let delivery: ForwardDelivery
         do {
-            delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout)
+            delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
         } catch {
             throw StartError(description: "\(error)")
         }

@@ -20,8 +20,8 @@ struct ForwardingTests {
         try secrets.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
         var options = ForwardSender.Options()
         options.backoff = RetryPolicy(maxAttempts: .max, baseDelay: 0.1, maxDelay: 0.2)
-        options.pollInterval = 0.1
-        options.timeout = timeout
+        options.pollInterval = .milliseconds(100)
+        options.timeout = .seconds(timeout)
         return try TestHarness(
             forwarding: ForwardingConfiguration(url: url, secretFile: file), forwardOptions: options)
     }

@@ -73,7 +73,7 @@ struct LibraryTokenTests {
         /// Runs a revoker until `condition` holds (or 20 s); its log goes to `logs`.
         func revoke(logs: LogSink, until condition: () throws -> Bool) throws -> Bool {
             var options = Revoker.Options()
-            options.pollInterval = 0.05
+            options.pollInterval = .milliseconds(50)
             let revoker = Revoker(
                 conninfo: db.workerURL, apple: credentials(), options: options, logger: TestHarness.logger(into: logs), metrics: Metrics())
             revoker.start()

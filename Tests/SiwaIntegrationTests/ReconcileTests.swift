@@ -102,8 +102,8 @@ struct ReconcileTests {
             configuration: AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: "-", tokenKeyFile: "-", baseURL: fake.baseURL),
             privateKey: S.teamKey, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
         var options = Reconciler.Options()
-        options.idleWait = 0.1
-        options.recount = 0.1
+        options.idleWait = .milliseconds(100)
+        options.recount = .milliseconds(100)
         options.maximumSpacing = 0.5
         configure(&options)
         let reconciler = Reconciler(
@@ -239,7 +239,7 @@ struct ReconcileTests {
         let configure: (inout Reconciler.Options) -> Void = {
             $0.maximumSpacing = 1
             $0.leaseMargin = 3
-            $0.flushEvery = 1
+            $0.flushEvery = .seconds(1)
         }
         let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)
         let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaHTTP
+import SiwaRuntime
 import Synchronization
 
 /// The API on the admin listener (`POST /apple/tokens`, `POST /apple/refresh-tokens`), checked in
@@ -49,7 +50,7 @@ public final class APIHandler: Sendable {
             return fresh.count
         }
 
-        static func readSettled(_ file: String, attempts: Int = 10, pause: Double = 0.05) throws -> APITokens {
+        static func readSettled(_ file: String, attempts: Int = 10, pause: Duration = .milliseconds(50)) throws -> APITokens {
             func bytes() throws -> [UInt8] {
                 guard let data = FileManager.default.contents(atPath: file) else {
                     throw TokenFileError(description: "SIWA_API_TOKEN_FILE: cannot read \(file)")
@@ -57,8 +58,9 @@ public final class APIHandler: Sendable {
                 return Array(data)
             }
             var previous = try bytes()
+            let pauses = StopSignal()  // never stopped: each wait ends at its deadline
             for _ in 0..<attempts {
-                Thread.sleep(forTimeInterval: pause)
+                pauses.wait(for: pause)
                 let again = try bytes()
                 guard again == previous else {
                     previous = again
@@ -93,14 +95,14 @@ public final class APIHandler: Sendable {
 
     private let tokens: Tokens?
     private let exchange: TokenExchange?
-    private let executor: APIExecutor
+    private let executor: CallExecutor<Void>
     private let logger: Logger
 
     public init(tokens: Tokens?, exchange: TokenExchange?, concurrency: Int, logger: Logger) {
         self.tokens = tokens
         self.exchange = exchange
         self.logger = logger
-        executor = APIExecutor(limit: concurrency)
+        executor = CallExecutor(limit: concurrency, name: "siwa-api")
     }
 
     /// Calls in flight.
@@ -141,7 +143,7 @@ public final class APIHandler: Sendable {
 
     /// Refuses new calls and lets those in flight answer, within `seconds`.
     func drain(timeout seconds: Double) {
-        if !executor.drain(timeout: seconds) {
+        if !executor.drain(until: Deadline(secondsFromNow: seconds)) {
             logger.warning("API calls still running at the end of the shutdown budget")
         }
     }

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaHTTP
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// The operator console under `/console` on the admin listener (README "Console").
@@ -19,7 +20,7 @@ public final class ConsoleHandler: Sendable {
 
     private let tokens: APIHandler.Tokens
     private let pool: PostgresPool
-    private let executor: APIExecutor
+    private let executor: CallExecutor<Void>
     private let limiter = Mutex(SignInLimiter())
     private let secureCookie: Bool?
     private let features: ConsolePages.Features
@@ -34,7 +35,7 @@ public final class ConsoleHandler: Sendable {
         self.secureCookie = secureCookie
         self.features = ConsolePages.Features(inAppDeletion: inAppDeletion, forwarding: forwarding)
         self.logger = logger
-        executor = APIExecutor(limit: concurrency, name: "siwa-console")
+        executor = CallExecutor(limit: concurrency, name: "siwa-console")
     }
 
     /// Brings the hourly charts' rollup up to date, a step at a time (a periodic task).
@@ -52,7 +53,7 @@ public final class ConsoleHandler: Sendable {
     }
 
     /// Pages in flight finish within `seconds` (shutdown).
-    public func drain(timeout seconds: Double) { executor.drain(timeout: seconds) }
+    public func drain(timeout seconds: Double) { executor.drain(until: Deadline(secondsFromNow: seconds)) }
 
     /// The answer before the body is read (nil: read it).
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {

@@ -21,10 +21,10 @@ public final class ForwardSender: Service {
         public var concurrency: Int = 32
         /// Most forwards leased per claim. Default 100.
         public var batchSize: Int = 100
-        /// Seconds between polls when no NOTIFY arrives (retries fall due without one). Default 1.
-        public var pollInterval: Double = 1
-        /// Seconds a POST may take. Default 10.
-        public var timeout: Double = 10
+        /// Between polls when no NOTIFY arrives (retries fall due without one). Default 1 s.
+        public var pollInterval: Duration = .seconds(1)
+        /// How long a POST may take. Default 10 s.
+        public var timeout: Duration = .seconds(10)
         /// Backoff after a failed attempt (until `SIWA_FORWARD_RETRY_FOR`).
         public var backoff = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)
         public init() {}
@@ -37,11 +37,13 @@ public final class ForwardSender: Service {
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
+    /// The sender threads, each with its connection to the receiver kept open between POSTs.
+    private let calls: CallExecutor<FetchSession>
+    private let answers = CallInbox<ClaimedForward, ForwardDelivery.Attempt>()
+    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
+    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, CallRounds<ClaimedForward, ForwardDelivery.Attempt>>!
     /// Woken by new forwards (NOTIFY), by answers of the sender threads, and by `stop`.
-    public let wakeups = WakeSignal()
-    private let queue = HandOff()
-    private let answers = Mutex<[(ClaimedForward, ForwardDelivery.Attempt)]>([])
-    private let finished = StopSignal()
+    public var wakeups: WakeSignal { loop.wakeups }
 
     public init(
         conninfo: String, delivery: ForwardDelivery, retryFor: Double, options: Options = Options(), logger: Logger,
@@ -53,90 +55,74 @@ public final class ForwardSender: Service {
         self.options = options
         self.logger = logger
         self.metrics = metrics
+        calls = CallExecutor(limit: options.concurrency, name: "siwa-forward") { FetchSession() }
+        loop = ConnectedLoop(
+            name: name, threadName: "siwa-forwards",
+            body: .init(
+                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards") },
+                makeState: { [options] in
+                    CallRounds(callsInFlight: options.concurrency, batchSize: options.batchSize, poll: options.pollInterval)
+                },
+                round: { [self] c, rounds in try round(on: c, &rounds) },
+                failed: { [logger] error, _, wait in
+                    logger.warning("forward sender database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait)"])
+                },
+                finish: { [self] c, rounds in finish(c, &rounds) }))
     }
 
     /// The lease of a claimed forward: its POST's timeout, and 5 s to record the answer.
-    var leaseSeconds: Double { options.timeout + 5 }
+    var lease: Duration { options.timeout + .seconds(5) }
 
-    public func start() {
-        for k in 0..<max(1, options.concurrency) {
-            let thread = Thread { [self] in
-                let session = FetchSession()  // this thread's connection, kept open between POSTs
-                while let item = queue.take() {
-                    let attempt = delivery.send(item.message, session: session)
-                    answers.withLock { $0.append((item, attempt)) }
-                    wakeups.wake()
-                }
-            }
-            thread.name = "siwa-forward-\(k + 1)"
-            thread.start()
-        }
-        let dispatcher = Thread { [self] in
-            dispatch()
-            finished.stop()
-        }
-        dispatcher.name = "siwa-forwards"
-        dispatcher.start()
-    }
+    public func start() { loop.start() }
+
+    public func prepareToStop() { loop.prepareToStop() }
 
     /// Stops leasing; waits (at most half of what is left of the budget) for the POSTs in
     /// flight and records their answers. What is still unanswered then is sent again by
     /// whoever runs next, once its lease expires.
     public func stop(deadline: ShutdownDeadline) {
-        queue.close()
-        wakeups.stop()
-        if !finished.wait(timeout: deadline.remaining / 2) {
+        let clock = loop.clock
+        if !loop.stop(until: clock.now.adding(deadline.timeLeft(at: clock.now) / 2)) {
             logger.warning("forwards still in flight at the end of the shutdown budget; they will be sent again")
         }
     }
 
-    private func dispatch() {
-        var connection: PostgresConnection?
-        var inFlight = 0
-        var pending: [(ClaimedForward, ForwardDelivery.Attempt)] = []
-        var backoff = 0.2
-        var stopAt: ShutdownDeadline?
-        while true {
-            pending += answers.withLock { a in
-                defer { a = [] }
-                return a
-            }
-            let stopping = wakeups.isStopped
-            if stopping && stopAt == nil { stopAt = ShutdownDeadline(secondsFromNow: options.timeout + 1) }
-            if stopping && (inFlight == 0 || stopAt!.remaining == 0) && pending.isEmpty { break }
+    /// Records what answered and claims due forwards for the free slots, in one transaction (one
+    /// commit a round), and starts their POSTs.
+    private func round(on c: PostgresConnection, _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>) throws -> LoopNext {
+        rounds.collect(answers)
+        let limit = rounds.claimLimit
+        guard rounds.hasAnswers || limit > 0 else { return .wait(until: loop.clock.now.adding(options.pollInterval)) }
+        let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
+        let items: [ClaimedForward]
+        do {
+            items = try cycle(recorded, claimLimit: limit, on: c)
+        } catch {
+            rounds.keep(recorded.done)
+            throw error
+        }
+        report(recorded)
+        // Each sender thread keeps its connection to the receiver open between POSTs.
+        rounds.start(items, on: calls, answersTo: answers, waking: loop.wakeups) { [delivery] item, session in
+            delivery.send(item.message, session: session)
+        }
+        return rounds.next(claimed: items.count, limit: limit, at: loop.clock.now)
+    }
+
+    /// Stopping: no new POST; those in flight get their timeout (and a second) to answer, then
+    /// what answered is recorded.
+    private func finish(_ connection: PostgresConnection?, _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>) {
+        rounds.stop(at: loop.clock.now, grace: options.timeout + .seconds(1))
+        calls.drain(until: rounds.finishBy ?? loop.clock.now)
+        rounds.collect(answers)
+        if rounds.hasAnswers {
+            let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
             do {
-                if connection == nil || !(connection!.isHealthy) {
-                    connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
-                }
-                // Answers recorded and the next forwards claimed in one transaction: one commit a cycle.
-                let free = options.concurrency - (inFlight - pending.count)
-                let limit = stopping ? 0 : min(max(0, free), options.batchSize)
-                var claimed = 0
-                if !pending.isEmpty || limit > 0 {
-                    let recorded = Recorded(pending, schedule: schedule)
-                    let items = try cycle(recorded, claimLimit: limit, on: connection!)
-                    report(recorded)
-                    inFlight -= pending.count
-                    pending = []
-                    claimed = items.count
-                    inFlight += claimed
-                    queue.put(items)
-                }
-                backoff = 0.2
-                if claimed == 0 || inFlight == options.concurrency {
-                    // Answers wake it; so do new forwards and the poll (retries falling due).
-                    if stopping {
-                        _ = StopSignal().wait(timeout: 0.01)
-                    } else {
-                        wakeups.wait(timeout: options.pollInterval)
-                    }
-                }
+                let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
+                _ = try cycle(recorded, claimLimit: 0, on: c)
+                report(recorded)
             } catch {
-                logger.warning("forward sender database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
-                connection = nil
-                if stopping && stopAt!.remaining == 0 { break }
-                _ = StopSignal().wait(timeout: backoff)
-                backoff = min(backoff * 2, 5)
+                logger.warning("forward answers not recorded at stop; they will be sent again", metadata: ["error": "\(error)"])
             }
         }
         logger.info("forward sender stopped")
@@ -172,20 +158,20 @@ public final class ForwardSender: Service {
     private func cycle(_ recorded: Recorded, claimLimit: Int, on c: PostgresConnection) throws(PostgresError) -> [ClaimedForward] {
         var outcomes = recorded.outcomes
         // The delivering attempts' latency runs until this commit: measured just before it.
-        let now = DispatchTime.now().uptimeNanoseconds
+        let now = loop.clock.now.uptimeNanoseconds
         for (i, (_, attempt)) in recorded.done.enumerated() where attempt.delivered {
             outcomes[i].deliveryMillis = Int((now - attempt.startedAt) / 1_000_000)
         }
         return try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
             if !outcomes.isEmpty { try c.affected(ForwardStatements.recordOutcomes, outcomes) }
             guard claimLimit > 0 else { return [] }
-            return try c.rows(ForwardStatements.claim, .init(limit: claimLimit, leaseSeconds: leaseSeconds))
+            return try c.rows(ForwardStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds))
         }
     }
 
     /// Counts and logs answers once they are committed.
     private func report(_ recorded: Recorded) {
-        let committed = DispatchTime.now().uptimeNanoseconds
+        let committed = loop.clock.now.uptimeNanoseconds
         for ((item, attempt), verdict) in zip(recorded.done, recorded.verdicts) {
             let type = item.message.type.rawValue
             let subHash = SubjectHash.of(item.message.sub)
@@ -214,37 +200,5 @@ public final class ForwardSender: Service {
                     ])
             }
         }
-    }
-}
-
-/// Claimed forwards waiting for a sender thread. `take` blocks until there is one, or returns
-/// nil once closed (the threads end).
-final class HandOff: @unchecked Sendable {
-    // @unchecked: `items` and `closed` are only touched with `condition` locked.
-    private let condition = NSCondition()
-    private var items: [ClaimedForward] = []
-    private var closed = false
-
-    func put(_ new: [ClaimedForward]) {
-        guard !new.isEmpty else { return }
-        condition.lock()
-        items += new
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    func take() -> ClaimedForward? {
-        condition.lock()
-        defer { condition.unlock() }
-        while items.isEmpty && !closed { condition.wait() }
-        return items.isEmpty ? nil : items.removeFirst()
-    }
-
-    /// No more items: waiting threads return nil once the queue is empty.
-    func close() {
-        condition.lock()
-        closed = true
-        condition.broadcast()
-        condition.unlock()
     }
 }

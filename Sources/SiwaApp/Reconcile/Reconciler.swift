@@ -24,17 +24,17 @@ public final class Reconciler: Service {
         /// timeout (10 s), the recording of its answer (`flushEvery`) and slack.
         public var leaseMargin: Double = 60
         /// Longest idle wait between two looks at the table (new tokens, a shorter due time). Default 30 s.
-        public var idleWait: Double = 30
+        public var idleWait: Duration = .seconds(30)
         /// How often the token count (hence the pace) is read again. Default 60 s.
-        public var recount: Double = 60
+        public var recount: Duration = .seconds(60)
         /// Seconds of slots one claim takes at most: the batch is as many tokens as fit (at least
         /// one). Default 5.
         public var batchSpan: Double = 5
         /// Most tokens one claim takes. Default 100.
         public var maximumBatch: Int = 100
-        /// Valid answers are recorded together, but never held longer than this (seconds): a
-        /// process killed loses at most this much of its validations. Default 2.
-        public var flushEvery: Double = 2
+        /// Valid answers are recorded together, but never held longer than this: a process
+        /// killed loses at most this much of its validations. Default 2 s.
+        public var flushEvery: Duration = .seconds(2)
         /// Least seconds between two calls (of all processes), whatever the count. Default 0.001.
         public var minimumSpacing: Double = 0.001
         /// Most seconds between two calls when a token is due (few tokens). Default 60.
@@ -56,9 +56,21 @@ public final class Reconciler: Service {
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
-    private let stopping = StopSignal()
-    private let finished = StopSignal()
     private let counters = Mutex(Counts())
+    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
+    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, Pace>!
+
+    /// The loop's state, on its thread.
+    struct Pace {
+        var schedule: ReconcileSchedule
+        var tokens = 0
+        /// When the tokens were last counted; nil: count them on the next claim.
+        var counted: Deadline?
+        /// Claimed tokens, each with the moment of its slot, soonest first.
+        var claimed: [(token: ReconcileStatements.Claimed, at: Deadline)] = []
+        /// Valid answers not recorded yet. Kept across a lost connection.
+        var valid: [(sub: String, clientID: String, at: Deadline)] = []
+    }
 
     public init(
         conninfo: String, interval: Double, apple: AppleAPICredentials, options: Options = Options(), logger: Logger,
@@ -70,101 +82,80 @@ public final class Reconciler: Service {
         self.options = options
         self.logger = logger
         self.metrics = metrics
+        loop = ConnectedLoop(
+            name: name, threadName: "siwa-reconciler",
+            // An outage is waited out longer than a worker's reconnect: nothing here is urgent.
+            backoff: ReconnectBackoff(first: .seconds(2), maximum: .seconds(30)),
+            body: .init(
+                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler") },
+                makeState: { [interval, options, logger] in
+                    logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(interval)))"])
+                    return Pace(
+                        schedule: ReconcileSchedule(
+                            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
+                            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin))
+                },
+                round: { [self] c, pace in try round(on: c, &pace) },
+                failed: { [logger] error, pace, _ in
+                    pace.claimed.removeAll()  // their leases run out; validated ones wait in `valid`
+                    logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
+                },
+                finish: { [self] c, pace in
+                    if let c { try? record(&pace.valid, on: c) }
+                }))
     }
 
     public var counts: Counts { counters.withLock { $0 } }
 
-    public func start() {
-        let thread = Thread { [self] in
-            run()
-            finished.stop()
-        }
-        thread.name = "siwa-reconciler"
-        thread.start()
-    }
+    public func start() { loop.start() }
 
-    public func prepareToStop() { stopping.stop() }
+    public func prepareToStop() { loop.prepareToStop() }
 
-    public func stop(deadline: ShutdownDeadline) {
-        stopping.stop()
-        finished.wait(timeout: deadline.remaining)
-    }
+    public func stop(deadline: ShutdownDeadline) { loop.stop(until: deadline) }
 
-    private static func now() -> Double { Date().timeIntervalSince1970 }
-
-    /// Waits `seconds` unless stopping; true when stopping.
-    private func pause(_ seconds: Double) -> Bool {
-        seconds > 0 ? stopping.wait(timeout: seconds) : stopping.isStopped
-    }
-
-    /// Claims due tokens with their slots in the shared pace, validates each at its slot, and
-    /// records the valid ones together, at least every `flushEvery` seconds.
-    private func run() {
-        let schedule = ReconcileSchedule(
-            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
-            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin)
-        var connection: PostgresConnection?
-        var tokens = 0
-        var counted = -Double.infinity
-        var outages = 0
-        // Claimed tokens, each with the local time of its slot, soonest first.
-        var claimed: [(token: ReconcileStatements.Claimed, at: Double)] = []
-        // Valid answers not recorded yet (local times). Kept across a lost connection.
-        var valid: [(sub: String, clientID: String, at: Double)] = []
-        logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(interval)))"])
-        while !stopping.isStopped {
-            do {
-                let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler")
-                connection = c
-                if claimed.isEmpty {
-                    // A batch is done: record its valid tokens, then lease the next due ones.
-                    try record(&valid, on: c)
-                    if Self.now() - counted >= options.recount {
-                        tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
-                        counted = Self.now()
-                    }
-                    let spacing = schedule.spacing(tokens: tokens)
-                    let claim = ReconcileStatements.Claim(
-                        spacing: spacing, limit: schedule.batchSize(spacing: spacing), leaseMargin: schedule.leaseMargin)
-                    let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
-                        try c.rows(ReconcileStatements.claim, claim)
-                    }
-                    let now = Self.now()
-                    claimed = rows.map { ($0, now + $0.slotIn) }.sorted { $0.at < $1.at }
-                    if claimed.isEmpty {
-                        let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait
-                        if pause(min(max(due, 0.05), options.idleWait)) { break }
-                        counted = -Double.infinity  // new tokens may have come: count and schedule them
-                        continue
-                    }
-                }
-                // Valid answers wait for the next ones, but never past `flushEvery`.
-                let slot = claimed[0].at
-                if let oldest = valid.first?.at, max(slot, Self.now()) - oldest >= options.flushEvery {
-                    try record(&valid, on: c)
-                }
-                if pause(slot - Self.now()) { break }
-                outages = 0
-                let token = claimed.removeFirst().token
-                if try validate(token, on: c, schedule: schedule) {
-                    valid.append((token.sub, token.clientID, Self.now()))
-                }
-            } catch {
-                connection = nil
-                claimed.removeAll()  // their leases run out; validated ones wait in `valid`
-                outages += 1
-                logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
-                if pause(min(30, Double(outages) * 2)) { break }
+    /// One step: when a batch is done, records its valid tokens and claims the next due ones with
+    /// their slots in the shared pace; otherwise validates the next token at its slot, recording
+    /// the valid ones together, at least every `flushEvery`.
+    private func round(on c: PostgresConnection, _ pace: inout Pace) throws -> LoopNext {
+        let clock = loop.clock
+        if pace.claimed.isEmpty {
+            try record(&pace.valid, on: c)
+            if pace.counted.map({ clock.now >= $0.adding(options.recount) }) ?? true {
+                pace.tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
+                pace.counted = clock.now
+            }
+            let spacing = pace.schedule.spacing(tokens: pace.tokens)
+            let claim = ReconcileStatements.Claim(
+                spacing: spacing, limit: pace.schedule.batchSize(spacing: spacing), leaseMargin: pace.schedule.leaseMargin)
+            let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+                try c.rows(ReconcileStatements.claim, claim)
+            }
+            let now = clock.now
+            pace.claimed = rows.map { ($0, now.adding(seconds: $0.slotIn)) }.sorted { $0.at < $1.at }
+            if pace.claimed.isEmpty {
+                let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait.inSeconds
+                pace.counted = nil  // new tokens may have come: count and schedule them
+                return .wait(until: now.adding(min(.seconds(max(due, 0.05)), options.idleWait)))
             }
         }
-        if let connection { try? record(&valid, on: connection) }
+        // Valid answers wait for the next ones, but never past `flushEvery`.
+        let slot = pace.claimed[0].at
+        if let oldest = pace.valid.first?.at, max(slot, clock.now) >= oldest.adding(options.flushEvery) {
+            try record(&pace.valid, on: c)
+        }
+        if clock.now < slot { return .wait(until: slot) }
+        let token = pace.claimed.removeFirst().token
+        if try validate(token, on: c, schedule: pace.schedule) {
+            pace.valid.append((token.sub, token.clientID, clock.now))
+        }
+        return .again
     }
 
     /// Records the valid answers (each due again one interval after it) and forgets them.
-    private func record(_ valid: inout [(sub: String, clientID: String, at: Double)], on c: PostgresConnection) throws(PostgresError) {
+    private func record(_ valid: inout [(sub: String, clientID: String, at: Deadline)], on c: PostgresConnection) throws(PostgresError) {
         guard !valid.isEmpty else { return }
-        let now = Self.now()
-        let tokens = valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: max(0, now - $0.at)) }
+        let now = loop.clock.now
+        let tokens = valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: now.remaining(at: $0.at)) }
         _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
             try c.affected(ReconcileStatements.recordValid, (tokens, interval))
         }

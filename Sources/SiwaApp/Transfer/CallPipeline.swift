@@ -1,5 +1,6 @@
 import Foundation
 import SiwaCore
+import SiwaRuntime
 import Synchronization
 
 /// Calls Apple once per item on a few threads, paced (`RatePacer`: never faster than `rate`, no
@@ -30,7 +31,7 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
     var rate: Double
     var concurrency: Int
     var retry: AppleRetry
-    var clock: @Sendable () -> Double = { Date().timeIntervalSince1970 }
+    var clock: any MonotonicClock = SystemClock.shared
 
     private struct Shared: ~Copyable {
         var next = 0
@@ -50,18 +51,18 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
     ) throws -> (progress: Progress, skipReasons: [String: Int]) {
         let shared = SharedBox(
             Shared(progress: Progress(total: items.count), pacer: RatePacer(perSecond: rate)))
-        let wake = DispatchSemaphore(value: 0)
+        let wake = WakeSignal(clock: clock)
         let workers = max(1, min(concurrency, items.count))
         shared.state.withLock { $0.running = workers }
         let this = self
-        for _ in 0..<workers {
-            Thread.detachNewThread {
+        for k in 0..<workers {
+            _ = LoopThread(name: "siwa-transfer-\(k + 1)") {
                 this.work(items, shared: shared, wake: wake, call: call)
             }
         }
         var commitError: Error?
         while true {
-            _ = wake.wait(timeout: .now() + 1)
+            wake.wait(for: .seconds(1))
             let (batch, finished) = shared.state.withLock { state -> ([(Item, Output)], Bool) in
                 defer { state.ready.removeAll(keepingCapacity: true) }
                 return (state.ready, state.running == 0)
@@ -85,12 +86,14 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
     }
 
     private func work(
-        _ items: [Item], shared: SharedBox<Shared>, wake: DispatchSemaphore, call: @Sendable (Item) -> Outcome
+        _ items: [Item], shared: SharedBox<Shared>, wake: WakeSignal, call: @Sendable (Item) -> Outcome
     ) {
         defer {
             shared.state.withLock { $0.running -= 1 }
-            wake.signal()
+            wake.wake()
         }
+        // Never stopped: each wait (a pace slot, a retry's backoff) ends at its deadline.
+        let pauses = StopSignal(clock: clock)
         while let item = shared.state.withLock({ state -> Item? in
             guard state.stopping == nil, state.next < items.count else { return nil }
             state.next += 1
@@ -98,13 +101,13 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
         }) {
             var attempts = 0
             while true {
-                let now = clock()
-                let slot = shared.state.withLock { $0.pacer.reserve(now: now) }
-                if slot > now { Thread.sleep(forTimeInterval: slot - now) }
+                let now = clock.now
+                let slot = shared.state.withLock { $0.pacer.reserve(now: now.seconds) }
+                pauses.wait(until: now.adding(seconds: slot - now.seconds))
                 switch call(item) {
                 case .done(let output):
                     shared.state.withLock { $0.ready.append((item, output)) }
-                    wake.signal()
+                    wake.wake()
                 case .skipped(let reason):
                     shared.state.withLock {
                         $0.progress.skipped += 1
@@ -121,21 +124,26 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
                         break
                     }
                     let delay = retry.delay(afterAttempts: attempts, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-                    let until = clock() + delay
+                    let until = clock.now.adding(seconds: delay)
                     let stop = shared.state.withLock { state -> Bool in
                         state.progress.retries += 1
                         // Throttled: the whole pace waits, not only this call.
-                        if retryAfter != nil || reason.hasPrefix("http_429") { state.pacer.hold(until: until) }
+                        if retryAfter != nil || reason.hasPrefix("http_429") { state.pacer.hold(until: until.seconds) }
                         return state.stopping != nil
                     }
                     if stop { break }
-                    Thread.sleep(forTimeInterval: delay)
+                    pauses.wait(until: until)
                     continue
                 }
                 break
             }
         }
     }
+}
+
+extension Deadline {
+    /// Seconds on the monotonic clock, the unit `RatePacer` counts in.
+    fileprivate var seconds: Double { Double(uptimeNanoseconds) / 1e9 }
 }
 
 /// A pipeline stopped by a permanent failure; `description` is the one line to show.

@@ -21,17 +21,17 @@ public final class Revoker: Service {
     public struct Options: Sendable {
         /// Calls to Apple at once. Default 4.
         public var callsInFlight: Int = 4
-        /// Seconds a claimed job is leased (longer than one call to Apple). Default 60.
-        public var leaseSeconds: Double = 60
-        /// Seconds between polls for due jobs. Default 1.
-        public var pollInterval: Double = 1
+        /// How long a claimed job is leased (longer than one call to Apple). Default 60 s.
+        public var lease: Duration = .seconds(60)
+        /// Between polls for due jobs. Default 1 s.
+        public var pollInterval: Duration = .seconds(1)
         public var schedule = RevocationSchedule()
-        /// Seconds a claim or an outcome waits for a row lock held by another session. Default 2.
+        /// How long a claim or an outcome waits for a row lock held by another session. Default 2 s.
         /// An outcome whose row stays locked is kept and recorded on a later round; the loop goes
         /// on meanwhile (other jobs are claimed and recorded).
-        public var lockTimeout: Double = 2
-        /// Seconds one of the revoker's statements may run. Default 10.
-        public var statementTimeout: Double = 10
+        public var lockTimeout: Duration = .seconds(2)
+        /// How long one of the revoker's statements may run. Default 10 s.
+        public var statementTimeout: Duration = .seconds(10)
         public init() {}
     }
 
@@ -41,12 +41,11 @@ public final class Revoker: Service {
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
-    private let calls: APIExecutor
-    /// Woken by a finished call and by `stop`.
-    private let wakeups = WakeSignal()
-    private let finished = StopSignal()
-    private let results = Mutex<[(RevocationStatements.Job, Attempt)]>([])
-    private let inFlight = Atomic<Int>(0)
+    private let calls: CallExecutor<Void>
+    /// Answers of finished calls, waiting for the loop's next round (a finished call wakes it).
+    private let answers = CallInbox<RevocationStatements.Job, Attempt>()
+    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
+    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, CallRounds<RevocationStatements.Job, Attempt>>!
 
     enum Outcome {
         /// Finished: Apple refuses the token (`confirmed`), or there was no token to revoke.
@@ -67,71 +66,50 @@ public final class Revoker: Service {
         self.options = options
         self.logger = logger
         self.metrics = metrics
-        calls = APIExecutor(limit: options.callsInFlight, name: "siwa-revoke")
+        calls = CallExecutor(limit: options.callsInFlight, name: "siwa-revoke")
+        loop = ConnectedLoop(
+            name: name, threadName: "siwa-revoker",
+            body: .init(
+                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker") },
+                makeState: { [options] in CallRounds(callsInFlight: options.callsInFlight, poll: options.pollInterval) },
+                round: { [self] c, rounds in try round(on: c, &rounds) },
+                failed: { [logger] error, _, wait in
+                    logger.warning("revoker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait)"])
+                },
+                finish: { [self] c, rounds in
+                    // Outcomes of calls that ended meanwhile are recorded if the database still answers.
+                    rounds.collect(answers)
+                    if let c { try? record(&rounds, on: c) }
+                    logger.info("revoker stopped")
+                }))
     }
 
-    public func start() {
-        let thread = Thread { [self] in
-            loop()
-            finished.stop()
-        }
-        thread.name = "siwa-revoker"
-        thread.start()
-    }
+    public func start() { loop.start() }
+
+    public func prepareToStop() { loop.prepareToStop() }
 
     /// Calls in flight finish (or are abandoned at the deadline: their leases run out and they
     /// are claimed again by the next process).
     public func stop(deadline: ShutdownDeadline) {
-        wakeups.stop()
-        _ = finished.wait(timeout: deadline.remaining)
-        if !calls.drain(timeout: deadline.remaining) {
+        loop.stop(until: deadline)
+        if !calls.drain(until: deadline) {
             logger.warning("revocations at Apple still running at the end of the shutdown budget; they will be retried")
         }
     }
 
-    private func loop() {
-        var connection: PostgresConnection?
-        var backoff = 0.2
-        while !wakeups.isStopped {
-            do {
-                if connection == nil || !(connection!.isHealthy) {
-                    connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker")
-                }
-                try record(on: connection!)
-                let free = options.callsInFlight - inFlight.load(ordering: .relaxed)
-                var claimed: [RevocationStatements.Job] = []
-                if free > 0 {
-                    claimed = try connection!.transaction(begin: begin) { c throws(PostgresError) in
-                        try c.rows(RevocationStatements.claim, (free, options.leaseSeconds))
-                    }
-                }
-                for job in claimed { dispatch(job) }
-                backoff = 0.2
-                if claimed.count < free || free == 0 { wakeups.wait(timeout: options.pollInterval) }
-            } catch {
-                logger.warning("revoker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(backoff)"])
-                connection = nil
-                wakeups.wait(timeout: backoff)
-                backoff = min(backoff * 2, 5)
+    /// Records what answered, claims due jobs for the free call slots and starts their calls.
+    private func round(on c: PostgresConnection, _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>) throws -> LoopNext {
+        rounds.collect(answers)
+        try record(&rounds, on: c)
+        let limit = rounds.claimLimit
+        var claimed: [RevocationStatements.Job] = []
+        if limit > 0 {
+            claimed = try c.transaction(begin: begin) { c throws(PostgresError) in
+                try c.rows(RevocationStatements.claim, (limit, options.lease.inSeconds))
             }
         }
-        // Outcomes of calls that ended meanwhile are recorded if the database still answers.
-        if let connection, connection.isHealthy { try? record(on: connection) }
-        logger.info("revoker stopped")
-    }
-
-    private func dispatch(_ job: RevocationStatements.Job) {
-        inFlight.add(1, ordering: .relaxed)
-        let submitted = calls.submit { [self] in
-            let outcome = revoke(job)
-            results.withLock { $0.append((job, outcome)) }
-            inFlight.subtract(1, ordering: .relaxed)
-            wakeups.wake()
-        }
-        if !submitted {
-            // Stopping: the lease runs out and the job is claimed again later.
-            inFlight.subtract(1, ordering: .relaxed)
-        }
+        rounds.start(claimed, on: calls, answersTo: answers, waking: loop.wakeups) { [self] job, _ in revoke(job) }
+        return rounds.next(claimed: claimed.count, limit: limit, at: loop.clock.now)
     }
 
     /// The calls to Apple of one attempt (the revoke unless Apple already accepted it, then the
@@ -150,6 +128,7 @@ public final class Revoker: Service {
         }
         var calls: [RevocationStatements.Call] = []
         if job.confirmation != "pending" {
+            // Wall-clock time: the call's timestamp in its evidence (read by operators), no timeout.
             let sent = Date().timeIntervalSince1970
             let result = apple.client.revoke(refreshToken: token, clientID: job.clientID)
             calls.append(Self.call("revoke", at: sent, result))
@@ -207,19 +186,19 @@ public final class Revoker: Service {
     /// The revoker's transactions: statement and lock timeouts (`Options`).
     private var begin: String {
         RevocationStatements.begin(
-            statementTimeoutMilliseconds: Int(options.statementTimeout * 1000), lockTimeoutMilliseconds: Int(options.lockTimeout * 1000))
+            statementTimeoutMilliseconds: Int(options.statementTimeout.inSeconds * 1000),
+            lockTimeoutMilliseconds: Int(options.lockTimeout.inSeconds * 1000))
     }
 
     /// Records the outcomes of finished calls, each in a short transaction. An outcome whose row
     /// another session holds locked (past the lock timeout) is kept for a later round; the others
     /// are recorded, and the loop goes on claiming.
-    private func record(on connection: PostgresConnection) throws(PostgresError) {
-        let done = results.withLock { r -> [(RevocationStatements.Job, Attempt)] in
-            defer { r.removeAll() }
-            return r
-        }
+    private func record(
+        _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>, on connection: PostgresConnection
+    ) throws(PostgresError) {
+        let done = rounds.takeAnswers()
         var waiting: [(RevocationStatements.Job, Attempt)] = []
-        defer { if !waiting.isEmpty { results.withLock { $0.append(contentsOf: waiting) } } }
+        defer { if !waiting.isEmpty { rounds.keep(waiting) } }
         for (index, (job, outcome)) in done.enumerated() {
             do throws(PostgresError) {
                 let report = try connection.transaction(begin: begin) { c throws(PostgresError) in try record(job, outcome, on: c) }
@@ -230,7 +209,7 @@ public final class Revoker: Service {
                     metadata: ["revocation_id": "\(job.id)", "lock_timeout": "\(options.lockTimeout)"])
                 waiting.append((job, outcome))
             } catch {
-                // Not recorded: put the rest back (the lease keeps the job from running twice meanwhile).
+                // Not recorded: kept with the rest (the lease keeps the job from running twice meanwhile).
                 waiting.append(contentsOf: done[index...])
                 throw error
             }

@@ -78,8 +78,8 @@ final class DeletionHarness: Sendable {
             config.forwarding = ForwardingConfiguration(url: forwardURL, secretFile: secrets)
         }
         var options = TestHarness.options(retryBaseDelay: retryBaseDelay)
-        options.reconciler.idleWait = 0.2
-        options.reconciler.recount = 0.2
+        options.reconciler.idleWait = .milliseconds(200)
+        options.reconciler.recount = .milliseconds(200)
         options.reconciler.maximumSpacing = 2
         config.appleAPI = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,

@@ -23,7 +23,7 @@ final class TestHarness: Sendable {
         options.worker.pollInterval = .milliseconds(200)
         options.revoker.schedule.backoff.baseDelay = retryBaseDelay
         options.revoker.schedule.backoff.maxDelay = max(retryBaseDelay, 0.5)
-        options.revoker.pollInterval = 0.2
+        options.revoker.pollInterval = .milliseconds(200)
         options.metricsRefreshInterval = 0.2
         return options
     }
