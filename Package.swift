@@ -64,7 +64,7 @@ let package = Package(
         .executableTarget(
             name: "siwa-notify",
             dependencies: [
-                "SiwaApp", "SiwaDevTools",
+                "SiwaApp", "SiwaDevTools", "SiwaRuntime",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import SiwaApp
 import SiwaCore
+import SiwaRuntime
 
 /// `siwa-notify transfer export|import`: an app transfer between teams (Apple TN3159).
 struct TransferCommand: ParsableCommand {
@@ -167,8 +168,8 @@ struct TransferImport: ParsableCommand {
 final class ProgressMeter: @unchecked Sendable {
     private let label: String
     private let terminal = isatty(2) == 1
-    private let start = Date()
-    private var lastLine = Date.distantPast
+    private let start = Deadline.now
+    private var lastLine: Deadline?
     private var ended = false
     private let lock = NSLock()
 
@@ -177,7 +178,8 @@ final class ProgressMeter: @unchecked Sendable {
     func show(_ p: AppTransfer.Progress) {
         lock.lock()
         defer { lock.unlock() }
-        let elapsed = max(Date().timeIntervalSince(start), 0.001)
+        let now = Deadline.now
+        let elapsed = max(now.timeLeft(at: start).inSeconds, 0.001)
         let finished = p.done + p.skipped >= p.total
         if ended { return }
         ended = finished
@@ -192,8 +194,8 @@ final class ProgressMeter: @unchecked Sendable {
             let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
             FileHandle.standardError.write(Data("\r[\(bar)] \(text)\u{1B}[K".utf8))
             if finished { FileHandle.standardError.write(Data("\n".utf8)) }
-        } else if finished || Date().timeIntervalSince(lastLine) >= 5 {
-            lastLine = Date()
+        } else if finished || lastLine.map({ $0.adding(.seconds(5)) <= now }) ?? true {
+            lastLine = now
             FileHandle.standardError.write(Data((text + "\n").utf8))
         }
     }

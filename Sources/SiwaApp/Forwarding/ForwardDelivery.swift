@@ -2,6 +2,7 @@ import Foundation
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
+import SiwaRuntime
 
 /// Where and how forwards are sent: the URL, the signing keys (every key of
 /// `SIWA_FORWARD_SECRET_FILE` signs), the timeout. One signed `POST` per attempt, through libcurl
@@ -65,7 +66,7 @@ public struct ForwardDelivery: Sendable {
     /// One attempt: a `2xx` within the timeout is delivered; anything else is not. With a
     /// `session` (one per sender thread), the connection of its last attempt is used again.
     public func send(_ message: ForwardMessage, session: FetchSession? = nil) -> Attempt {
-        let started = DispatchTime.now().uptimeNanoseconds
+        let started = Deadline.now.uptimeNanoseconds
         let request = request(message, timestamp: Int64(Date().timeIntervalSince1970))
         do {
             let response = try session.map { s throws(FetchError) in try s.perform(request) } ?? Fetcher.perform(request)
