@@ -36,9 +36,16 @@ public final class ManualClock: MonotonicClock {
     public var blockedWaits: Int { state.withLock { $0.blocked } }
 
     /// Blocks the calling (test) thread until a wait blocks after the `blockedWaits` seen
-    /// before: the loop under test is idle again.
-    public func settle(after seen: Int) {
-        while blockedWaits <= seen { sched_yield() }
+    /// before: the loop under test is idle again. Gives up after `limit` of real time (a loop
+    /// that never waits again must fail its test, not hang it); false then.
+    @discardableResult
+    public func settle(after seen: Int, limit: Duration = .seconds(30)) -> Bool {
+        let giveUp = SystemClock.shared.now.adding(limit)
+        while blockedWaits <= seen {
+            if SystemClock.shared.now >= giveUp { return false }
+            sched_yield()
+        }
+        return true
     }
 
     public func wait(on condition: Condition, until deadline: Deadline) {

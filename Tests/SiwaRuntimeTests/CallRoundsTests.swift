@@ -109,14 +109,14 @@ struct CallExecutorTests {
         }
         #expect(!executor.submit {})  // both slots busy
         #expect(executor.busy == 2)
-        clock.settle(after: 1)  // both calls are waiting
+        #expect(clock.settle(after: 1))  // both calls are waiting
         let seen = clock.blockedWaits
         // The drain's deadline passes on the manual clock with the calls still out.
         let drained = Atomic<Int>(-1)
         let drainer = LoopThread(name: "test-drain") {
             drained.store(executor.drain(until: clock.now.adding(.seconds(5))) ? 1 : 0, ordering: .relaxed)
         }
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(!executor.submit {})  // draining: refused
         clock.advance(by: .seconds(5))
         drainer.join(until: .never)

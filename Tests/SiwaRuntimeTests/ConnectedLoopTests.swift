@@ -48,24 +48,24 @@ struct ConnectedLoopTests {
                 failed: { _, _, wait in waits.withLock { $0.append(wait) } },
                 finish: { c, rounds in trace.add("finish \(rounds) \(c != nil)") }))
         loop.start()
-        clock.settle(after: 0)
+        #expect(clock.settle(after: 0))
         var seen = clock.blockedWaits
         clock.advance(by: .milliseconds(200))  // first backoff
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         seen = clock.blockedWaits
         clock.advance(by: .milliseconds(399))  // not yet: the wait blocks again
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(trace.all == ["connect failed", "connect failed"])
         seen = clock.blockedWaits
         clock.advance(by: .milliseconds(1))  // second backoff, then connected and round 1
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(trace.all == ["connect failed", "connect failed", "connected", "round 1"])
         seen = clock.blockedWaits
         clock.advance(by: .seconds(1))  // the round's wait
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         seen = clock.blockedWaits
         loop.wakeups.wake()  // a wake runs a round at once
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
         #expect(trace.all == ["connect failed", "connect failed", "connected", "round 1", "round 2", "round 3", "finish 3 true"])
         #expect(waits.withLock { $0 } == [.milliseconds(200), .milliseconds(400)])
@@ -94,15 +94,15 @@ struct ConnectedLoopTests {
                 },
                 failed: { _, _, _ in }))
         loop.start()
-        clock.settle(after: 0)
+        #expect(clock.settle(after: 0))
         var seen = clock.blockedWaits
         current.withLock { $0?.broken.store(true, ordering: .relaxed) }
         loop.wakeups.wake()  // round 2 throws after a reconnect; backoff 0.2 s
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(connects.load(ordering: .relaxed) == 2)
         seen = clock.blockedWaits
         clock.advance(by: .milliseconds(200))
-        clock.settle(after: seen)
+        #expect(clock.settle(after: seen))
         #expect(rounds.load(ordering: .relaxed) == 3)
         #expect(connects.load(ordering: .relaxed) == 3)
         #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
@@ -123,7 +123,7 @@ struct ConnectedLoopTests {
                 },
                 failed: { _, _, _ in }))
         loop.start()
-        clock.settle(after: 0)
+        #expect(clock.settle(after: 0))
         loop.wakeups.wake()  // the pause goes on
         advanceAndSettle(clock, by: .milliseconds(999))
         #expect(rounds.load(ordering: .relaxed) == 1)
@@ -143,7 +143,7 @@ struct PeriodicTaskTests {
             runs.add(1, ordering: .relaxed)
         }
         task.start()
-        clock.settle(after: 0)
+        #expect(clock.settle(after: 0))
         advanceAndSettle(clock, by: .milliseconds(9999))
         #expect(runs.load(ordering: .relaxed) == 0)
         advanceAndSettle(clock, by: .milliseconds(1))
@@ -157,5 +157,5 @@ struct PeriodicTaskTests {
 func advanceAndSettle(_ clock: ManualClock, by duration: Duration) {
     let seen = clock.blockedWaits
     clock.advance(by: duration)
-    clock.settle(after: seen)
+    #expect(clock.settle(after: seen))
 }
