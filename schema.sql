@@ -222,6 +222,10 @@ CREATE INDEX IF NOT EXISTS apple_tokens_key_id ON siwa.apple_tokens (key_id);
 -- takes the tokens signed in at or before it; a later sign-in is the user coming back and keeps
 -- its token. NULL (tokens stored by an earlier version): created_at counts.
 ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS signed_in_at timestamptz;
+-- Where a stored token came from: NULL for siwa-notify's own sign-in (code exchange, hand-over),
+-- which an adoption never replaces, else the auth library it was adopted from (`better-auth`,
+-- `authjs`; README "Tokens the library stores"). Declared here: siwa.user_report shows it.
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS source text;
 
 -- Revocations at Apple (`/auth/revoke`), one row per refresh token to revoke: the tokens a user
 -- held when an in-app deletion took effect (moved here from siwa.apple_tokens, still encrypted),
@@ -918,7 +922,8 @@ AS $$
                     FROM siwa.sessions s WHERE s.apple_sub = user_report.apple_sub AND s.revoked_at IS NOT NULL), '[]'::jsonb),
         'tokens_held', coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'client_id', t.client_id, 'signed_in_at', t.signed_in_at, 'stored_at', t.created_at,
-                        'updated_at', t.updated_at, 'validated_at', t.validated_at)
+                        'updated_at', t.updated_at, 'validated_at', t.validated_at,
+                        'source', coalesce(t.source, 'sign-in'))
                     ORDER BY t.client_id)
                     FROM siwa.apple_tokens t WHERE t.apple_sub = user_report.apple_sub), '[]'::jsonb),
         'revocations', coalesce((SELECT jsonb_agg(r.doc ORDER BY r.id) FROM revocation_json r), '[]'::jsonb),
@@ -954,10 +959,7 @@ GRANT SELECT ON siwa.revocation_proofs, siwa.unconfirmed_revocations TO siwa_das
 -- === Tokens the auth libraries store (SIWA_APPLY_TO; README "Tokens the library stores") ===
 -- Better Auth and Auth.js keep Apple's refresh token in clear in their account rows. With in-app
 -- deletion configured, siwa-notify adopts each one into siwa.apple_tokens (encrypted like a
--- sign-in's), so that in-app deletion revokes it and reconciliation validates it. `source`: where
--- a stored token came from: NULL for siwa-notify's own sign-in (code exchange, hand-over), which
--- an adoption never replaces, else the library (`better-auth`, `authjs`).
-ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS source text;
+-- sign-in's; `source` above), so that in-app deletion revokes it and reconciliation validates it.
 -- The last library token adopted for each user and client id, by its SHA-256 (never the token):
 -- a token is adopted once, so one that reconciliation found gone (and erased) is not taken again
 -- while the library still holds it.

@@ -149,6 +149,9 @@ struct LibraryTokenTests {
                 try s.scalar("SELECT string_agg(source || ':' || signed_in_at::text || ':' || client_id, ',') FROM siwa.apple_tokens")
                     == "\(target.source):-infinity:\(S.clientID),\(target.source):-infinity:\(S.clientID)")
             #expect(try s.scalar("SELECT count(*) FROM siwa.library_tokens WHERE length(token_hash) = 32") == "2")
+            // The user's report says where the token held came from.
+            #expect(
+                try s.scalar("SELECT siwa.user_report($1) -> 'tokens_held' -> 0 ->> 'source'", [one]) == target.source)
             s.fake.revokeGrant(gone)  // the user stopped using Apple sign-in; the notification never came
             _ = try TestDatabase.query(s.db.url, "UPDATE siwa.apple_tokens SET next_validation_at = now()")
 
@@ -233,6 +236,7 @@ struct LibraryTokenTests {
             #expect(try s.sweep() == 1)
             let signedIn = try ReconcileTests.storeToken(two, fake: s.fake, vault: s.adoption.vault, conninfo: s.db.url)
             #expect(try s.scalar("SELECT coalesce(source, 'sign-in') FROM siwa.apple_tokens WHERE apple_sub = $1", [two]) == "sign-in")
+            #expect(try s.scalar("SELECT siwa.user_report($1) -> 'tokens_held' -> 0 ->> 'source'", [two]) == "sign-in")
             _ = try s.libraryToken(two)
             #expect(try s.sweep() == 0)
 
