@@ -1192,20 +1192,25 @@ def scale():
             f"{preload['checkpoint_s']} s); tables {preload['tables']}")
         loaded = ingest_and_drain("scale", n, threads, backlog_sql, quiet_backlog_sql)
         analyzed = None
-        if os.environ.get("SCALE_ANALYZE", "1") == "1":
+        third = os.environ.get("SCALE_ANALYZE", "1")
+        if third in ("1", "never"):
             # 3. The same tables once ANALYZEd (what autovacuum does within a minute of a load),
             # with the queue empty (its usual state: the statistics say it holds nothing), then a
             # backlog of the same size for other accounts, drained by one worker.
+            # SCALE_ANALYZE=never: the same third pair without the ANALYZE (the control: what the
+            # pages' state after two drains gives, whatever the statistics).
             t = time.perf_counter()
-            psql_script(analyze_tables())
-            log(f"scale: ANALYZE {time.perf_counter() - t:.1f} s; backlog again")
+            if third == "1":
+                psql_script(analyze_tables())
+            log(f"scale: {'ANALYZE' if third == '1' else 'no ANALYZE (control)'} {time.perf_counter() - t:.1f} s; backlog again")
             analyzed = {}
             psql_script(scale_backlog_sql(backlog, accounts, again=True)[0])
             psql("CHECKPOINT")
-            analyzed["worker"] = drain(1, label="analyzed worker")
+            analyzed["worker"] = drain(1, label="analyzed worker" if third == "1" else "third worker (no ANALYZE)")
             psql_script(scale_backlog_sql(backlog, accounts, erasure=False, again=True)[0])
             psql("CHECKPOINT")
-            analyzed["worker_no_erasure"] = drain(1, label="analyzed worker, no account-delete")
+            analyzed["worker_no_erasure"] = drain(
+                1, label="analyzed worker, no account-delete" if third == "1" else "third worker (no ANALYZE), no account-delete")
             analyzed["tables"] = table_stats()
     finally:
         if not autovacuum:
@@ -1226,7 +1231,7 @@ def scale():
     if analyzed:
         for k in ("worker", "worker_no_erasure"):
             a, b = empty[k]["events_per_s"], analyzed[k]["events_per_s"]
-            summary[f"{k}_events_per_s_after_analyze"] = {"empty": a, "scale": b, "ratio": ratio(a, b)}
+            summary[f"{k}_events_per_s_{'after_analyze' if third == '1' else 'third_no_analyze'}"] = {"empty": a, "scale": b, "ratio": ratio(a, b)}
     summary["preload_s"] = preload["total_s"]
     summary["sizes"] = {"accounts": accounts, "sessions": sessions, "events": events, "backlog": backlog, "ingest_n": n}
     summary["aim_ratio"] = 0.8
