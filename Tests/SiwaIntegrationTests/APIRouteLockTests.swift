@@ -6,7 +6,7 @@ import Testing
 
 /// Every route of the API is locked: the loop is over the routes the handler knows
 /// (`APIHandler.paths`), so a route added later is covered without a new test.
-@Suite("API routes locked", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("API routes locked", .serialized, .needsDatabase)
 struct APIRouteLockTests {
     typealias H = DeletionHarness
 

@@ -8,7 +8,7 @@ import Testing
 /// flight are drained before the admin listener and the admin pool close.
 @Suite(
     "Shutdown drains API calls", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct APIShutdownTests {
     @Test("shutdown during a slow code exchange (Apple answers after 3 s): the caller gets its 200 within the shutdown budget, the token is stored")
     func shutdownDrainsAnExchange() throws {

@@ -7,7 +7,7 @@ import Testing
 
 /// The admin listener's database pool runs every use in a transaction with a statement and a
 /// lock timeout (transaction-local, so nothing lingers on a pooled or PgBouncer connection).
-@Suite("Admin pool timeouts", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Admin pool timeouts", .needsDatabase)
 struct AdminPoolTests {
     @Test("statement_timeout 5 s and lock_timeout 2 s in each use; a row lock held elsewhere fails the statement with 55P03 after 2 s, rolled back")
     func timeouts() throws {

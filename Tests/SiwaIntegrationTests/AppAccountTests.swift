@@ -6,7 +6,7 @@ import Testing
 /// One endpoint serves every app of a team: consent and the relay address per app
 /// (`siwa.app_accounts`), `siwa.accounts` as before for one-app teams, and the upgrade of a
 /// database made by the previous release.
-@Suite("Several apps", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Several apps", .serialized, .needsDatabase)
 struct AppAccountTests {
     static let a = TestHarness.audience, b = TestHarness.otherAudience
 

@@ -8,7 +8,7 @@ import Testing
 
 /// `SIWA_APPLY_TO` (README "Using Supabase Auth / Better Auth / Auth.js") against each library's own schema (`AuthLibrarySchemas`, with
 /// version and source), the worker running as a role with exactly the README's grants.
-@Suite("Auth libraries' own tables", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Auth libraries' own tables", .needsDatabase)
 struct AuthLibraryTests {
     static let hour = AuthLibraryDatabase.hour
 

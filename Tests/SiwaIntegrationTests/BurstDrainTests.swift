@@ -16,7 +16,7 @@ import Testing
 /// and the drain stops as failed once it costs five times the earlier burst's per event.
 @Suite(
     "Burst: a drain flat whatever the planner believes",
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct BurstDrainTests {
     static let users = 200_000
     static let events = 50_000

@@ -5,7 +5,7 @@ import Testing
 
 /// A database (or role) whose default `client_encoding` is not UTF8 must not change what is
 /// stored: the service speaks UTF-8 whatever the server's default for new sessions.
-@Suite("Client encoding", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Client encoding", .needsDatabase)
 struct ClientEncodingTests {
     /// The UTF-8 bytes of `text` as lowercase hex, to compare with `encode(convert_to(col, 'UTF8'), 'hex')`
     /// (hex is ASCII: the comparison does not depend on the checking connection's encoding).

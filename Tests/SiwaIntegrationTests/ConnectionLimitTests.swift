@@ -13,7 +13,7 @@ import Glibc
 /// and idle connections do not keep the listener from answering real notifications.
 @Suite(
     "Public listener: connection timeout and idle connections",
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct ConnectionLimitTests {
     /// The harness's `connectionTimeout`.
     static let timeout = 3.0

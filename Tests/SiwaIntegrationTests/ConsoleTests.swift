@@ -9,7 +9,7 @@ import Testing
 /// audit trail of each action.
 @Suite(
     "Operator console", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct ConsoleTests {
     /// A browser-like client: raw requests (no redirects followed), the session cookie kept.
     struct Client {

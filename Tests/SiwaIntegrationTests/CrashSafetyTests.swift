@@ -12,7 +12,7 @@ import Glibc
 /// Fault injection against the real binary and a real PostgreSQL: kill -9 at random moments,
 /// several workers on one queue. Exactly-once is measured with a hook that logs every
 /// application of an event in the same transaction (a double application would log twice).
-@Suite("Crash safety and scale-out", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Crash safety and scale-out", .serialized, .needsDatabase)
 struct CrashSafetyTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 

@@ -7,7 +7,7 @@ import Testing
 
 /// A deletion revokes what was held, whatever order things land in (issue 30): the property test
 /// over arrival orders is `TokenRulesTests`; this is its reproduction on the real worker.
-@Suite("Deletion order", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Deletion order", .serialized, .needsDatabase)
 struct DeletionOrderTests {
     typealias S = AppleTestSetup
     typealias H = DeletionHarness

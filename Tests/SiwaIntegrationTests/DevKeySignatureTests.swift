@@ -46,7 +46,7 @@ struct DevKeySignatureTests {
 
     @Test(
         "serve --dev in process: a dev-signed notification is accepted; tampered or another key's is 401 bad_signature, nothing stored",
-        .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+        .needsDatabase)
     func overHTTP() throws {
         let conninfo = try TestDatabase.create()
         let dir = NSTemporaryDirectory() + "siwa-devkey-\(UInt64.random(in: 0...UInt64.max))"

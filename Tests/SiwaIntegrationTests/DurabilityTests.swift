@@ -8,7 +8,7 @@ import Testing
 
 /// What the database promises about a commit answered 200 (README "High availability: what a failover keeps"), read on the test
 /// cluster (no standby) by a superuser and by a role that may not read the replication states.
-@Suite("Database durability", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL"))
+@Suite("Database durability", .needsDatabase)
 struct DurabilityTests {
     @Test("no standby: 0 synchronous standbys in the reading, /metrics and status; a role without pg_monitor reads unknown")
     func readings() throws {

@@ -6,7 +6,7 @@ import Testing
 
 /// `siwa.event_queue` holds exactly the pending, failed and dead rows of `siwa.events`, whatever
 /// writes them, and marking events done writes no index entry of `siwa.events`.
-@Suite("Event queue", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Event queue", .needsDatabase)
 struct EventQueueTests {
     /// The queue as it should be, from `siwa.events`, and as it is; `id status next_attempt_at`.
     private func expectQueueMatches(_ c: PostgresConnection, sourceLocation: SourceLocation = #_sourceLocation) throws {

@@ -5,7 +5,7 @@ import Testing
 
 /// The real binary killed -9 while a forward is in flight: the forward is delivered at least
 /// once afterwards, with the same `webhook-id`.
-@Suite("Forwarding crash safety", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Forwarding crash safety", .serialized, .needsDatabase)
 struct ForwardingCrashTests {
     @Test("work killed -9 mid-POST: the lease expires, the next process sends it again, same webhook-id")
     func killSenderMidDelivery() throws {

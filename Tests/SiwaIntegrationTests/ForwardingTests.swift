@@ -9,7 +9,7 @@ import Testing
 /// Forwarding (README "Forwarding to your app") end to end: notifications through the real receiver and worker, the
 /// sender POSTing over loopback to a libmicrohttpd receiver that checks every signature with
 /// the Standard Webhooks reference algorithm, a real PostgreSQL.
-@Suite("Forwarding", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Forwarding", .serialized, .needsDatabase)
 struct ForwardingTests {
     static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
     static let secondSecret = "whsec_" + Base64.encode([UInt8](repeating: 0x5a, count: 32))

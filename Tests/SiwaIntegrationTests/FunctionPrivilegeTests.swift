@@ -5,7 +5,7 @@ import Testing
 
 /// Every function of schema `siwa` against PUBLIC and every role, with an explicit allow-list: a
 /// function added later is checked without a new test (and fails here until it is listed).
-@Suite("Function privileges", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Function privileges", .needsDatabase)
 struct FunctionPrivilegeTests {
     /// Who may execute what, besides the owner: "grantee function(argument types)". PUBLIC may
     /// execute nothing.

@@ -6,7 +6,7 @@ import Testing
 
 /// deploy/grafana/siwa-notify.json names only metrics siwa-notify exports, and its SQL runs as
 /// `siwa_dashboard` against a migrated database.
-@Suite("Grafana dashboard", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL"))
+@Suite("Grafana dashboard", .needsDatabase)
 struct GrafanaDashboardTests {
     static let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("deploy/grafana/siwa-notify.json")

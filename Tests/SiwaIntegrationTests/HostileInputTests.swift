@@ -13,7 +13,7 @@ import Glibc
 /// Hostile input over real HTTP (raw sockets on loopback, so nothing is normalised on the way):
 /// every case asserts the exact status, the exact body `{"error":"<reason>"}`, that no response
 /// header echoes the input, and that nothing was stored in `siwa.events`.
-@Suite("Public listener: hostile input", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Public listener: hostile input", .needsDatabase)
 struct HostileInputTests {
     // MARK: Tokens: algorithms, keys and headers
 

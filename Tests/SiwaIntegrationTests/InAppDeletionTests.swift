@@ -13,7 +13,7 @@ import Testing
 /// App-initiated deletion end to end: the code exchange on the admin listener, `request_deletion`,
 /// the worker's revocation at (a fake) Apple over real HTTP, retries, dead letters, replay, a
 /// worker killed mid-call, bad keys at start, and `dev-apple` with `serve --dev`.
-@Suite("In-app deletion", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("In-app deletion", .serialized, .needsDatabase)
 struct InAppDeletionTests {
     typealias S = AppleTestSetup
     typealias H = DeletionHarness

@@ -12,7 +12,7 @@ import Testing
 /// keys never wait for a fetch.
 @Suite(
     "Key fetches: waiting, single flight, 503 for an unknown kid",
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct KeyFetchTests {
     /// Runs `body` with a JWKS server publishing the harness key and a harness fetching from it.
     static func withServer(interval: Int, _ body: (TestHarness, JWKSServer) throws -> Void) throws {

@@ -5,7 +5,7 @@ import SiwaCrypto
 import SiwaDevTools
 import Testing
 
-@Suite("Key set: rotation and refresh", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Key set: rotation and refresh", .needsDatabase)
 struct KeyRotationTests {
     @Test("a kid refused 401 stays refused until a later key fetch; once a fetch finds it, it is accepted")
     func rotatedKeyAccepted() throws {

@@ -3,7 +3,7 @@ import SiwaApp
 import SiwaPostgres
 import Testing
 
-@Suite("Least privilege", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Least privilege", .needsDatabase)
 struct LeastPrivilegeTests {
     /// A new database and, for each of siwa_receiver, siwa_worker and siwa_api, a login role that
     /// is a member of it (as a deployment gives its processes): the conninfo of each, by group role.

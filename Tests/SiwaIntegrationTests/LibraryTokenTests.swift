@@ -16,7 +16,7 @@ import Testing
 /// came through siwa-notify's own sign-in is never replaced.
 @Suite(
     "Tokens the auth libraries store", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct LibraryTokenTests {
     typealias S = AppleTestSetup
 

@@ -11,7 +11,7 @@ import Glibc
 
 /// Logging never kills or stalls the server: the real binary with a stderr nobody reads or whose
 /// reader went away, and the `LogWriter` queue against pipes the test controls.
-@Suite("Logging never blocks or kills", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Logging never blocks or kills", .needsDatabase)
 struct LoggingTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 

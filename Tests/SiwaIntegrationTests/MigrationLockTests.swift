@@ -10,7 +10,7 @@ import Testing
 /// nothing to do takes no lock, and a role that may not migrate takes none before saying so.
 @Suite(
     "Migrations never stall the receiver", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct MigrationLockTests {
     /// A session reading a dashboard view in a transaction it keeps open (AccessShareLock on
     /// `siwa.events` and the view until `commit`).

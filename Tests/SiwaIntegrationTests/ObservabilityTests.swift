@@ -5,7 +5,7 @@ import Testing
 
 @testable import SiwaApp
 
-@Suite("Observability: metrics, health, logs", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Observability: metrics, health, logs", .needsDatabase)
 struct ObservabilityTests {
     struct Sample: Decodable, Equatable {
         var name: String

@@ -12,7 +12,7 @@ import Glibc
 /// `status`, `replay`, `inspect`, `migrate` and graceful shutdown, through the real binary.
 @Suite(
     "Operator commands and graceful shutdown", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct OperatorCommandTests {
     /// Runs `siwa-notify <arguments>` to its end. A command still running after `timeout` seconds
     /// (e.g. a `serve` that should have refused to start) is killed: status -1 and a line saying so.

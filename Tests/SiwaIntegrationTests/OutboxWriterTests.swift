@@ -4,7 +4,7 @@ import Testing
 
 @testable import SiwaApp
 
-@Suite("Outbox writer: batched commits", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Outbox writer: batched commits", .needsDatabase)
 struct OutboxWriterTests {
     @Test("array literals escape quotes and backslashes and keep NULLs")
     func arrayLiteral() {

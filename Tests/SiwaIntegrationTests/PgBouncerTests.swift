@@ -11,7 +11,7 @@ import Testing
 /// of them (or not depend on them) — the worker finds new events by polling.
 @Suite(
     "Behind PgBouncer", .serialized, .enabled(if: PgBouncer.isInstalled, "pgbouncer is not installed (scripts/setup installs it)"),
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct PgBouncerTests {
     static let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "test-key-1")
 

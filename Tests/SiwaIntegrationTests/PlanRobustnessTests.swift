@@ -14,7 +14,7 @@ import Testing
 /// row, and the buffers it touched do not grow with the tables.
 @Suite(
     "Plans: batch-driven whatever the statistics say",
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct PlanRobustnessTests {
     /// Rows per table before the tables grow 10×, and the batch size.
     static let base = 5000

@@ -8,7 +8,7 @@ import Testing
 
 /// Every row of the contract's HTTP table, over real HTTP on loopback, against a real database.
 @Suite(
-    "Public listener: status codes and reason codes", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)")
+    "Public listener: status codes and reason codes", .needsDatabase
 )
 struct ReceiverStatusTests {
     @Test("valid notification: 200 accepted only after the row is committed")

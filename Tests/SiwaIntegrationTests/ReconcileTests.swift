@@ -13,7 +13,7 @@ import Testing
 /// alone; Apple down or throttling changes nothing and is tried later.
 @Suite(
     "Reconciliation", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct ReconcileTests {
     typealias S = AppleTestSetup
 

@@ -6,7 +6,7 @@ import Testing
 
 @Suite(
     "Worker: retries, dead letters, replay, the SQL hook, retention",
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct RetryAndHookTests {
     static let hookLog = """
         CREATE TABLE public.hook_log (event_id bigint NOT NULL, sub text NOT NULL, type text NOT NULL, status text NOT NULL);

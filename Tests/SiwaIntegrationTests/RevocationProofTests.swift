@@ -6,7 +6,7 @@ import Testing
 
 /// Contract §8: a revocation is proven, not assumed (Apple's revoke answers 200 to anything), and
 /// a deletion keeps its evidence, which `user-report` prints.
-@Suite("Revocation proof", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Revocation proof", .serialized, .needsDatabase)
 struct RevocationProofTests {
     typealias S = AppleTestSetup
     typealias H = DeletionHarness

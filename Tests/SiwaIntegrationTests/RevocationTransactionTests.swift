@@ -10,7 +10,7 @@ import Testing
 /// process died mid-call (its lease ran out) is claimed again.
 @Suite(
     "Revocations: no transaction across the call to Apple", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct RevocationTransactionTests {
     typealias S = AppleTestSetup
 

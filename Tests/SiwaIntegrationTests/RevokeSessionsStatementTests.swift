@@ -7,7 +7,7 @@ import Testing
 /// `revoke_sessions` on its own, against a real database: each bound (the user, the creation
 /// time, the app) decides alone which sessions go. (The worker's tests reach it through events;
 /// this holds the same bounds one level down.)
-@Suite("revoke_sessions statement", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("revoke_sessions statement", .needsDatabase)
 struct RevokeSessionsStatementTests {
     @Test("a user's sessions of that app (or of none) created at or before the time go; later, other apps', other users' stay")
     func bounds() throws {

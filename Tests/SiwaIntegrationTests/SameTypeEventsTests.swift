@@ -6,7 +6,7 @@ import Testing
 /// Distinct events are never merged: two notifications of one user, app and type with different
 /// `event_time`s (and `jti`s) committed in one batch are both stored. (Apple never re-sends an
 /// event answered 200, so one wrongly called a duplicate is lost.)
-@Suite("Same-type events in one batch", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Same-type events in one batch", .needsDatabase)
 struct SameTypeEventsTests {
     final class Replies: Sendable {
         let all = Mutex<[String: TestHarness.Reply]>([:])

@@ -4,7 +4,7 @@ import Testing
 
 @testable import SiwaApp
 
-@Suite("Schema and migrations", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Schema and migrations", .needsDatabase)
 struct SchemaTests {
     @Test("the binary carries exactly schema.sql")
     func embeddedSchemaMatchesFile() throws {

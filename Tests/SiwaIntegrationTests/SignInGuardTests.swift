@@ -14,7 +14,7 @@ import Glibc
 /// The sign-in API's edges (issue 30): a sign-in older than the user's deletion is not a user, a
 /// handed-over token must be bound to its user by Apple, a short lock never loses a sign-in, and
 /// SIGHUP never kills the process nor loads a half-written token file.
-@Suite("Sign-in guards", .serialized, .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Sign-in guards", .serialized, .needsDatabase)
 struct SignInGuardTests {
     typealias S = AppleTestSetup
     typealias H = DeletionHarness

@@ -10,7 +10,7 @@ import Testing
 
 /// The store against a real PostgreSQL: dedupe keys, erasure, the hook's view of decisions, row
 /// decoding, and plans that stay key lookups on tables bulk-loaded without fresh statistics.
-@Suite("Store: statements against PostgreSQL", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Store: statements against PostgreSQL", .needsDatabase)
 struct StoreTests {
     static let quiet = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 
@@ -469,7 +469,7 @@ struct StoreTests {
     }
 }
 
-@Suite("Schema: migrations by a database owner that is not a superuser", .enabled(if: TestDatabase.isAvailable))
+@Suite("Schema: migrations by a database owner that is not a superuser", .needsDatabase)
 struct OwnerMigrationTests {
     @Test("a non-superuser owner (as on managed PostgreSQL) migrates a new database, and again")
     func nonSuperuserOwner() throws {

@@ -9,7 +9,7 @@ import Testing
 /// app's row (same key), does not open there — not at the start-up check, not in the revoker.
 @Suite(
     "Stored tokens bound to their owner", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct TokenBindingTests {
     typealias S = AppleTestSetup
 

@@ -11,7 +11,7 @@ import Testing
 /// `siwa-notify rekey` (the real binary), and dropping the old key afterwards.
 @Suite(
     "Token key rotation: start-up check and rekey", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct TokenKeyRotationTests {
     typealias S = AppleTestSetup
 

@@ -14,7 +14,7 @@ import Glibc
 /// fake Apple teams: the whole transfer, throttling, Apple down, a kill midway.
 @Suite(
     "App transfer between teams", .serialized,
-    .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+    .needsDatabase)
 struct TransferCommandTests {
     typealias T = TransferTeams
 

@@ -7,7 +7,7 @@ import Testing
 /// What each event type does to `siwa.accounts` and `siwa.sessions`, through the whole path:
 /// HTTP → outbox → worker.
 @Suite(
-    "Worker: event effects on accounts and sessions", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)")
+    "Worker: event effects on accounts and sessions", .needsDatabase
 )
 struct WorkerEffectTests {
     static let hour: Int64 = 3_600_000

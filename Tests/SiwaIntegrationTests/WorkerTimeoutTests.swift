@@ -6,7 +6,7 @@ import Testing
 /// The worker's statements are bounded: a hook that runs away (statement timeout) or a row lock
 /// held elsewhere (lock timeout) fails that one event with a clear `last_error` and a retry; the
 /// rest of the queue goes on.
-@Suite("Worker statement and lock timeouts", .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)"))
+@Suite("Worker statement and lock timeouts", .needsDatabase)
 struct WorkerTimeoutTests {
     @Test("a hook that sleeps 10 s for one sub: with a 1 s statement timeout that event fails (57014) and is retried; the others are done")
     func statementTimeout() throws {

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaApp
 import SiwaPostgres
+import Testing
 
 /// The PostgreSQL cluster started by `scripts/test` (SIWA_TEST_DATABASE_URL); every test gets a
 /// fresh database of its own, migrated with the embedded schema.
@@ -13,7 +14,7 @@ enum TestDatabase {
     }
 
     /// True when `SIWA_TEST_DATABASE_URL` is set: suites that need the shared cluster are
-    /// enabled on it (`.enabled(if: TestDatabase.isAvailable, ...)`) instead of failing. Also true
+    /// enabled on it (`.needsDatabase`) instead of failing. Also true
     /// when the database is required (`isRequired`): the suites then run and fail with `Missing`.
     static var isAvailable: Bool {
         !(ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_URL"] ?? "").isEmpty || isRequired
@@ -84,4 +85,12 @@ func eventually(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -
         Thread.sleep(forTimeInterval: 0.02)
     }
     return try condition()
+}
+
+extension Trait where Self == ConditionTrait {
+    /// The gate of a suite that needs the shared cluster (`TestDatabase.isAvailable`): skipped
+    /// without it on a developer's machine, run (and failed) where the database is required.
+    static var needsDatabase: Self {
+        .enabled(if: TestDatabase.isAvailable, "needs SIWA_TEST_DATABASE_URL (scripts/test starts one)")
+    }
 }
