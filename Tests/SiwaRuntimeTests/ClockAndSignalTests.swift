@@ -52,10 +52,27 @@ struct ClockAndSignalTests {
         let clock = ManualClock()
         let signal = WakeSignal(clock: clock)
         signal.wake()
-        #expect(signal.wait(for: .seconds(60)) == false)  // returns at once, not stopped
+        // The wait on a thread of its own: were the wake lost, it would block for good (the manual
+        // clock never moves) and the test must fail, not hang; the stop below releases it then.
+        let woken = Atomic<Int>(-1)
+        let waiter = LoopThread(name: "test-wake") { woken.store(signal.wait(for: .seconds(60)) ? 1 : 0, ordering: .relaxed) }
+        #expect(waiter.join(until: Deadline.now.adding(.seconds(10))), "the wake before the wait was lost")
         signal.stop()
+        #expect(waiter.join(until: .never))
+        #expect(woken.load(ordering: .relaxed) == 0)  // ended by the wake, not by the stop
         #expect(signal.wait(for: .seconds(60)) == true)
         #expect(signal.isStopped)
+    }
+
+    @Test("settle gives up after its limit when the loop under test never blocks again: its test fails, not hangs")
+    func settleGivesUp() {
+        let clock = ManualClock()
+        let settled = Atomic<Int>(-1)
+        let settler = LoopThread(name: "test-settle") {
+            settled.store(clock.settle(after: clock.blockedWaits, limit: .milliseconds(50)) ? 1 : 0, ordering: .relaxed)
+        }
+        #expect(settler.join(until: Deadline.now.adding(.seconds(10))), "settle did not give up")
+        #expect(settled.load(ordering: .relaxed) == 0)
     }
 
     @Test("Reconnect backoff doubles from 0.2 s to 5 s and starts again after a success")

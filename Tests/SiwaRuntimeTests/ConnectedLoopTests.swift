@@ -71,6 +71,61 @@ struct ConnectedLoopTests {
         #expect(waits.withLock { $0 } == [.milliseconds(200), .milliseconds(400)])
     }
 
+    @Test("A good round resets the backoff: the next failure waits the first step again, not the doubled one")
+    func goodRoundResetsBackoff() {
+        let clock = ManualClock()
+        let failures = Atomic<Int>(2)
+        let rounds = Atomic<Int>(0)
+        let waits = Mutex<[Duration]>([])
+        let loop = ConnectedLoop<FakeConnection, Void>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: {
+                    if failures.load(ordering: .relaxed) > 0 {
+                        failures.subtract(1, ordering: .relaxed)
+                        throw LoopError()
+                    }
+                    return FakeConnection()
+                },
+                makeState: {},
+                round: { _, _ in
+                    // Round 1 works, round 2 throws: its backoff starts from the first step.
+                    switch rounds.add(1, ordering: .relaxed).newValue {
+                    case 1: return .again
+                    case 2: throw LoopError()
+                    default: return .wait(until: .never)
+                    }
+                },
+                failed: { _, _, wait in waits.withLock { $0.append(wait) } }))
+        loop.start()
+        #expect(clock.settle(after: 0))
+        advanceAndSettle(clock, by: .milliseconds(200))  // second connect failure
+        advanceAndSettle(clock, by: .milliseconds(400))  // connected, round 1, round 2 throws
+        #expect(rounds.load(ordering: .relaxed) == 2)
+        #expect(waits.withLock { $0 } == [.milliseconds(200), .milliseconds(400), .milliseconds(200)])
+        #expect(loop.stop(until: Deadline.now.adding(.seconds(5))))
+    }
+
+    @Test("A stop ends a backoff wait at once: a loop that cannot connect still stops within the budget")
+    func stopsDuringBackoff() {
+        let clock = ManualClock()
+        let connects = Atomic<Int>(0)
+        let loop = ConnectedLoop<FakeConnection, Void>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(
+                connect: {
+                    connects.add(1, ordering: .relaxed)
+                    throw LoopError()
+                },
+                makeState: {},
+                round: { _, _ in .wait(until: .never) },
+                failed: { _, _, _ in }))
+        loop.start()
+        #expect(clock.settle(after: 0))  // in the first backoff wait; the manual clock never reaches its end
+        #expect(loop.stop(until: Deadline.now.adding(.seconds(10))), "the stop waited for the backoff")
+        #expect(connects.load(ordering: .relaxed) == 1)
+    }
+
     @Test("A broken connection is replaced before the next round; a throwing round drops it")
     func brokenConnection() {
         let clock = ManualClock()
