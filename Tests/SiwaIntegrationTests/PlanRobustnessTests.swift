@@ -474,4 +474,27 @@ struct PlanRobustnessTests {
         _ = try TestDatabase.query(url, Self.load(from: 301, to: 400))
         try Self.expectCountsExact(c, "refilled")
     }
+
+    @Test("a writer never waits for the counts another open transaction folded: its fold is skipped, and the counts stay exact")
+    func writersNeverWaitOnCounts() throws {
+        let url = try TestDatabase.create()
+        _ = try TestDatabase.query(url, Self.load(from: 1, to: 10))
+        let (a, b) = (try PostgresConnection(conninfo: url), try PostgresConnection(conninfo: url))
+        // A long transaction (a worker's batch) changed a counted row: it folded, and holds the
+        // counters' rows and the fold's lock until it ends.
+        try a.execute("BEGIN")
+        try a.execute("UPDATE siwa.revocations SET status = 'dead' WHERE apple_sub = 'u.1'")
+        // Another writer meanwhile: were its fold to wait for those rows, the lock timeout would
+        // end its statement.
+        try b.execute("BEGIN")
+        try b.execute("SET LOCAL lock_timeout = '2s'")
+        do {
+            try b.execute("UPDATE siwa.revocations SET status = 'dead' WHERE apple_sub = 'u.2'")
+        } catch {
+            Issue.record("the second writer waited for the first one's counts: \(error)")
+        }
+        try b.execute("COMMIT")
+        try a.execute("COMMIT")
+        try Self.expectCountsExact(a, "two writers")
+    }
 }
