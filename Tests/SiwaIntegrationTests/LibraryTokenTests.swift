@@ -251,6 +251,46 @@ struct LibraryTokenTests {
         }
     }
 
+    @Test("a deletion adopts the token of the user's Apple identity, not of another provider's with the same id", arguments: Target.allCases)
+    func deletionFindsAppleIdentity(target: Target) throws {
+        let s = try Self.setup(target)
+        defer { s.fake.stop() }
+        let (one, _) = target.subs
+        _ = try s.libraryToken(one)
+        // The fixture's GitHub identity with the same provider id (no token) now comes first in the
+        // table and in any index on the id: the Apple row is written again after it.
+        let i = s.schema.identities
+        let apple = #"FROM \#(i.table.quoted) WHERE "\#(i.provider)" = 'apple' AND "\#(i.subject)" = '\#(one)'"#
+        _ = try TestDatabase.query(
+            s.db.url, "CREATE TEMP TABLE apple_row AS SELECT * \(apple); DELETE \(apple); INSERT INTO \(i.table.quoted) SELECT * FROM apple_row;")
+        #expect(try s.scalar(#"SELECT count(*) FROM \#(i.table.quoted) WHERE "\#(i.provider)" <> 'apple' AND "\#(i.subject)" = $1"#, [one]) == "1")
+        _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL)", [one])
+        try s.db.apply()
+        #expect(try s.scalar("SELECT status || ':' || (ciphertext IS NOT NULL) FROM siwa.revocations WHERE apple_sub = $1", [one]) == "pending:true")
+        #expect(try s.scalar(#"SELECT count(*) FROM \#(i.table.quoted) WHERE "\#(i.subject)" = $1"#, [one]) == "1")  // GitHub's stays
+    }
+
+    @Test("a sign-in's token for another client id does not hold the library's place: both are adopted, both go to revocation")
+    func otherClientSignIn() throws {
+        for target in [Target.authjs, .betterAuth] {
+            let s = try Self.setup(target)
+            defer { s.fake.stop() }
+            let (one, _) = target.subs
+            // The user signed in to the iOS app through siwa-notify (its own client id), and to the
+            // web through the library (SIWA_LIBRARY_CLIENT_ID).
+            _ = try ReconcileTests.storeToken(one, fake: s.fake, vault: s.adoption.vault, conninfo: s.db.url, clientID: S.otherClientID)
+            _ = try s.libraryToken(one)
+            #expect(try s.sweep() == 1, "\(target)")
+            let stored = "SELECT string_agg(client_id || ':' || coalesce(source, 'sign-in'), ',' ORDER BY client_id) FROM siwa.apple_tokens"
+            #expect(try s.scalar(stored) == "\(S.clientID):\(target.source),\(S.otherClientID):sign-in", "\(target)")
+            _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL)", [one])
+            try s.db.apply()
+            #expect(
+                try s.scalar("SELECT string_agg(client_id, ',' ORDER BY client_id) FROM siwa.revocations WHERE apple_sub = $1", [one])
+                    == "\(S.clientID),\(S.otherClientID)", "\(target)")
+        }
+    }
+
     @Test(
         "serve with SIWA_APPLY_TO=authjs and in-app deletion: the library's tokens are adopted, and `delete-user` revokes one; several audiences need SIWA_LIBRARY_CLIENT_ID"
     )

@@ -19,12 +19,13 @@ struct ReconcileTests {
 
     /// Stores a refresh token the fake issued for `sub`, as a sign-in would; returns it.
     static func storeToken(
-        _ sub: String, fake: FakeApple, vault: TokenVault, conninfo: String, email: String = "x@privaterelay.appleid.com"
+        _ sub: String, fake: FakeApple, vault: TokenVault, conninfo: String, email: String = "x@privaterelay.appleid.com",
+        clientID: String = S.clientID
     ) throws -> String {
-        let (refreshToken, _) = try fake.issueTokens(for: .init(sub: sub, email: email, isPrivateEmail: true), clientID: S.clientID)
+        let (refreshToken, _) = try fake.issueTokens(for: .init(sub: sub, email: email, isPrivateEmail: true), clientID: clientID)
         let connection = try PostgresConnection(conninfo: conninfo)
         let signIn = DeletionStatements.SignIn(
-            sub: sub, clientID: S.clientID, token: try vault.seal(refreshToken, sub: sub, clientID: S.clientID), email: email,
+            sub: sub, clientID: clientID, token: try vault.seal(refreshToken, sub: sub, clientID: clientID), email: email,
             isPrivateEmail: true, signedInAt: Int64(Date().timeIntervalSince1970) - 60)
         _ = try connection.row(DeletionStatements.storeToken, signIn)
         return refreshToken
