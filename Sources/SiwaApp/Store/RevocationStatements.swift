@@ -125,10 +125,11 @@ enum RevocationStatements {
             ]
         })
 
-    /// Revocations whose token still worked at Apple after a 200 (`status`, `/metrics`, the alert).
+    /// Revocations whose token still worked at Apple after a 200 (`status`, `/metrics`, the alert):
+    /// the maintained count, like the statuses below.
     static let unconfirmedCount = Statement<Void, Int>(
         "revocations_unconfirmed",
-        "SELECT count(*)::int AS n FROM siwa.revocations WHERE confirmation = 'unconfirmed'",
+        "SELECT \(MaintainedCounts.sum("'revocations:unconfirmed'"))::int AS n",
         decode: { row throws(PostgresError) in try row.int("n") })
 
     /// Revocations by status (for `status`, `/metrics` and the console), the statuses that have
