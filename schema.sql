@@ -1094,4 +1094,35 @@ CREATE INDEX IF NOT EXISTS events_reconcile_gone_idx ON siwa.events (id) WHERE j
 CREATE INDEX IF NOT EXISTS revocations_failed_idx ON siwa.revocations (id) WHERE status = 'failed';
 -- === end of maintained counts ===
 
+-- === The receiver's insert (issue 29 item 5; bench/README "receiver CPU") ===
+-- OutboxStatements.insert as a function: PL/pgSQL keeps the INSERT's plan for the session, where
+-- the statement sent by itself (unnamed: no state on a server connection, so PgBouncer's
+-- transaction pooling works) was parsed, analyzed and planned again for every batch. Always the
+-- generic plan: it reads no table (the arrays, unnested and sorted; ON CONFLICT probes the unique
+-- indexes with each row's own key), so no statistics can change its shape. (ON CONFLICT names no
+-- target: one would need SELECT on its columns, which the receiver's role does not have.)
+-- SECURITY INVOKER: the caller's own grants apply (siwa_receiver's INSERT of the notification's
+-- columns). Returns the `jti` of each new row.
+CREATE OR REPLACE FUNCTION siwa.insert_events(
+    text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
+RETURNS SETOF text
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+    RETURN QUERY
+    WITH ins AS (
+        INSERT INTO siwa.events AS ev (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
+        SELECT u.j, u.a, u.s, u.t, timestamptz 'epoch' + u.ms * interval '1 millisecond', u.e, u.p, u.st, u.c::jsonb
+        FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9) AS u(j, a, s, t, ms, e, p, st, c)
+        ORDER BY u.s COLLATE "C"
+        ON CONFLICT DO NOTHING
+        RETURNING ev.jti)
+    SELECT ins.jti FROM ins;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.insert_events(text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION siwa.insert_events(text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
+    TO siwa_receiver;
+-- === end of the receiver's insert ===
+
 COMMIT;

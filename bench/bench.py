@@ -419,6 +419,64 @@ def perf_finish(handle):
     return report
 
 
+class PerfStat:
+    """BENCH_PERF_STAT=1: hardware counters (instructions, cycles) of the server and of this run's
+    PostgreSQL (the postmaster and its children at the start) while the load runs, per row added
+    to siwa.events meanwhile. Instructions per event stay put on a machine shared with other
+    builds, where CPU time per event does not (bench/README, "receiver CPU")."""
+
+    def __init__(self, server):
+        self.procs = []
+        perf = subprocess.run(["which", "perf"], capture_output=True, text=True).stdout.strip()
+        if os.environ.get("BENCH_PERF_STAT", "0") != "1" or not perf:
+            return
+        with open(os.path.join(TMP, "data", "postmaster.pid")) as f:
+            master = int(f.readline())
+        pg = [master]
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == master:
+                        pg.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+        self.rows = event_count()
+        # One perf per process: a backend that exits meanwhile (a psql's) costs only its own count.
+        for name, pids in (("siwa-notify", [server.proc.pid]), ("postgres", pg)):
+            for pid in pids:
+                out = os.path.join(TMP, f"perf-stat-{name}-{pid}-{time.time_ns()}.csv")
+                proc = subprocess.Popen([perf, "stat", "-x", ",", "-e", "instructions,cycles", "-o", out, "-p", str(pid)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self.procs.append((name, proc, out))
+
+    def finish(self):
+        if not self.procs:
+            return None
+        rows = event_count() - self.rows
+        result = {"events": rows}
+        totals = {}
+        for name, proc, out in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            proc.wait()
+            counts = totals.setdefault(name, {})
+            try:
+                with open(out) as f:
+                    for line in f:
+                        fields = line.strip().split(",")
+                        if len(fields) > 2 and fields[0].isdigit():
+                            event = fields[2].split(":")[0]
+                            counts[event] = counts.get(event, 0) + int(fields[0])
+            except OSError:
+                continue
+        for name, counts in totals.items():
+            result[name] = {k + "_per_event": round(v / max(1, rows)) for k, v in counts.items()}
+        log(f"perf stat over {rows} events: " + ", ".join(
+            f"{n} {result[n].get('instructions_per_event')} instructions / {result[n].get('cycles_per_event')} cycles"
+            for n in ("siwa-notify", "postgres")) + " per event")
+        return result
+
+
 # ---------------------------------------------------------------------------------------------
 # Mode: throughput (wrk against `receive`)
 
@@ -433,8 +491,12 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0,
     deadline = time.time() + seconds + 30
     rows, still_since = None, None
     end = None
+    counters, started = None, time.time()
+    rows_at_start = event_count() if os.environ.get("BENCH_PERF_STAT", "0") == "1" else None
     while proc.poll() is None and time.time() < deadline:
         markers = os.listdir(done_dir)
+        if counters is None and rows_at_start is not None and time.time() - started > 0.5 and event_count() > rows_at_start:
+            counters = PerfStat(server)  # once rows commit: the writer's backend is there to count
         if sum(m.startswith("thread-") for m in markers) >= threads:
             end = meter.snapshot(proc.pid) if meter else None
             proc.send_signal(signal.SIGINT)  # every slice answered: let wrk report now
@@ -451,6 +513,7 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0,
                 break
             time.sleep(0.25)
         time.sleep(0.05)
+    perf_stat = counters.finish() if counters else None
     try:
         stdout, stderr = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -462,6 +525,7 @@ def run_wrk(server, bodies_path, nbodies, seconds, threads, connections, rate=0,
     result = json.loads(line[len("BENCH_JSON "):])
     result["wrk_text"] = "\n".join(l for l in stdout.splitlines() if not l.startswith("BENCH_JSON "))
     result["cpu_end"] = end
+    result["perf_stat"] = perf_stat
     return result
 
 
@@ -528,6 +592,7 @@ def ingest(role, kind, n, http_threads, baseline_tps=None, profile=False, wait_a
         "server_warnings": warnings,
         "worker_caught_up_after_s": applied_after,
         "perf_report": report,
+        "perf_stat": w.get("perf_stat"),
         "wrk_output": w["wrk_text"],
     }
     log(f"ingest ({role}): {run['events_per_s']:.0f} events/s verified={run['verify']['ok']} "

@@ -47,41 +47,59 @@ public enum Base64URL {
     }
 
     /// `decode(_:)` on the encoded text's bytes (e.g. a segment of a token, without making a
-    /// `String` of it first). One pass, four characters at a time.
+    /// `String` of it first). One pass, four characters at a time, written straight into the
+    /// result's storage (no append per byte: a token's ~1 KB is decoded on every request).
     public static func decode(bytes: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let remainder = bytes.count % 4
         if remainder == 1 { return nil }
-        let table = decodeTable
-        return table.withUnsafeBufferPointer { table -> [UInt8]? in
-            var out: [UInt8] = []
-            out.reserveCapacity(bytes.count / 4 * 3 + 2)
-            var i = 0
-            let whole = bytes.count - remainder
-            while i < whole {
-                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
-                let c = table[Int(bytes[i + 2])], d = table[Int(bytes[i + 3])]
-                // Valid values are 0...63; the table marks anything else 0xFF.
-                if (a | b | c | d) & 0xC0 != 0 { return nil }
-                let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                out.append(UInt8(truncatingIfNeeded: n >> 16))
-                out.append(UInt8(truncatingIfNeeded: n >> 8))
-                out.append(UInt8(truncatingIfNeeded: n))
-                i += 4
+        let whole = bytes.count - remainder
+        let capacity = whole / 4 * 3 + (remainder == 0 ? 0 : remainder - 1)
+        var valid = true
+        let decoded = decodeTable.withUnsafeBufferPointer { table in
+            [UInt8](unsafeUninitializedCapacity: capacity) { out, initialized in
+                var i = 0, o = 0
+                while i < whole {
+                    let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
+                    let c = table[Int(bytes[i + 2])], d = table[Int(bytes[i + 3])]
+                    // Valid values are 0...63; the table marks anything else 0xFF.
+                    if (a | b | c | d) & 0xC0 != 0 {
+                        valid = false
+                        break
+                    }
+                    let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                    out[o] = UInt8(truncatingIfNeeded: n >> 16)
+                    out[o + 1] = UInt8(truncatingIfNeeded: n >> 8)
+                    out[o + 2] = UInt8(truncatingIfNeeded: n)
+                    i += 4
+                    o += 3
+                }
+                if valid {
+                    switch remainder {
+                    case 2:
+                        let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
+                        if a != 0xFF, b != 0xFF, b & 0x0F == 0 {
+                            out[o] = a << 2 | b >> 4
+                            o += 1
+                        } else {
+                            valid = false
+                        }
+                    case 3:
+                        let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])], c = table[Int(bytes[i + 2])]
+                        if a != 0xFF, b != 0xFF, c != 0xFF, c & 0x03 == 0 {
+                            out[o] = a << 2 | b >> 4
+                            out[o + 1] = (b & 0x0F) << 4 | c >> 2
+                            o += 2
+                        } else {
+                            valid = false
+                        }
+                    default:
+                        break
+                    }
+                }
+                // Only the bytes written count (a failed decode returns nil anyway).
+                initialized = o
             }
-            switch remainder {
-            case 2:
-                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])]
-                guard a != 0xFF, b != 0xFF, b & 0x0F == 0 else { return nil }
-                out.append(a << 2 | b >> 4)
-            case 3:
-                let a = table[Int(bytes[i])], b = table[Int(bytes[i + 1])], c = table[Int(bytes[i + 2])]
-                guard a != 0xFF, b != 0xFF, c != 0xFF, c & 0x03 == 0 else { return nil }
-                out.append(a << 2 | b >> 4)
-                out.append((b & 0x0F) << 4 | c >> 2)
-            default:
-                break
-            }
-            return out
         }
+        return valid ? decoded : nil
     }
 }

@@ -24,28 +24,37 @@ public struct CompactJWS: Sendable {
     /// Splits and decodes `token`. Throws `.malformedJWS` (not three segments, empty header or
     /// claims segment, non-strict base64url), `.malformedHeader` or `.malformedClaims` (not a JSON object).
     public static func parse(_ token: String) throws(RejectReason) -> CompactJWS {
-        let utf8 = Array(token.utf8)
-        var dots: [Int] = []
-        for (i, b) in utf8.enumerated() where b == UInt8(ascii: ".") {
-            dots.append(i)
-            if dots.count > 2 { throw .malformedJWS }
+        // A native string's UTF-8 in place (no copy of the ~1 KB token); a bridged one copied once.
+        if let parsed = token.utf8.withContiguousStorageIfAvailable({ parse(utf8: $0) }) { return try parsed.get() }
+        return try Array(token.utf8).withUnsafeBufferPointer { parse(utf8: $0) }.get()
+    }
+
+    private static func parse(utf8: UnsafeBufferPointer<UInt8>) -> Result<CompactJWS, RejectReason> {
+        // The two dots (a third is an error).
+        var first = -1, second = -1
+        for i in utf8.indices where utf8[i] == UInt8(ascii: ".") {
+            if first < 0 {
+                first = i
+            } else if second < 0 {
+                second = i
+            } else {
+                return .failure(.malformedJWS)
+            }
         }
-        guard dots.count == 2 else { throw .malformedJWS }
-        let headerSegment = utf8[0..<dots[0]]
-        let claimsSegment = utf8[(dots[0] + 1)..<dots[1]]
-        let signatureSegment = utf8[(dots[1] + 1)...]
-        func decoded(_ segment: ArraySlice<UInt8>) -> [UInt8]? {
-            segment.withUnsafeBufferPointer { Base64URL.decode(bytes: $0) }
+        guard second >= 0 else { return .failure(.malformedJWS) }
+        func decoded(_ range: Range<Int>) -> [UInt8]? {
+            Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: utf8[range]))
         }
-        guard !headerSegment.isEmpty, !claimsSegment.isEmpty,
-            let headerBytes = decoded(headerSegment),
-            let claimsBytes = decoded(claimsSegment),
-            let signature = decoded(signatureSegment)
-        else { throw .malformedJWS }
-        guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { throw .malformedHeader }
-        guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { throw .malformedClaims }
-        return CompactJWS(
-            header: header, claims: claims, signingInput: Array(utf8[0..<dots[1]]), signature: signature,
-            claimsText: String(decoding: claimsBytes, as: UTF8.self))
+        guard first > 0, second > first + 1,
+            let headerBytes = decoded(0..<first),
+            let claimsBytes = decoded((first + 1)..<second),
+            let signature = decoded((second + 1)..<utf8.count)
+        else { return .failure(.malformedJWS) }
+        guard let header = (try? JSONParser.parse(headerBytes))?.objectValue else { return .failure(.malformedHeader) }
+        guard let claims = (try? JSONParser.parse(claimsBytes))?.objectValue else { return .failure(.malformedClaims) }
+        return .success(
+            CompactJWS(
+                header: header, claims: claims, signingInput: Array(UnsafeBufferPointer(rebasing: utf8[0..<second])),
+                signature: signature, claimsText: String(decoding: claimsBytes, as: UTF8.self)))
     }
 }

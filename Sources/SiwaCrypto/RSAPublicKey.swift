@@ -93,22 +93,22 @@ public final class RSAPublicKey: @unchecked Sendable {
         guard signature.count == signatureLength else { return false }
         // SHA-256 with the algorithm fetched once; the verify context comes from a small pool
         // (no provider lookup, no allocation per call).
-        var digest = [UInt8](repeating: 0, count: 32)
-        var digestLength: UInt32 = 0
-        let hashed = digest.withUnsafeMutableBufferPointer { out in
-            withNonNullBytes(message) { msg, msgCount in
-                EVP_Digest(msg, msgCount, out.baseAddress, &digestLength, FetchedAlgorithms.shared.sha256, nil)
+        // The digest on the stack (no allocation per call).
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { digest in
+            var digestLength: UInt32 = 0
+            let hashed = withNonNullBytes(message) { msg, msgCount in
+                EVP_Digest(msg, msgCount, digest.baseAddress, &digestLength, FetchedAlgorithms.shared.sha256, nil)
             }
+            guard hashed == 1, digestLength == 32 else { return false }
+            guard let ctx = takeContext() ?? siwa_rs256_verify_ctx(pkey, FetchedAlgorithms.shared.sha256) else {
+                return false
+            }
+            let result = withNonNullBytes(signature) { sig, sigCount in
+                EVP_PKEY_verify(ctx, sig, sigCount, digest.baseAddress, 32)
+            }
+            putBack(ctx)
+            return result == 1
         }
-        guard hashed == 1, digestLength == 32 else { return false }
-        guard let ctx = takeContext() ?? siwa_rs256_verify_ctx(pkey, FetchedAlgorithms.shared.sha256) else {
-            return false
-        }
-        let result = withNonNullBytes(signature) { sig, sigCount in
-            EVP_PKEY_verify(ctx, sig, sigCount, digest, 32)
-        }
-        putBack(ctx)
-        return result == 1
     }
 
     /// A ready context from a slot, or nil when every slot is empty (all in use, or none made yet).

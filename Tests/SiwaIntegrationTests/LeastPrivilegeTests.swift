@@ -169,7 +169,7 @@ struct LeastPrivilegeTests {
         "siwa_dashboard SELECT events_per_day", "siwa_dashboard SELECT forward_backlog",
         "siwa_receiver USAGE schema siwa",
         "siwa_receiver INSERT events(aud,claims,email,event_time,is_private_email,jti,status,sub,type)",
-        "siwa_receiver SELECT events(jti)", "siwa_receiver SELECT backlog",
+        "siwa_receiver SELECT events(jti)", "siwa_receiver EXECUTE insert_events", "siwa_receiver SELECT backlog",
         "siwa_receiver INSERT key_sets", "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
         "siwa_worker USAGE schema siwa",
         "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",

@@ -1,5 +1,6 @@
 import Foundation
 import SiwaCore
+import SiwaDevTools
 import Testing
 
 @testable import SiwaApp
@@ -43,6 +44,25 @@ struct OutboxWriterTests {
             #expect(sender.accepted.count == 200)
             #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "200")
             #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub LIKE 'sub.\"quoted\\\\slash\".%' AND email LIKE 'o''neil+%'") == "200")
+        }
+    }
+
+    @Test("a stored jti reused for another event, in batches with new rows: it is a duplicate, every other row stored")
+    func storedJTIInBatches() throws {
+        try TestHarness.with { h throws in
+            let jti = NotificationSigner.newJTI()
+            #expect(try h.post(token: try h.token(sub: "sub.first", jti: jti)).code == "accepted")
+            // Every unique key is checked (ON CONFLICT without a target): a conflict on either is a
+            // duplicate, and the rest of the batch is stored.
+            var tokens = [("reused", try h.token(sub: "sub.other", jti: jti))]
+            for i in 0..<60 { tokens.append(("new-\(i)", try h.token(sub: "sub.new.\(i)"))) }
+            let sender = LoadSender(url: h.baseURL + "/apple/notifications", tokens: tokens.shuffled())
+            sender.run(threads: 8)
+            let outcomes = sender.outcomes.withLock { $0 }
+            #expect(outcomes["reused"]?.code == "duplicate")
+            #expect(outcomes.filter { $0.key.hasPrefix("new-") }.allSatisfy { $0.value.code == "accepted" })
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events") == "61")
+            #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = 'sub.other'") == "0")
         }
     }
 

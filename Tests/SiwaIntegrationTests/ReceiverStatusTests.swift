@@ -47,6 +47,18 @@ struct ReceiverStatusTests {
         }
     }
 
+    @Test("a stored jti with other claims: 200 duplicate, nothing new stored")
+    func storedJTIOtherClaims() throws {
+        try TestHarness.with { h throws in
+            let jti = NotificationSigner.newJTI()
+            #expect(try h.post(token: try h.token(sub: "sub.jti.first", jti: jti)).code == "accepted")
+            // Apple signs a token once; one reusing a stored jti for another event is still a
+            // duplicate: the insert checks every unique key, not the dedupe key alone.
+            #expect(try h.post(token: try h.token(sub: "sub.jti.second", jti: jti)).code == "duplicate")
+            #expect(try h.scalar("SELECT string_agg(sub, ',') FROM siwa.events") == "sub.jti.first")
+        }
+    }
+
     @Test("unknown type: 200 ignored, stored for the record, never applied")
     func unknownTypeIgnored() throws {
         try TestHarness.with { h throws in

@@ -8,17 +8,13 @@ enum OutboxStatements {
     /// `aud`) is already stored is skipped (ON CONFLICT DO NOTHING): a duplicate. Rows go in `sub`
     /// byte order, the order in which workers lock accounts: an `ignored` row takes a share lock on
     /// its account (`siwa.erase_ignored_email`), and two of them in one statement never wait for a
-    /// worker in the opposite order (no deadlock).
+    /// worker in the opposite order (no deadlock). The INSERT is `siwa.insert_events` (schema.sql),
+    /// whose plan the server keeps: sent by itself it was planned again for every batch.
     static let insert = Statement<[VerifiedNotification], String>(
         "insert_events",
         """
-        INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
-        SELECT j, a, s, t, \(SQLEncoding.timestamp(millis: "ms")), e, p, st, c::jsonb
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::boolean[],
-                    $8::text[], $9::text[]) AS u(j, a, s, t, ms, e, p, st, c)
-        ORDER BY s COLLATE "C"
-        ON CONFLICT DO NOTHING
-        RETURNING jti
+        SELECT jti FROM siwa.insert_events($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+                                           $7::boolean[], $8::text[], $9::text[]) AS jti
         """,
         bind: { rows in
             [

@@ -7,7 +7,9 @@ import SiwaPostgres
 ///
 /// Statements run unnamed (`PQexecParams`): each run is planned with its own values, so no
 /// cached generic plan outlives the statistics it was made from, and nothing depends on
-/// session state (they work through PgBouncer in transaction pooling mode).
+/// session state (they work through PgBouncer in transaction pooling mode). The one plan the
+/// server keeps is the receiver's insert's, inside `siwa.insert_events` (schema.sql): it reads no
+/// table, so no statistics can outdate it.
 struct Statement<Binds, Row>: Sendable {
     /// A short name for logs and tests.
     let name: String
