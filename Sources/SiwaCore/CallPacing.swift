@@ -1,5 +1,5 @@
 /// Spaces calls evenly: at most `rate` a second, and never two closer than `1/rate` apart, even
-/// after an idle spell (no bursts). Pure: the caller gives the clock and sleeps itself.
+/// after an idle spell (no bursts). Pure: the caller gives the clock and waits itself.
 public struct RatePacer: Sendable, Equatable {
     /// Seconds between two calls.
     public let spacing: Double
@@ -18,6 +18,9 @@ public struct RatePacer: Sendable, Equatable {
         nextSlot = slot + spacing
         return slot
     }
+
+    /// The time the next call may start (same clock as `now`), never before `now`; not reserved.
+    public func slot(now: Double) -> Double { max(now, nextSlot) }
 
     /// Pushes every later slot to `time` at least (after a 429: the whole pace waits).
     public mutating func hold(until time: Double) {

@@ -90,6 +90,72 @@ struct CallRoundsTests {
         #expect(!rounds.mayFinish(at: t0.adding(.milliseconds(1999))))
         #expect(rounds.mayFinish(at: t0.adding(.seconds(2))))
     }
+
+    @Test("Queued items start at their time, soonest first, as call slots free up; they count as held")
+    func queuedStartAtTheirTime() {
+        var rounds = CallRounds<Int, String>(callsInFlight: 2, poll: .seconds(5))
+        rounds.queue([(3, t0.adding(.seconds(3))), (1, t0.adding(.seconds(1))), (2, t0.adding(.seconds(1)))])
+        #expect(rounds.held == 3 && rounds.claimLimit == 0)
+        #expect(rounds.nextQueued == t0.adding(.seconds(1)))
+        #expect(rounds.takeDue(at: t0).isEmpty)
+        #expect(rounds.next(claimed: 0, limit: 0, at: t0) == .wait(until: t0.adding(.seconds(1))))
+        let due = rounds.takeDue(at: t0.adding(.seconds(4)))
+        #expect(due == [1, 2])  // two call slots; equal times keep their order
+        rounds.claimed(due.count)
+        // Every slot busy: the queued item waits for an answer (a wake) or the poll, not its time.
+        #expect(rounds.next(claimed: 0, limit: 0, at: t0.adding(.seconds(4))) == .wait(until: t0.adding(.seconds(9))))
+        rounds.answered([(1, "a")])
+        #expect(rounds.takeDue(at: t0.adding(.seconds(4))) == [3])
+    }
+
+    @Test("A pace spaces the starts evenly; a hold stops them all until it ends")
+    func pacedStarts() {
+        var rounds = CallRounds<Int, String>(callsInFlight: 10, poll: .seconds(5), pace: 4)
+        rounds.queue((1...3).map { ($0, t0) })
+        #expect(rounds.takeDue(at: t0) == [1])
+        rounds.claimed(1)
+        #expect(rounds.next(claimed: 0, limit: 0, at: t0) == .wait(until: t0.adding(.milliseconds(250))))
+        #expect(rounds.takeDue(at: t0.adding(.milliseconds(249))).isEmpty)
+        #expect(rounds.takeDue(at: t0.adding(.milliseconds(250))) == [2])
+        rounds.claimed(1)
+        rounds.hold(until: t0.adding(.seconds(3)))
+        #expect(rounds.takeDue(at: t0.adding(.seconds(2))).isEmpty)
+        #expect(rounds.next(claimed: 0, limit: 0, at: t0.adding(.seconds(2))) == .wait(until: t0.adding(.seconds(3))))
+        #expect(rounds.takeDue(at: t0.adding(.seconds(3))) == [3])
+    }
+
+    @Test("Refill when empty: a whole batch, and the next one only once every item is answered")
+    func refillWhenEmpty() {
+        var rounds = CallRounds<Int, String>(callsInFlight: 1, batchSize: 50, poll: .seconds(5), refill: .whenEmpty)
+        #expect(rounds.claimLimit == 50)
+        rounds.queue((1...3).map { ($0, t0) })
+        #expect(rounds.claimLimit == 0)
+        let due = rounds.takeDue(at: t0)
+        #expect(due == [1])  // one call slot
+        rounds.claimed(1)
+        rounds.dropQueued()  // a lost connection: the queued ones' leases run out
+        #expect(rounds.held == 1 && rounds.claimLimit == 0)
+        rounds.answered([(1, "a")])
+        #expect(rounds.claimLimit == 50)
+    }
+
+    @Test("Stopping drops the queued items and queues nothing more; `finish` waits for the calls in flight and records their answers")
+    func stopDropsQueued() {
+        let executor = CallExecutor<Void>(limit: 2, name: "test-finish")
+        let inbox = CallInbox<Int, String>()
+        var rounds = CallRounds<Int, String>(callsInFlight: 2, poll: .seconds(1))
+        rounds.queue([(1, t0), (2, t0.adding(.seconds(60)))])
+        rounds.startDue(at: t0, on: executor, answersTo: inbox, waking: WakeSignal()) { item, _ in "answer \(item)" }
+        #expect(rounds.inFlight == 1 && rounds.held == 2)
+        var recorded: [String] = []
+        let left = rounds.finish(grace: .seconds(30), clock: SystemClock.shared, executor: executor, inbox: inbox) {
+            recorded += $0.takeAnswers().map(\.1)
+        }
+        #expect(left == 0 && rounds.held == 0)
+        #expect(recorded == ["answer 1"])
+        rounds.queue([(3, t0)])
+        #expect(rounds.held == 0)
+    }
 }
 
 @Suite("Call executor")
@@ -124,6 +190,18 @@ struct CallExecutorTests {
         release.stop()
         #expect(executor.drain(until: .never))
         #expect(executor.busy == 0)
+    }
+
+    @Test("`then` runs once the call's slot is free")
+    func thenAfterSlotFree() {
+        let executor = CallExecutor<Void>(limit: 1, name: "test-then")
+        let busy = Mutex<[Int]>([])
+        for n in 1...100 {
+            let started = executor.submit({ _ in 1 }, then: { _ in busy.withLock { $0.append(executor.busy) } })
+            #expect(started)
+            #expect(CallRoundsTests.until { busy.withLock { $0.count } == n })
+        }
+        #expect(busy.withLock { $0 }.allSatisfy { $0 == 0 })
     }
 
     @Test("Each thread keeps its own local between calls")

@@ -25,6 +25,9 @@ public final class ForwardSender: Service {
         public var pollInterval: Duration = .seconds(1)
         /// How long a POST may take. Default 10 s.
         public var timeout: Duration = .seconds(10)
+        /// How long a stop waits for the POSTs in flight, recording their answers as they come.
+        /// Default 11 s: a POST's timeout, and a second.
+        public var stopGrace: Duration = .seconds(11)
         /// Backoff after a failed attempt (until `SIWA_FORWARD_RETRY_FOR`).
         public var backoff = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)
         public init() {}
@@ -109,21 +112,28 @@ public final class ForwardSender: Service {
         return rounds.next(claimed: items.count, limit: limit, at: loop.clock.now)
     }
 
-    /// Stopping: no new POST; those in flight get their timeout (and a second) to answer, then
-    /// what answered is recorded.
+    /// Stopping: no new POST; those in flight get `stopGrace` to answer, each answer recorded as
+    /// it comes.
     private func finish(_ connection: PostgresConnection?, _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>) {
-        rounds.stop(at: loop.clock.now, grace: options.timeout + .seconds(1))
-        calls.drain(until: rounds.finishBy ?? loop.clock.now)
-        rounds.collect(answers)
-        if rounds.hasAnswers {
-            let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
-            do {
-                let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
-                _ = try cycle(recorded, claimLimit: 0, on: c)
+        var connection = connection
+        do {
+            let left = try rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) { rounds in
+                let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
+                do {
+                    let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
+                    connection = c
+                    _ = try cycle(recorded, claimLimit: 0, on: c)
+                } catch {
+                    rounds.keep(recorded.done)
+                    throw error
+                }
                 report(recorded)
-            } catch {
-                logger.warning("forward answers not recorded at stop; they will be sent again", metadata: ["error": "\(error)"])
             }
+            if left > 0 {
+                logger.warning("forwards still in flight at the end of the grace; they will be sent again", metadata: ["left": "\(left)"])
+            }
+        } catch {
+            logger.warning("forward answers not recorded at stop; they will be sent again", metadata: ["error": "\(error)"])
         }
         logger.info("forward sender stopped")
     }

@@ -39,6 +39,12 @@ public final class Reconciler: Service {
         public var minimumSpacing: Double = 0.001
         /// Most seconds between two calls when a token is due (few tokens). Default 60.
         public var maximumSpacing: Double = 60
+        /// Validations at Apple at once, at most. Each starts at its slot: more than one only
+        /// when Apple answers slower than the pace (a slow answer then delays no later slot).
+        /// Default 4.
+        public var callsInFlight: Int = 4
+        /// How long a stop waits for a validation in flight (Apple's timeout, and a second). Default 11 s.
+        public var stopGrace: Duration = .seconds(11)
 
         public init() {}
     }
@@ -56,20 +62,38 @@ public final class Reconciler: Service {
     private let options: Options
     private let logger: Logger
     private let metrics: Metrics
+    private let schedule: ReconcileSchedule
     private let counters = Mutex(Counts())
+    /// The threads that call Apple, each call at its slot.
+    private let calls: CallExecutor<Void>
+    /// Answers of finished calls, waiting for the loop's next round (a finished call wakes it).
+    private let answers = CallInbox<ReconcileStatements.Claimed, Validation>()
     // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
     private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, Pace>!
 
+    /// What Apple said about one token (counted when it came).
+    enum Validation: Sendable {
+        /// Valid at `at`: recorded with the next ones, within `flushEvery`.
+        case valid(at: Deadline)
+        /// `invalid_grant`: the grant is gone.
+        case gone
+        /// Tried again after `delay` seconds.
+        case failed(delay: Double)
+
+        var validAt: Deadline? {
+            if case .valid(let at) = self { return at }
+            return nil
+        }
+    }
+
     /// The loop's state, on its thread.
     struct Pace {
-        var schedule: ReconcileSchedule
         var tokens = 0
         /// When the tokens were last counted; nil: count them on the next claim.
         var counted: Deadline?
-        /// Claimed tokens, each with the moment of its slot, soonest first.
-        var claimed: [(token: ReconcileStatements.Claimed, at: Deadline)] = []
-        /// Valid answers not recorded yet. Kept across a lost connection.
-        var valid: [(sub: String, clientID: String, at: Deadline)] = []
+        /// The claimed tokens, each queued for its slot; the answers, valid ones held for a
+        /// group commit (kept across a lost connection).
+        var rounds: CallRounds<ReconcileStatements.Claimed, Validation>
     }
 
     public init(
@@ -82,6 +106,10 @@ public final class Reconciler: Service {
         self.options = options
         self.logger = logger
         self.metrics = metrics
+        schedule = ReconcileSchedule(
+            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
+            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin)
+        calls = CallExecutor(limit: options.callsInFlight, name: "siwa-reconcile")
         loop = ConnectedLoop(
             name: name, threadName: "siwa-reconciler",
             // An outage is waited out longer than a worker's reconnect: nothing here is urgent.
@@ -91,17 +119,22 @@ public final class Reconciler: Service {
                 makeState: { [interval, options, logger] in
                     logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(interval)))"])
                     return Pace(
-                        schedule: ReconcileSchedule(
-                            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
-                            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin))
+                        rounds: CallRounds(
+                            callsInFlight: options.callsInFlight, batchSize: options.maximumBatch, poll: options.idleWait, refill: .whenEmpty))
                 },
                 round: { [self] c, pace in try round(on: c, &pace) },
                 failed: { [logger] error, pace, _ in
-                    pace.claimed.removeAll()  // their leases run out; validated ones wait in `valid`
+                    pace.rounds.dropQueued()  // their leases run out; valid answers are kept
                     logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
                 },
                 finish: { [self] c, pace in
-                    if let c { try? record(&pace.valid, on: c) }
+                    // A validation in flight gets its timeout to answer; what answered is recorded.
+                    var connection = c
+                    _ = try? pace.rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) {
+                        let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler")
+                        connection = c
+                        try record(&$0, on: c)
+                    }
                 }))
     }
 
@@ -113,92 +146,109 @@ public final class Reconciler: Service {
 
     public func stop(deadline: ShutdownDeadline) { loop.stop(until: deadline) }
 
-    /// One step: when a batch is done, records its valid tokens and claims the next due ones with
-    /// their slots in the shared pace; otherwise validates the next token at its slot, recording
-    /// the valid ones together, at least every `flushEvery`.
+    /// One round: records what Apple answered (valid tokens together, at least every
+    /// `flushEvery`); once the batch is done, claims the next due tokens with their slots in the
+    /// shared pace; starts the call of the token whose slot has come.
     private func round(on c: PostgresConnection, _ pace: inout Pace) throws -> LoopNext {
         let clock = loop.clock
-        if pace.claimed.isEmpty {
-            try record(&pace.valid, on: c)
+        pace.rounds.collect(answers)
+        try record(&pace.rounds, on: c)
+        let limit = pace.rounds.claimLimit
+        var claimed = 0
+        if limit > 0 {
             if pace.counted.map({ clock.now >= $0.adding(options.recount) }) ?? true {
                 pace.tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
                 pace.counted = clock.now
             }
-            let spacing = pace.schedule.spacing(tokens: pace.tokens)
+            let spacing = schedule.spacing(tokens: pace.tokens)
             let claim = ReconcileStatements.Claim(
-                spacing: spacing, limit: pace.schedule.batchSize(spacing: spacing), leaseMargin: pace.schedule.leaseMargin)
+                spacing: spacing, limit: min(limit, schedule.batchSize(spacing: spacing)), leaseMargin: schedule.leaseMargin)
             let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
                 try c.rows(ReconcileStatements.claim, claim)
             }
             let now = clock.now
-            pace.claimed = rows.map { ($0, now.adding(seconds: $0.slotIn)) }.sorted { $0.at < $1.at }
-            if pace.claimed.isEmpty {
+            pace.rounds.queue(rows.map { ($0, now.adding(seconds: $0.slotIn)) })
+            claimed = rows.count
+            if rows.isEmpty {
                 let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait.inSeconds
                 pace.counted = nil  // new tokens may have come: count and schedule them
                 return .wait(until: now.adding(min(.seconds(max(due, 0.05)), options.idleWait)))
             }
         }
-        // Valid answers wait for the next ones, but never past `flushEvery`.
-        let slot = pace.claimed[0].at
-        if let oldest = pace.valid.first?.at, max(slot, clock.now) >= oldest.adding(options.flushEvery) {
-            try record(&pace.valid, on: c)
+        pace.rounds.startDue(at: clock.now, on: calls, answersTo: answers, waking: loop.wakeups) { [self] token, _ in
+            validate(token)
         }
-        if clock.now < slot { return .wait(until: slot) }
-        let token = pace.claimed.removeFirst().token
-        if try validate(token, on: c, schedule: pace.schedule) {
-            pace.valid.append((token.sub, token.clientID, clock.now))
-        }
-        return .again
+        return pace.rounds.next(claimed: claimed, limit: limit, at: clock.now)
     }
 
-    /// Records the valid answers (each due again one interval after it) and forgets them.
-    private func record(_ valid: inout [(sub: String, clientID: String, at: Deadline)], on c: PostgresConnection) throws(PostgresError) {
-        guard !valid.isEmpty else { return }
+    /// Records the answers: a gone grant or a failure at once; valid tokens (each due again one
+    /// interval after it) together, once the batch is done, when stopping, or before the oldest
+    /// would wait past `flushEvery` for the next slot. What is not recorded is kept.
+    private func record(_ rounds: inout CallRounds<ReconcileStatements.Claimed, Validation>, on c: PostgresConnection) throws {
+        var pending = rounds.takeAnswers()
+        defer { if !pending.isEmpty { rounds.keep(pending) } }
+        while let index = pending.firstIndex(where: { $0.1.validAt == nil }) {
+            let (token, answer) = pending[index]
+            switch answer {
+            case .gone: try recordGone(token, on: c)
+            case .failed(let delay): try c.affected(ReconcileStatements.recordFailure, (token.sub, token.clientID, delay))
+            case .valid: break
+            }
+            pending.remove(at: index)
+        }
         let now = loop.clock.now
-        let tokens = valid.map { ReconcileStatements.Valid(sub: $0.sub, clientID: $0.clientID, ago: now.remaining(at: $0.at)) }
+        guard let oldest = pending.compactMap({ $0.1.validAt }).min(),
+            rounds.held == 0 || rounds.isStopping || max(rounds.nextQueued ?? now, now) >= oldest.adding(options.flushEvery)
+        else { return }
+        let tokens = pending.map { token, answer in
+            ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.remaining(at: answer.validAt ?? now))
+        }
         _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
             try c.affected(ReconcileStatements.recordValid, (tokens, interval))
         }
-        valid.removeAll()
+        pending.removeAll()
     }
 
-    /// One token: Apple is called with no transaction open; then its answer is recorded, but a
-    /// valid one (true: the caller records it with the next ones, within `flushEvery`).
-    private func validate(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection, schedule: ReconcileSchedule) throws -> Bool {
+    /// A grant gone at Apple: a `consent-revoked` queued, unless the token was replaced meanwhile.
+    private func recordGone(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection) throws(PostgresError) {
         let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
+        let queued = try c.row(ReconcileStatements.recordGone, (claimed.sub, claimed.clientID, claimed.version)) ?? 0
+        if queued > 0 {
+            count(\.gone, "grant_gone")
+            logger.notice("reconciliation: grant gone at Apple, consent-revoked queued", metadata: metadata)
+        } else {
+            // The token was replaced (a new sign-in) while Apple was asked: nothing to queue.
+            metrics.reconcile(outcome: "superseded")
+            logger.info("reconciliation: grant gone at Apple for a token replaced meanwhile, nothing queued", metadata: metadata)
+        }
+    }
+
+    /// One token validated at Apple (on the call thread, no database).
+    private func validate(_ claimed: ReconcileStatements.Claimed) -> Validation {
         let refreshToken: String
         do {
             refreshToken = try apple.vault.open(claimed.token, sub: claimed.sub, clientID: claimed.clientID)
         } catch {
             count(\.errors, "error")
-            logger.error("reconciliation: cannot decrypt a stored token", metadata: metadata.merging(["error": "\(error)"]) { a, _ in a })
-            try c.affected(ReconcileStatements.recordFailure, (claimed.sub, claimed.clientID, interval))
-            return false
+            logger.error(
+                "reconciliation: cannot decrypt a stored token",
+                metadata: ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)", "error": "\(error)"])
+            return .failed(delay: interval)
         }
         let result = apple.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
         switch result {
         case .success:
             count(\.valid, "valid")
-            return true
+            return .valid(at: loop.clock.now)
         case .invalidGrant:
-            let queued = try c.row(ReconcileStatements.recordGone, (claimed.sub, claimed.clientID, claimed.version)) ?? 0
-            if queued > 0 {
-                count(\.gone, "grant_gone")
-                logger.notice("reconciliation: grant gone at Apple, consent-revoked queued", metadata: metadata)
-            } else {
-                // The token was replaced (a new sign-in) while Apple was asked: nothing to queue.
-                metrics.reconcile(outcome: "superseded")
-                logger.info("reconciliation: grant gone at Apple for a token replaced meanwhile, nothing queued", metadata: metadata)
-            }
+            return .gone
         case .invalidClient, .rejected, .transient:
             count(\.errors, "error")
             var retryAfter: Int?
             if case .transient(let failure) = result { retryAfter = failure.retryAfter }
-            let delay = schedule.retryAt(
-                now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-            try c.affected(ReconcileStatements.recordFailure, (claimed.sub, claimed.clientID, delay))
+            return .failed(
+                delay: schedule.retryAt(now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))
         }
-        return false
     }
 
     private func count(_ field: WritableKeyPath<Counts, Int>, _ outcome: String) {

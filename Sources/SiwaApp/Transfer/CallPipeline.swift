@@ -1,14 +1,14 @@
-import Foundation
 import SiwaCore
 import SiwaRuntime
-import Synchronization
 
-/// Calls Apple once per item on a few threads, paced (`RatePacer`: never faster than `rate`, no
+/// Calls Apple once per item, `concurrency` calls at most, paced (never faster than `rate`, no
 /// bursts), retrying transient failures with backoff that honors `Retry-After`, while the calling
-/// thread commits results as they come (group commit: whatever is ready, at once). An item is
-/// committed as soon as possible after Apple answered it, so a run killed midway has asked Apple
-/// again for nothing it had committed. A permanent failure stops handing out items; the calls in
-/// flight finish and are committed, then `run` throws.
+/// thread commits results as they come (group commit: whatever is ready, at once). The lease ->
+/// call -> record bookkeeping is `CallRounds`': the list is what is claimed from, a retry is queued
+/// for the end of its backoff, a 429 holds the whole pace. An item is committed as soon as
+/// possible after Apple answered it, so a run killed midway has asked Apple again for nothing it
+/// had committed. A permanent failure stops handing out items; the calls in flight finish and
+/// are committed, then `run` throws.
 struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
     /// How one call ended, for the pipeline.
     enum Outcome: Sendable {
@@ -33,14 +33,10 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
     var retry: AppleRetry
     var clock: any MonotonicClock = SystemClock.shared
 
-    private struct Shared: ~Copyable {
-        var next = 0
-        var stopping: String?
-        var ready: [(Item, Output)] = []
-        var running = 0
-        var progress: Progress
-        var pacer: RatePacer
-        var skipReasons: [String: Int] = [:]
+    /// An item and its failed attempts so far.
+    private struct Attempt: Sendable {
+        var item: Item
+        var failures = 0
     }
 
     /// Runs every item through `call`; `commit` gets the answered ones in groups, on the calling
@@ -49,110 +45,77 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
         _ items: [Item], call: @escaping @Sendable (Item) -> Outcome,
         commit: ([(Item, Output)]) throws -> Void, report: (Progress) -> Void
     ) throws -> (progress: Progress, skipReasons: [String: Int]) {
-        let shared = SharedBox(
-            Shared(progress: Progress(total: items.count), pacer: RatePacer(perSecond: rate)))
+        let limit = max(1, min(concurrency, items.count))
+        let calls = CallExecutor<Void>(limit: limit, name: "siwa-transfer", clock: clock)
+        defer { calls.drain(until: .never) }  // every call has answered by then: the threads end
+        let inbox = CallInbox<Attempt, Outcome>()
         let wake = WakeSignal(clock: clock)
-        let workers = max(1, min(concurrency, items.count))
-        shared.state.withLock { $0.running = workers }
-        let this = self
-        for k in 0..<workers {
-            _ = LoopThread(name: "siwa-transfer-\(k + 1)") {
-                this.work(items, shared: shared, wake: wake, call: call)
-            }
-        }
+        var rounds = CallRounds<Attempt, Outcome>(callsInFlight: limit, poll: .seconds(1), pace: rate)
+        var progress = Progress(total: items.count)
+        var skipReasons: [String: Int] = [:]
+        var stopping: String?
         var commitError: Error?
+        var next = 0
+        var reported = clock.now
         while true {
-            wake.wait(for: .seconds(1))
-            let (batch, finished) = shared.state.withLock { state -> ([(Item, Output)], Bool) in
-                defer { state.ready.removeAll(keepingCapacity: true) }
-                return (state.ready, state.running == 0)
+            rounds.collect(inbox)
+            var ready: [(Item, Output)] = []
+            for (attempt, outcome) in rounds.takeAnswers() {
+                switch outcome {
+                case .done(let output):
+                    ready.append((attempt.item, output))
+                case .skipped(let reason):
+                    progress.skipped += 1
+                    skipReasons[reason, default: 0] += 1
+                case .fatal(let line):
+                    stopping = stopping ?? line
+                    rounds.stop(finishingBy: .never)
+                case .transient(let reason, let retryAfter):
+                    let failures = attempt.failures + 1
+                    if retry.isExhausted(attempts: failures) {
+                        stopping = stopping ?? "Apple kept failing (\(reason)) after \(failures) attempts"
+                        rounds.stop(finishingBy: .never)
+                        continue
+                    }
+                    progress.retries += 1
+                    let delay = retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
+                    let until = clock.now.adding(seconds: delay)
+                    // Throttled: the whole pace waits, not only this call.
+                    if retryAfter != nil || reason.hasPrefix("http_429") { rounds.hold(until: until) }
+                    rounds.queue([(Attempt(item: attempt.item, failures: failures), until)])
+                }
             }
-            if !batch.isEmpty && commitError == nil {
+            if !ready.isEmpty && commitError == nil {
                 do {
-                    try commit(batch)
-                    shared.state.withLock { $0.progress.done += batch.count }
+                    try commit(ready)
+                    progress.done += ready.count
                 } catch {
                     commitError = error
-                    shared.state.withLock { $0.stopping = $0.stopping ?? "database: \(error)" }
+                    stopping = stopping ?? "database: \(error)"
+                    rounds.stop(finishingBy: .never)
                 }
             }
-            report(shared.state.withLock { $0.progress })
-            if finished && batch.isEmpty { break }
+            let now = clock.now
+            let finished = rounds.held == 0 && (rounds.isStopping || next == items.count)
+            if !ready.isEmpty || finished || now >= reported.adding(.seconds(1)) {
+                report(progress)
+                reported = now
+            }
+            if finished { break }
+            let limit = rounds.claimLimit
+            let claim = min(limit, items.count - next)
+            rounds.queue(items[next..<next + claim].map { (Attempt(item: $0), now) })
+            next += claim
+            rounds.startDue(at: now, on: calls, answersTo: inbox, waking: wake) { attempt, _ in call(attempt.item) }
+            if case .wait(let until) = rounds.next(claimed: claim, limit: limit, at: now) { wake.wait(until: until) }
         }
-        let (progress, stopping, reasons) = shared.state.withLock { ($0.progress, $0.stopping, $0.skipReasons) }
         if let commitError { throw commitError }
         if let stopping { throw PipelineStopped(description: stopping) }
-        return (progress, reasons)
+        return (progress, skipReasons)
     }
-
-    private func work(
-        _ items: [Item], shared: SharedBox<Shared>, wake: WakeSignal, call: @Sendable (Item) -> Outcome
-    ) {
-        defer {
-            shared.state.withLock { $0.running -= 1 }
-            wake.wake()
-        }
-        // Never stopped: each wait (a pace slot, a retry's backoff) ends at its deadline.
-        let pauses = StopSignal(clock: clock)
-        while let item = shared.state.withLock({ state -> Item? in
-            guard state.stopping == nil, state.next < items.count else { return nil }
-            state.next += 1
-            return items[state.next - 1]
-        }) {
-            var attempts = 0
-            while true {
-                let now = clock.now
-                let slot = shared.state.withLock { $0.pacer.reserve(now: now.seconds) }
-                pauses.wait(until: now.adding(seconds: slot - now.seconds))
-                switch call(item) {
-                case .done(let output):
-                    shared.state.withLock { $0.ready.append((item, output)) }
-                    wake.wake()
-                case .skipped(let reason):
-                    shared.state.withLock {
-                        $0.progress.skipped += 1
-                        $0.skipReasons[reason, default: 0] += 1
-                    }
-                case .fatal(let line):
-                    shared.state.withLock { $0.stopping = $0.stopping ?? line }
-                case .transient(let reason, let retryAfter):
-                    attempts += 1
-                    if retry.isExhausted(attempts: attempts) {
-                        shared.state.withLock {
-                            $0.stopping = $0.stopping ?? "Apple kept failing (\(reason)) after \(attempts) attempts"
-                        }
-                        break
-                    }
-                    let delay = retry.delay(afterAttempts: attempts, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-                    let until = clock.now.adding(seconds: delay)
-                    let stop = shared.state.withLock { state -> Bool in
-                        state.progress.retries += 1
-                        // Throttled: the whole pace waits, not only this call.
-                        if retryAfter != nil || reason.hasPrefix("http_429") { state.pacer.hold(until: until.seconds) }
-                        return state.stopping != nil
-                    }
-                    if stop { break }
-                    pauses.wait(until: until)
-                    continue
-                }
-                break
-            }
-        }
-    }
-}
-
-extension Deadline {
-    /// Seconds on the monotonic clock, the unit `RatePacer` counts in.
-    fileprivate var seconds: Double { Double(uptimeNanoseconds) / 1e9 }
 }
 
 /// A pipeline stopped by a permanent failure; `description` is the one line to show.
 struct PipelineStopped: Error, CustomStringConvertible {
     var description: String
-}
-
-/// A `Mutex` shared by reference between threads.
-final class SharedBox<Value: ~Copyable>: Sendable {
-    let state: Mutex<Value>
-    init(_ value: consuming sending Value) { state = Mutex(value) }
 }
