@@ -31,14 +31,17 @@ let package = Package(
 
         // Thin Swift wrappers, one per C library.
         .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
-        .target(name: "SiwaPostgres", dependencies: ["CPostgres"]),
+        .target(name: "SiwaPostgres", dependencies: ["CPostgres", "SiwaCore", "SiwaClock"]),
 
-        // The runtime room: the one clock, waits with deadlines, services and their shutdown
-        // budget, the connected loop and the lease -> call -> record engine every background
-        // loop is built from.
+        // The one monotonic clock and the waits on it, below the database wrapper and the runtime room.
+        .target(name: "SiwaClock", dependencies: ["SiwaCore"]),
+
+        // The runtime room: services and their shutdown budget, the connected loop and the
+        // lease -> call -> record engine every background loop is built from (re-exports
+        // SiwaClock: the clock and the waits with deadlines).
         .target(
             name: "SiwaRuntime",
-            dependencies: ["SiwaCore", "SiwaPostgres", .product(name: "Logging", package: "swift-log")]),
+            dependencies: ["SiwaCore", "SiwaClock", "SiwaPostgres", .product(name: "Logging", package: "swift-log")]),
         .target(name: "SiwaHTTP", dependencies: ["CMicroHTTPD", "SiwaCore", "SiwaRuntime"]),
         .target(name: "SiwaFetch", dependencies: ["CCurl"]),
 

@@ -40,8 +40,8 @@ public final class Application: Sendable {
         public var migration = Migrator.Options()
         public var reconciler = Reconciler.Options()
         public var libraryTokens = LibraryTokenSweep.Options()
-        /// Seconds between two refreshes of the database gauges of `/metrics`. Default 5.
-        public var metricsRefreshInterval: Double = 5
+        /// Between two refreshes of the database gauges of `/metrics`. Default 5 s.
+        public var metricsRefreshInterval: Duration = .seconds(5)
         public init() {}
     }
 
@@ -454,7 +454,7 @@ public final class Application: Sendable {
     private func listenerConfiguration(_ address: ListenAddress, threads: Int) -> HTTPServerConfiguration {
         HTTPServerConfiguration(
             host: address.host == "localhost" ? "127.0.0.1" : address.host, port: address.port,
-            threads: threads, connectionTimeout: configuration.connectionTimeout,
+            threads: threads, connectionTimeout: .seconds(configuration.connectionTimeout),
             connectionLimit: configuration.maxConnections, maxBody: configuration.maxBody)
     }
 
@@ -470,11 +470,11 @@ public final class Application: Sendable {
     static func keyPersistence(pool: PostgresPool, url: String, logger: Logger) -> KeyStore.Persistence {
         KeyStore.Persistence(
             load: {
-                (try? pool.withConnection(timeout: 5) { c in try c.row(KeySetStatements.load, url) }) ?? nil
+                (try? pool.withConnection(timeout: .seconds(5)) { c in try c.row(KeySetStatements.load, url) }) ?? nil
             },
             save: { body in
                 do {
-                    _ = try pool.withConnection(timeout: 5) { c in try c.affected(KeySetStatements.save, (url, body)) }
+                    _ = try pool.withConnection(timeout: .seconds(5)) { c in try c.affected(KeySetStatements.save, (url, body)) }
                 } catch {
                     logger.warning("cannot persist the key set", metadata: ["error": "\(error)"])
                 }

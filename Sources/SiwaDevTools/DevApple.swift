@@ -153,7 +153,7 @@ public final class DevApple: Sendable {
         server = try HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.host, port: configuration.port,
-                threads: 2, connectionTimeout: 30, maxBody: 16 * 1024),
+                threads: 2, connectionTimeout: .seconds(30), maxBody: 16 * 1024),
             handler: endpoint)
     }
 

@@ -16,15 +16,17 @@ public final class HTTPServer: Sendable {
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPHandler) throws(HTTPServerError) {
         let address = "\(configuration.host):\(configuration.port)"
+        // libmicrohttpd counts its timeout in whole seconds.
+        let timeoutSeconds = min(max(1, configuration.connectionTimeout.components.seconds), Int64(UInt32.max))
         let context = ServerContext(
             handler: handler, maxBody: configuration.maxBody,
-            requestTimeout: Double(max(1, configuration.connectionTimeout)), keptHeaders: configuration.keptHeaders,
+            requestTimeout: .seconds(timeoutSeconds), keptHeaders: configuration.keptHeaders,
             readsQuery: configuration.readsQuery, readsClientAddress: configuration.readsClientAddress)
         let unmanaged = Unmanaged.passUnretained(context).toOpaque()
         var options = siwa_mhd_options(
             host: nil, port: configuration.port,
             threads: UInt32(max(1, configuration.threads)),
-            connection_timeout: UInt32(max(1, configuration.connectionTimeout)),
+            connection_timeout: UInt32(timeoutSeconds),
             connection_limit: UInt32(max(1, configuration.connectionLimit)),
             memory_limit: max(4096, configuration.connectionMemoryLimit),
             suspend_resume: 1)
@@ -154,8 +156,8 @@ final class ServerContext: Sendable {
 
     let handler: any HTTPHandler
     let maxBody: Int
-    /// Seconds a client may take to send one whole request, however it trickles it.
-    let requestTimeout: Double
+    /// How long a client may take to send one whole request, however it trickles it.
+    let requestTimeout: Duration
     /// Admitted requests not completed yet (those refused at shutdown are not counted).
     let inFlight = Atomic<Int>(0)
     /// False once shutdown began: requests are refused at their first call.
@@ -203,7 +205,7 @@ final class ServerContext: Sendable {
     let readsClientAddress: Bool
 
     init(
-        handler: any HTTPHandler, maxBody: Int, requestTimeout: Double, keptHeaders: [String] = [], readsQuery: Bool = false,
+        handler: any HTTPHandler, maxBody: Int, requestTimeout: Duration, keptHeaders: [String] = [], readsQuery: Bool = false,
         readsClientAddress: Bool = false
     ) {
         self.keptHeaders = keptHeaders
@@ -234,7 +236,7 @@ final class ServerContext: Sendable {
         let stopping = StopSignal()
         let thread = LoopThread(name: "siwa-http-sweeper") { [self] in
             while !stopping.wait(for: .milliseconds(200)) {
-                let limit = UInt64(requestTimeout * 1e9)
+                let limit = UInt64(requestTimeout.inSeconds * 1e9)
                 connections.withLock { all in
                     // The clock is read under the lock: a connection that started while the
                     // sweeper waited for it has a `since` later than a clock read before.

@@ -6,8 +6,9 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
     public var port: UInt16
     /// Threads in the polling pool (epoll). Default `4`.
     public var threads: Int
-    /// Seconds of inactivity after which a connection is closed (slowloris guard). Default `10`.
-    public var connectionTimeout: Int
+    /// Inactivity after which a connection is closed, and the longest a client may take to send
+    /// one request (slowloris guard); whole seconds, at least one. Default 10 s.
+    public var connectionTimeout: Duration
     /// Concurrent connections accepted; more are refused. Default `1024`.
     public var connectionLimit: Int
     /// Per-connection memory for headers and upload chunks. Default 16 KiB (libmicrohttpd clears
@@ -27,7 +28,7 @@ public struct HTTPServerConfiguration: Sendable, Equatable {
 
     public init(
         host: String = "127.0.0.1", port: UInt16 = 8080, threads: Int = 4,
-        connectionTimeout: Int = 10, connectionLimit: Int = 1024,
+        connectionTimeout: Duration = .seconds(10), connectionLimit: Int = 1024,
         connectionMemoryLimit: Int = 16 * 1024, maxBody: Int = 64 * 1024, keptHeaders: [String] = []
     ) {
         self.keptHeaders = keptHeaders

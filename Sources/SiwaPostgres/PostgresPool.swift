@@ -1,11 +1,13 @@
-import Foundation
+import SiwaClock
+import SiwaCore
 
 /// A fixed-size pool of blocking libpq connections, shared across threads. Connections open
 /// lazily; a connection that broke is dropped and the next checkout opens a fresh one (running
 /// `setup` again, so prepared statements come back after a database restart). With
 /// `transactionBegin`, every `withConnection` body runs in a transaction opened by it (e.g.
 /// `BEGIN; SET LOCAL statement_timeout = …`): transaction-local settings on every use, which
-/// survive PgBouncer's transaction pooling where session `SET`s do not.
+/// survive PgBouncer's transaction pooling where session `SET`s do not. A checkout waits for a
+/// free connection on the monotonic clock (a wall-clock step never stretches the wait).
 public final class PostgresPool: @unchecked Sendable {
     // @unchecked: `idle` and `open` are only touched with `condition` locked; a checked-out
     // connection belongs to the one thread that holds it.
@@ -15,16 +17,18 @@ public final class PostgresPool: @unchecked Sendable {
     private let applicationName: String
     private let setup: @Sendable (PostgresConnection) throws(PostgresError) -> Void
     private let transactionBegin: String?
-    private let condition = NSCondition()
+    private let condition = Condition()
+    private let clock: any MonotonicClock
     private var idle: [PostgresConnection] = []
     private var open = 0
     private var closed = false
 
     public init(
         conninfo: String, size: Int, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
-        transactionBegin: String? = nil,
+        transactionBegin: String? = nil, clock: any MonotonicClock = SystemClock.shared,
         setup: @escaping @Sendable (PostgresConnection) throws(PostgresError) -> Void = { _ throws(PostgresError) in }
     ) {
+        self.clock = clock
         self.conninfo = conninfo
         self.size = max(1, size)
         self.connectTimeout = connectTimeout
@@ -34,23 +38,15 @@ public final class PostgresPool: @unchecked Sendable {
     }
 
     /// Connections currently open (idle or in use).
-    public var openConnections: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return open
-    }
+    public var openConnections: Int { condition.withLock { open } }
 
     /// Connections currently checked out.
-    public var busyConnections: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return open - idle.count
-    }
+    public var busyConnections: Int { condition.withLock { open - idle.count } }
 
-    /// Runs `body` with a connection of its own; waits up to `timeout` seconds for one. With
+    /// Runs `body` with a connection of its own; waits up to `timeout` for one. With
     /// `transactionBegin`, inside a transaction (committed when `body` returns, rolled back when
     /// it throws): `body` must not open one itself.
-    public func withConnection<T>(timeout: Double = 30, _ body: (PostgresConnection) throws -> T) throws -> T {
+    public func withConnection<T>(timeout: Duration = .seconds(30), _ body: (PostgresConnection) throws -> T) throws -> T {
         let connection = try checkout(timeout: timeout)
         do {
             let value = try run(body, on: connection)
@@ -88,8 +84,8 @@ public final class PostgresPool: @unchecked Sendable {
         condition.unlock()
     }
 
-    private func checkout(timeout: Double) throws -> PostgresConnection {
-        let deadline = Date().addingTimeInterval(timeout)
+    private func checkout(timeout: Duration) throws -> PostgresConnection {
+        let deadline = clock.now.adding(timeout)
         condition.lock()
         while true {
             if closed {
@@ -115,10 +111,11 @@ public final class PostgresPool: @unchecked Sendable {
                     throw error
                 }
             }
-            if !condition.wait(until: deadline) {
+            if clock.now >= deadline {
                 condition.unlock()
                 throw PostgresError(code: .connectionFailed, serverMessage: "no free connection in the pool")
             }
+            clock.wait(on: condition, until: deadline)
         }
     }
 

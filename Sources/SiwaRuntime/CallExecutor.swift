@@ -1,3 +1,4 @@
+import SiwaClock
 import SiwaCore
 
 /// The bounded executor of the API, the console and the call loops (revoker, forward sender,

@@ -1,3 +1,4 @@
+import SiwaClock
 import SiwaCore
 import Synchronization
 

@@ -1,4 +1,5 @@
 import Glibc
+import SiwaClock
 import SiwaCore
 import Synchronization
 

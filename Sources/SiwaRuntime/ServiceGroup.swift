@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaClock
 import Synchronization
 
 /// Services started in order and stopped in reverse, under one shutdown budget: first every

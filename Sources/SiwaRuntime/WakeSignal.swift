@@ -1,3 +1,4 @@
+import SiwaClock
 import SiwaCore
 
 /// Wakes a waiting thread early: `wake()` (e.g. a NOTIFY arrived) or `stop()` (shutdown) end a

@@ -1,4 +1,5 @@
 import Logging
+import SiwaClock
 import SiwaCore
 import SiwaPostgres
 

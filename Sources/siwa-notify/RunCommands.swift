@@ -51,9 +51,9 @@ struct Migrate: ParsableCommand {
             """)
     @OptionGroup var options: ConfigurationOptions
     @Option(help: "Seconds the migration waits for any one lock before it rolls back and retries.")
-    var lockTimeout: Double = Migrator.Options().lockTimeout
+    var lockTimeout: Double = Migrator.Options().lockTimeout.inSeconds
     @Option(help: "Seconds during which a migration that could not get its locks is retried.")
-    var retryFor: Double = Migrator.Options().retryFor
+    var retryFor: Double = Migrator.Options().retryFor.inSeconds
     @Flag(help: "Apply the schema even when the database already carries this version.")
     var force = false
 
@@ -64,8 +64,8 @@ struct Migrate: ParsableCommand {
         }
         guard lockTimeout > 0, retryFor >= 0 else { throw CLIError("migrate: --lock-timeout must be > 0 and --retry-for >= 0") }
         var migration = Migrator.Options()
-        migration.lockTimeout = lockTimeout
-        migration.retryFor = retryFor
+        migration.lockTimeout = .seconds(lockTimeout)
+        migration.retryFor = .seconds(retryFor)
         let outcome: Migrator.Outcome
         do {
             outcome = try Migrator.migrate(conninfo: url, force: force, options: migration) { retry in

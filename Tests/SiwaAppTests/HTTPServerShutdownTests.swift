@@ -127,7 +127,7 @@ struct HTTPServerShutdownTests {
         for cycle in 0..<cycles {
             let handler = MixedHandler()
             let server = try HTTPServer(
-                configuration: HTTPServerConfiguration(port: 0, threads: 4, connectionTimeout: 5, connectionLimit: 6), handler: handler)
+                configuration: HTTPServerConfiguration(port: 0, threads: 4, connectionTimeout: .seconds(5), connectionLimit: 6), handler: handler)
             let port = server.port
             let stop = Atomic<Bool>(false)
             let clients = DispatchGroup()

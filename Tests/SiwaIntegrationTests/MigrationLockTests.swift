@@ -80,7 +80,7 @@ struct MigrationLockTests {
         // siwa.events would wait for it and fail (one attempt, no retry).
         let again = try Dashboard(harness.conninfo)
         var once = Migrator.Options()
-        once.retryFor = 0
+        once.retryFor = .zero
         #expect(try Migrator.migrate(conninfo: harness.conninfo, options: once) == .upToDate)
         let migrateLocks = try harness.scalar(
             """
@@ -106,7 +106,7 @@ struct MigrationLockTests {
         defer { try? dashboard.commit() }
 
         var once = Migrator.Options()
-        once.retryFor = 0
+        once.retryFor = .zero
         #expect(try Migrator.migrate(conninfo: asWorker, options: once) == .notAllowed(role: role))
         // The owner, by contrast, would wait for the dashboard's lock (one attempt: it gives up).
         #expect { try Migrator.migrate(conninfo: owner, options: once) } throws: { ($0 as? PostgresError)?.sqlState == "55P03" }

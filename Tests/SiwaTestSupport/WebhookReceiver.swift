@@ -51,7 +51,7 @@ public final class WebhookReceiver: HTTPHandler {
         }
         let s = try HTTPServer(
             configuration: HTTPServerConfiguration(
-                host: "127.0.0.1", port: 0, threads: threads, connectionTimeout: 30,
+                host: "127.0.0.1", port: 0, threads: threads, connectionTimeout: .seconds(30),
                 keptHeaders: ["webhook-id", "webhook-timestamp", "webhook-signature"]),
             handler: self)
         boundPort.store(Int(s.port), ordering: .relaxed)

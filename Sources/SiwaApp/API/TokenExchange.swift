@@ -186,7 +186,7 @@ public final class TokenExchange: Sendable {
                 sub: claims.sub, clientID: clientID, token: sealed, email: claims.email,
                 isPrivateEmail: claims.isPrivateEmail, signedInAt: claims.signedInAt)
             let teamID = apple.client.configuration.teamID
-            let stored = try pool.withConnection(timeout: 5) { c -> DeletionStatements.TokenStored? in
+            let stored = try pool.withConnection(timeout: .seconds(5)) { c -> DeletionStatements.TokenStored? in
                 // A worker's batch may hold the account row for seconds: wait for it within the
                 // call's budget rather than lose the sign-in to the pool's 2 s lock timeout.
                 try c.execute(AdminStatements.signInLockWait)
@@ -216,7 +216,7 @@ public final class TokenExchange: Sendable {
         let owner = sub ?? ""
         do {
             let sealed = try apple.vault.seal(refreshToken, sub: owner, clientID: clientID)
-            _ = try pool.withConnection(timeout: 5) { c in
+            _ = try pool.withConnection(timeout: .seconds(5)) { c in
                 try c.affected(DeletionStatements.queueRevocation, (owner, clientID, sealed, "exchange-failed"))
             }
             logger.info("refresh token not kept; queued for revocation at Apple", metadata: ["client_id": "\(clientID)"])

@@ -10,7 +10,7 @@ import Synchronization
 ///
 /// A round is `SELECT 1` and the gauges (backlog, revocations, forwards) on a connection of the
 /// probe's own, in a transaction with a 2 s statement and 1 s lock timeout. Rounds run one at a
-/// time on the probe's thread: every `refreshInterval` seconds by themselves, keeping the last
+/// time on the probe's thread: every `refreshInterval` by themselves, keeping the last
 /// answered round as the snapshot `/metrics` serves at once (`snapshot()`, with its age), and on
 /// request for `/readyz` (`probe`): a request asks for a round that starts after it arrived and
 /// is answered from a callback, when that round finishes or at its deadline (default 1.5 s) with
@@ -41,8 +41,7 @@ public final class AdminProbe: Service {
     private struct Waiter {
         /// Rounds that start after this one was requested answer it.
         var after: UInt64
-        /// Monotonic seconds.
-        var expires: Double
+        var expires: Deadline
         var answer: @Sendable (Reading) -> Void
     }
 
@@ -51,15 +50,15 @@ public final class AdminProbe: Service {
         var nextWaiter: UInt64 = 0
         /// Rounds started so far.
         var started: UInt64 = 0
-        /// The last round the database answered, and when it ended (monotonic seconds).
-        var snapshot: (reading: Reading, at: Double)?
+        /// The last round the database answered, and when it ended.
+        var snapshot: (reading: Reading, at: Deadline)?
     }
 
     public let name = "admin probe"
-    /// Seconds a request waits for its round before it is answered without one.
-    public let deadline: Double
-    /// Seconds between two rounds run by themselves (the snapshot of `/metrics`).
-    public let refreshInterval: Double
+    /// How long a request waits for its round before it is answered without one.
+    public let deadline: Duration
+    /// Between two rounds run by themselves (the snapshot of `/metrics`).
+    public let refreshInterval: Duration
     private let pool: PostgresPool
     private let state = Mutex(State())
     private let signal = WakeSignal()
@@ -71,7 +70,7 @@ public final class AdminProbe: Service {
     /// Forwarding is on: each round also reads the forwards' backlog.
     private let forwarding: Bool
 
-    public init(conninfo: String, deadline: Double = 1.5, refreshInterval: Double = 5, forwarding: Bool = false) {
+    public init(conninfo: String, deadline: Duration = .milliseconds(1500), refreshInterval: Duration = .seconds(5), forwarding: Bool = false) {
         self.deadline = deadline
         self.refreshInterval = refreshInterval
         self.forwarding = forwarding
@@ -85,13 +84,13 @@ public final class AdminProbe: Service {
             // A round at once (the first snapshot), then one per refresh interval or request.
             repeat {
                 round()
-            } while !signal.wait(timeout: refreshInterval)
+            } while !signal.wait(for: refreshInterval)
         }
         let timer = LoopThread(name: "siwa-admin-probe-deadlines") { [self] in
             while true {
                 let next = state.withLock { $0.waiters.values.map(\.expires).min() }
-                let stopped = deadlines.wait(timeout: next.map { max(0, $0 - Self.now()) } ?? 3600)
-                let now = Self.now()
+                let stopped = deadlines.wait(until: next ?? .never)
+                let now = Deadline.now
                 let expired = state.withLock { s -> [Waiter] in
                     let ids = s.waiters.filter { $0.value.expires <= now }.map(\.key)
                     return ids.compactMap { s.waiters.removeValue(forKey: $0) }
@@ -102,9 +101,6 @@ public final class AdminProbe: Service {
         }
         threads.withLock { $0 = (rounds, timer) }
     }
-
-    /// Monotonic seconds (the runtime's clock).
-    static func now() -> Double { Double(Deadline.now.uptimeNanoseconds) / 1e9 }
 
     public func stop(deadline: ShutdownDeadline) {
         signal.stop()
@@ -121,13 +117,13 @@ public final class AdminProbe: Service {
     /// Never waits.
     public func snapshot() -> (reading: Reading, ageSeconds: Double)? {
         guard let last = state.withLock({ $0.snapshot }) else { return nil }
-        return (last.reading, max(0, Self.now() - last.at))
+        return (last.reading, Deadline.now.remaining(at: last.at))  // from its end until now
     }
 
     /// Calls `answer` (from another thread, exactly once) with a round that started after this
-    /// call, or with `answered: false` after `deadline` seconds.
+    /// call, or with `answered: false` after `deadline`.
     public func probe(_ answer: @escaping @Sendable (Reading) -> Void) {
-        let expires = Self.now() + deadline
+        let expires = Deadline(after: deadline)
         state.withLock { s in
             s.nextWaiter += 1
             s.waiters[s.nextWaiter] = Waiter(after: s.started, expires: expires, answer: answer)
@@ -149,7 +145,7 @@ public final class AdminProbe: Service {
         var result = Reading(answered: false, backlog: nil)
         let forwarding = self.forwarding
         do {
-            (result.backlog, result.gauges) = try pool.withConnection(timeout: 1) { c in
+            (result.backlog, result.gauges) = try pool.withConnection(timeout: .seconds(1)) { c in
                 _ = try c.row(OperatorStatements.ping)
                 // The database answered even when the backlog cannot be read (a statement
                 // timeout on a huge outbox, a role without the view): no gauges then.
@@ -161,7 +157,7 @@ public final class AdminProbe: Service {
             result.answered = false
         }
         let due = state.withLock { s -> [Waiter] in
-            if result.answered { s.snapshot = (result, Self.now()) }
+            if result.answered { s.snapshot = (result, Deadline.now) }
             let ids = s.waiters.filter { $0.value.after < round }.map(\.key)
             return ids.compactMap { s.waiters.removeValue(forKey: $0) }
         }

@@ -44,7 +44,7 @@ public final class ConsoleHandler: Sendable {
             var moved: Int64 = 1
             var steps = 0
             while moved > 0 && steps < 10 {
-                moved = try pool.withConnection(timeout: 5) { c in try ConsoleReads.refreshRollup(c) }
+                moved = try pool.withConnection(timeout: .seconds(5)) { c in try ConsoleReads.refreshRollup(c) }
                 steps += 1
             }
         } catch {
@@ -136,7 +136,7 @@ public final class ConsoleHandler: Sendable {
 
     private func get(_ context: Context) throws -> HTTPResponse {
         let path = context.head.path
-        return try pool.withConnection(timeout: 5) { c in
+        return try pool.withConnection(timeout: .seconds(5)) { c in
             switch path {
             case "/console", "/console/":
                 return Self.html(200, ConsolePages.overview(try ConsoleReads.overview(c), features: features, nav: context.nav("/console")))
@@ -170,7 +170,7 @@ public final class ConsoleHandler: Sendable {
     private func post(_ context: Context) throws -> HTTPResponse {
         switch context.head.path {
         case "/console/sign-out":
-            try pool.withConnection(timeout: 5) { c in
+            try pool.withConnection(timeout: .seconds(5)) { c in
                 try c.affected(ConsoleStatements.endSession, ConsoleSecurity.storedHash(ofSession: context.session ?? ""))
                 try record(c, context, "sign-out", nil)
             }
@@ -184,7 +184,7 @@ public final class ConsoleHandler: Sendable {
         case "/console/users/delete":
             return try deleteUser(context)
         case "/console/users/reveal":
-            return try pool.withConnection(timeout: 5) { c in
+            return try pool.withConnection(timeout: .seconds(5)) { c in
                 guard let sub = context.field("sub") else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
                 try record(c, context, "reveal-email", "user:" + SubjectHash.of(sub))
                 return try userPage(context, c, reveal: true, error: nil, status: 200, subject: sub)
@@ -207,11 +207,11 @@ public final class ConsoleHandler: Sendable {
             return r
         }
         guard let token = context.field("token"), let fingerprint = tokens.fingerprint(ifAdmitted: token) else {
-            try pool.withConnection(timeout: 5) { c in try record(c, context, "sign-in-refused", nil) }
+            try pool.withConnection(timeout: .seconds(5)) { c in try record(c, context, "sign-in-refused", nil) }
             return Self.html(401, ConsolePages.signIn(error: "Sign-in refused."))
         }
         let session = ConsoleSecurity.newSessionToken()
-        try pool.withConnection(timeout: 5) { c in
+        try pool.withConnection(timeout: .seconds(5)) { c in
             try c.affected(ConsoleStatements.pruneSessions, ())
             try c.affected(ConsoleStatements.createSession, (ConsoleSecurity.storedHash(ofSession: session), fingerprint, context.client))
             var signed = context
@@ -230,7 +230,7 @@ public final class ConsoleHandler: Sendable {
     private func liveSession(_ cookie: String) throws -> String? {
         let hash = ConsoleSecurity.storedHash(ofSession: cookie)
         let current = tokens.fingerprints
-        return try pool.withConnection(timeout: 5) { c -> String? in
+        return try pool.withConnection(timeout: .seconds(5)) { c -> String? in
             guard let stored = try c.row(ConsoleStatements.findSession, hash) else { return nil }
             let state = ConsoleSecurity.sessionState(
                 endedAt: stored.endedAt, lastSeenAt: stored.lastSeenAt, now: stored.now, fingerprint: stored.fingerprint,
@@ -270,7 +270,7 @@ public final class ConsoleHandler: Sendable {
             return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=nothing-selected")])
         }
         let target = kind + ":" + (all ? (type.map { "type=" + $0 } ?? "all") : "ids=" + ids.prefix(50).joined(separator: ","))
-        let count = try pool.withConnection(timeout: 5) { c -> Int in
+        let count = try pool.withConnection(timeout: .seconds(5)) { c -> Int in
             let n: Int
             switch kind {
             case "events":
@@ -305,7 +305,7 @@ public final class ConsoleHandler: Sendable {
     private func deleteUser(_ context: Context) throws -> HTTPResponse {
         guard let sub = context.field("sub"), !sub.isEmpty else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
         let aud = context.field("aud").flatMap { $0.isEmpty ? nil : $0 }
-        return try pool.withConnection(timeout: 5) { c in
+        return try pool.withConnection(timeout: .seconds(5)) { c in
             guard context.field("confirm")?.trimmingCharacters(in: .whitespaces) == sub else {
                 return try userPage(
                     context, c, reveal: false, error: "The sub typed does not match: nothing was deleted.", status: 422, subject: sub)

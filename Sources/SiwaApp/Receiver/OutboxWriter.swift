@@ -185,7 +185,7 @@ public final class OutboxWriter: Service, @unchecked Sendable {
     private func insert(_ rows: [VerifiedNotification], until deadline: Deadline, attempt: Int) -> [OutboxResult] {
         let error: PostgresError
         do {
-            let inserted = try pool.withConnection(timeout: max(0.001, deadline.remaining)) { c in
+            let inserted = try pool.withConnection(timeout: max(.milliseconds(1), deadline.timeLeft)) { c in
                 Set(try c.rows(OutboxStatements.insert, rows))
             }
             return InsertPolicy.results(rows, inserted: inserted)

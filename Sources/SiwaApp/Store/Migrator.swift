@@ -12,7 +12,7 @@ import SiwaRuntime
 /// it takes any lock; and its DDL runs with `lock_timeout` (`Options.lockTimeout`): an attempt that
 /// waits longer for a lock (an open dashboard transaction on a view holds `siwa.events`, and the
 /// receivers' inserts queue behind a waiting `ACCESS EXCLUSIVE`) rolls back, lets them through,
-/// and is retried with backoff for `Options.retryFor` seconds.
+/// and is retried with backoff for `Options.retryFor`.
 public enum Migrator {
     /// The schema this binary carries.
     public static var schemaSQL: String { String(decoding: PackageResources.schema_sql, as: UTF8.self) }
@@ -21,15 +21,15 @@ public enum Migrator {
     public static var versionMarker: String { "siwa-notify schema sha256:" + SHA256.hexDigest(schemaSQL).prefix(16) }
 
     public struct Options: Sendable {
-        /// Seconds one attempt waits for any one lock (`lock_timeout`). Default 2: below
+        /// How long one attempt waits for any one lock (`lock_timeout`). Default 2 s: below
         /// `SIWA_COMMIT_TIMEOUT`'s default (5 s), so notifications queued behind the migration's
         /// lock request are still committed and answered 200.
-        public var lockTimeout: Double = 2
-        /// Seconds during which failed attempts are retried (0: one attempt). Default 60.
-        public var retryFor: Double = 60
-        /// Seconds before the first retry; doubled after each, up to `maxBackoff`. Default 1.
-        public var backoff: Double = 1
-        public var maxBackoff: Double = 15
+        public var lockTimeout: Duration = .seconds(2)
+        /// How long failed attempts are retried (zero: one attempt). Default 60 s.
+        public var retryFor: Duration = .seconds(60)
+        /// The wait before the first retry; doubled after each, up to `maxBackoff`. Default 1 s.
+        public var backoff: Duration = .seconds(1)
+        public var maxBackoff: Duration = .seconds(15)
         public init() {}
     }
 
@@ -47,14 +47,14 @@ public enum Migrator {
     public struct Retry: Sendable, CustomStringConvertible {
         /// The attempt that failed (1 for the first).
         public var attempt: Int
-        /// Seconds until the next one.
-        public var delay: Double
+        /// The wait until the next one.
+        public var delay: Duration
         public var error: PostgresError
 
         public var description: String {
             let why = error.sqlState == "55P03" ? "a lock was not granted within the lock timeout" : "\(error) \(error.serverMessage)"
             return "schema migration attempt \(attempt) rolled back (\(why): another session holds siwa's tables, "
-                + "e.g. an open transaction on a dashboard view); retrying in \(String(format: "%.1f", delay)) s"
+                + "e.g. an open transaction on a dashboard view); retrying in \(String(format: "%.1f", delay.inSeconds)) s"
         }
     }
 
@@ -74,11 +74,11 @@ public enum Migrator {
         }
         guard
             let sql = MigrationStatements.applying(
-                schemaSQL, lockTimeoutMilliseconds: Int((options.lockTimeout * 1000).rounded()), marker: marker)
+                schemaSQL, lockTimeoutMilliseconds: Int((options.lockTimeout.inSeconds * 1000).rounded()), marker: marker)
         else {
             throw PostgresError(code: .queryFailed, serverMessage: "schema.sql must open with a line BEGIN; and end with a line COMMIT;")
         }
-        let deadline = clock.now.adding(seconds: options.retryFor)
+        let deadline = clock.now.adding(options.retryFor)
         let pause = StopSignal(clock: clock)
         var delay = options.backoff
         var attempt = 1
@@ -89,10 +89,10 @@ public enum Migrator {
             } catch {
                 if connection.isHealthy { _ = try? connection.execute(MigrationStatements.rollback) }
                 guard let state = error.sqlState, MigrationStatements.retryableStates.contains(state),
-                    clock.now.adding(seconds: delay) < deadline
+                    clock.now.adding(delay) < deadline
                 else { throw error }
                 onRetry(Retry(attempt: attempt, delay: delay, error: error))
-                pause.wait(timeout: delay)
+                pause.wait(for: delay)
                 delay = min(delay * 2, options.maxBackoff)
                 attempt += 1
             }

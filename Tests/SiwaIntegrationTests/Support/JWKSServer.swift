@@ -13,7 +13,7 @@ final class JWKSServer {
         server = try HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: "127.0.0.1", port: 0, threads: 2,
-                connectionTimeout: 30, maxBody: 1024),
+                connectionTimeout: .seconds(30), maxBody: 1024),
             handler: endpoint)
     }
 

@@ -24,7 +24,7 @@ final class TestHarness: Sendable {
         options.revoker.schedule.backoff.baseDelay = retryBaseDelay
         options.revoker.schedule.backoff.maxDelay = max(retryBaseDelay, 0.5)
         options.revoker.pollInterval = .milliseconds(200)
-        options.metricsRefreshInterval = 0.2
+        options.metricsRefreshInterval = .milliseconds(200)
         return options
     }
 
