@@ -1,7 +1,9 @@
 import Foundation
+import Logging
 import SiwaCore
 import SiwaDevTools
 import SiwaPostgres
+import SiwaRuntime
 import Testing
 
 @testable import SiwaApp
@@ -142,5 +144,60 @@ struct RevocationTransactionTests {
         #expect(harness.fake.revokedTokens == [tokens["expired"] ?? "-"])
         let leased = try harness.query("SELECT status, attempts FROM siwa.revocations WHERE id = $1", [ids["leased"]]).rows.first
         #expect(leased == ["running", "1"])
+    }
+
+    /// A revoker alone (the harness runs no worker), its Apple the harness's fake.
+    static func revoker(_ h: DeletionHarness, stopGrace: Duration) -> Revoker {
+        let client = AppleClient(
+            configuration: AppleAPIConfiguration(teamID: S.teamID, keyID: S.keyID, privateKeyFile: "-", tokenKeyFile: "-", baseURL: h.fake.baseURL),
+            privateKey: S.teamKey, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        var options = Revoker.Options()
+        options.pollInterval = .milliseconds(100)
+        options.stopGrace = stopGrace
+        return Revoker(
+            conninfo: h.conninfo, apple: AppleAPICredentials(client: client, vault: TokenVault(keys: [h.tokenKey])), options: options,
+            logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
+    }
+
+    @Test(
+        "a revoker stopped with two revocations at Apple records the one Apple answers within the grace and leaves the other leased; the next run revokes that one; nothing is asked or recorded twice"
+    )
+    func stopRecordsWhatAnswersWithinTheGrace() throws {
+        let h = try DeletionHarness(roles: .receive)
+        defer { h.stop() }
+        let vault = TokenVault(keys: [h.tokenKey])
+        for sub in ["000739.stop.1", "000739.stop.2"] {
+            let issued = try h.fake.issueTokens(for: .init(sub: sub), clientID: S.clientID)
+            let sealed = try vault.seal(issued.refreshToken, sub: sub, clientID: S.clientID)
+            _ = try h.query(
+                "INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason) VALUES ($1, $2, $3, $4::bytea, 'in-app-deletion')",
+                [sub, S.clientID, sealed.keyID, SQLEncoding.bytea(sealed.ciphertext)])
+        }
+        // Apple answers the first revoke a second after it came and holds the second past the grace.
+        h.fake.answerRevoke(.hang, first: [.delay(1)])
+        let first = Self.revoker(h, stopGrace: .seconds(6))
+        first.start()
+        #expect(h.eventually(15) { h.fake.calls(to: "/auth/revoke").count == 2 })
+        first.stop(deadline: ShutdownDeadline(secondsFromNow: 30))
+
+        let evidence = "(SELECT count(*) FROM siwa.revocation_calls c WHERE c.revocation_id = r.id)"
+        func rows(_ sql: String) throws -> [[String]] { try h.query(sql).rows.map { $0.map { $0 ?? "" } } }
+        let answered = try rows("SELECT apple_sub, attempts, \(evidence) FROM siwa.revocations r WHERE status = 'done'")
+        #expect(answered.map { Array($0.dropFirst()) } == [["1", "2"]], "\(answered)")  // the revoke and its proof, once
+        let leased = try rows("SELECT apple_sub, attempts, next_attempt_at > now(), \(evidence) FROM siwa.revocations r WHERE status = 'running'")
+        #expect(leased.map { Array($0.dropFirst()) } == [["1", "t", "0"]], "\(leased)")
+
+        // The next run, once the lease has run out: only the abandoned one is asked again.
+        h.fake.answerRevoke(.normal)
+        _ = try h.query("UPDATE siwa.revocations SET next_attempt_at = now() WHERE status = 'running'")
+        let second = Self.revoker(h, stopGrace: .seconds(6))
+        second.start()
+        defer { second.stop(deadline: ShutdownDeadline(secondsFromNow: 10)) }
+        #expect(try h.eventually(15) { try h.scalar("SELECT count(*) FROM siwa.revocations WHERE status = 'done'") == "2" })
+        let revokes = Dictionary(grouping: h.fake.calls(to: "/auth/revoke"), by: { $0.sub ?? "" }).mapValues(\.count)
+        let doneFirst = answered.first?[0] ?? "-", abandoned = leased.first?[0] ?? "-"
+        #expect(revokes == [doneFirst: 1, abandoned: 2], "\(revokes)")
+        let all = try rows("SELECT apple_sub, attempts, \(evidence) FROM siwa.revocations r")
+        #expect(Set(all) == [[doneFirst, "1", "2"], [abandoned, "2", "2"]], "\(all)")
     }
 }

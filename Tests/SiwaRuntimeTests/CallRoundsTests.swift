@@ -1,3 +1,4 @@
+import Glibc
 import SiwaCore
 import SiwaRuntime
 import Synchronization
@@ -155,6 +156,77 @@ struct CallRoundsTests {
         #expect(recorded == ["answer 1"])
         rounds.queue([(3, t0)])
         #expect(rounds.held == 0)
+    }
+
+    /// Waits (real time, 30 s at most) until `condition` holds: the threads under test got there.
+    static func until(_ condition: () -> Bool) -> Bool {
+        let giveUp = SystemClock.shared.now.adding(.seconds(30))
+        while !condition() {
+            if SystemClock.shared.now >= giveUp { return false }
+            sched_yield()
+        }
+        return true
+    }
+
+    @Test("Stopped with calls in flight: each answer that comes within the grace is recorded once, as it comes; a call still out at its end is left")
+    func finishRecordsWithinTheGrace() {
+        let clock = ManualClock()
+        let executor = CallExecutor<Void>(limit: 3, name: "test-stop", clock: clock)
+        let inbox = CallInbox<Int, String>()
+        let release = (0..<3).map { _ in StopSignal(clock: clock) }
+        let recorded = Mutex<[String]>([])
+        let left = Atomic<Int>(-1)
+        let stopper = LoopThread(name: "test-finish") {
+            var rounds = CallRounds<Int, String>(callsInFlight: 3, poll: .seconds(1))
+            rounds.start([0, 1, 2], on: executor, answersTo: inbox, waking: WakeSignal(clock: clock)) { item, _ in
+                release[item].wait(until: .never)
+                return "answer \(item)"
+            }
+            let n = rounds.finish(grace: .seconds(10), clock: clock, executor: executor, inbox: inbox) { r in
+                recorded.withLock { $0 += r.takeAnswers().map(\.1) }
+            }
+            left.store(n, ordering: .relaxed)
+        }
+        #expect(Self.until { clock.waiters == 4 })  // the three calls, and the stop waiting for them
+        release[0].stop()
+        #expect(Self.until { recorded.withLock { $0 } == ["answer 0"] && clock.waiters == 3 })
+        release[1].stop()
+        #expect(Self.until { recorded.withLock { $0 } == ["answer 0", "answer 1"] && clock.waiters == 2 })
+        clock.advance(by: .seconds(10))  // the grace is over, call 2 still out
+        #expect(stopper.join(until: Deadline(after: .seconds(30))))
+        #expect(left.load(ordering: .relaxed) == 1)
+        release[2].stop()  // its answer comes after the stop: nobody records it (its lease runs out)
+        #expect(Self.until { executor.busy == 0 })
+        #expect(recorded.withLock { $0 } == ["answer 0", "answer 1"])
+    }
+
+    @Test("Stopping, an answer that could not be recorded (its row locked) is tried again after the poll, within the grace")
+    func finishRetriesWhatItKept() {
+        let clock = ManualClock()
+        let executor = CallExecutor<Void>(limit: 1, name: "test-keep", clock: clock)
+        let inbox = CallInbox<Int, String>()
+        let tries = Atomic<Int>(0)
+        let recorded = Mutex<[String]>([])
+        let left = Atomic<Int>(-1)
+        let stopper = LoopThread(name: "test-finish-keep") {
+            var rounds = CallRounds<Int, String>(callsInFlight: 1, poll: .seconds(1))
+            rounds.start([7], on: executor, answersTo: inbox, waking: WakeSignal(clock: clock)) { item, _ in "answer \(item)" }
+            let n = rounds.finish(grace: .seconds(10), clock: clock, executor: executor, inbox: inbox) { r in
+                let answers = r.takeAnswers()
+                if tries.add(1, ordering: .relaxed).newValue == 1 {
+                    r.keep(answers)  // its row is locked: kept for the next try
+                } else {
+                    recorded.withLock { $0 += answers.map(\.1) }
+                }
+            }
+            left.store(n, ordering: .relaxed)
+        }
+        #expect(Self.until { tries.load(ordering: .relaxed) == 1 && clock.waiters == 1 })
+        clock.advance(by: .seconds(1))  // the poll
+        #expect(stopper.join(until: Deadline(after: .seconds(30))))
+        #expect(tries.load(ordering: .relaxed) == 2)
+        #expect(recorded.withLock { $0 } == ["answer 7"])
+        #expect(left.load(ordering: .relaxed) == 0)
     }
 }
 

@@ -17,6 +17,8 @@ public final class WebhookReceiver: HTTPHandler {
         case status(Int)
         /// Never answers (the sender's timeout fires; the server answers 503 when it stops).
         case hang
+        /// Answers `status` after `seconds` (a receiver slow to answer).
+        case delayed(Int, seconds: Double)
     }
 
     public struct Delivery: Sendable {
@@ -117,12 +119,22 @@ public final class WebhookReceiver: HTTPHandler {
             let earlier = s.deliveries.filter { $0.id == id }.count
             let b = s.behaviour(delivery, earlier)
             if case .status(let code) = b { delivery.answered = code }
+            if case .delayed(let code, _) = b { delivery.answered = code }
             s.deliveries.append(delivery)
             return b
         }
-        if case .status(let code) = behaviour {
-            responder.respond(.json(code, code < 300 ? "{\"ok\":true}" : "{\"error\":\"test\"}"))
+        switch behaviour {
+        case .status(let code):
+            responder.respond(Self.response(code))
+        case .delayed(let code, let seconds):
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { responder.respond(Self.response(code)) }
+        case .hang:
+            break
         }
+    }
+
+    private static func response(_ code: Int) -> HTTPResponse {
+        .json(code, code < 300 ? "{\"ok\":true}" : "{\"error\":\"test\"}")
     }
 }
 

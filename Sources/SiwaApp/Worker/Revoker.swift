@@ -32,6 +32,10 @@ public final class Revoker: Service {
         public var lockTimeout: Duration = .seconds(2)
         /// How long one of the revoker's statements may run. Default 10 s.
         public var statementTimeout: Duration = .seconds(10)
+        /// How long a stop waits for the calls in flight, recording their outcomes as they come.
+        /// Default 11 s: a call to Apple's timeout, and a second (a call still out then is
+        /// claimed again once its lease ends).
+        public var stopGrace: Duration = .seconds(11)
         public init() {}
     }
 
@@ -76,25 +80,39 @@ public final class Revoker: Service {
                 failed: { [logger] error, _, wait in
                     logger.warning("revoker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait)"])
                 },
-                finish: { [self] c, rounds in
-                    // Outcomes of calls that ended meanwhile are recorded if the database still answers.
-                    rounds.collect(answers)
-                    if let c { try? record(&rounds, on: c) }
-                    logger.info("revoker stopped")
-                }))
+                finish: { [self] c, rounds in finish(c, &rounds) }))
     }
 
     public func start() { loop.start() }
 
     public func prepareToStop() { loop.prepareToStop() }
 
-    /// Calls in flight finish (or are abandoned at the deadline: their leases run out and they
-    /// are claimed again by the next process).
+    /// Calls in flight get `stopGrace` to answer, each outcome recorded as it comes; those still
+    /// out then, or at the deadline, are abandoned: their leases run out and the next process
+    /// claims them again.
     public func stop(deadline: ShutdownDeadline) {
-        loop.stop(until: deadline)
-        if !calls.drain(until: deadline) {
+        if !loop.stop(until: deadline) {
             logger.warning("revocations at Apple still running at the end of the shutdown budget; they will be retried")
         }
+    }
+
+    /// Stopping: claims nothing more; records the outcomes of the calls in flight as they come,
+    /// until `stopGrace` (on a new connection if the loop's broke).
+    private func finish(_ connection: PostgresConnection?, _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>) {
+        var connection = connection
+        do {
+            let left = try rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) {
+                let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker")
+                connection = c
+                try record(&$0, on: c)
+            }
+            if left > 0 {
+                logger.warning("revocations at Apple still running at the end of the grace; they will be retried", metadata: ["left": "\(left)"])
+            }
+        } catch {
+            logger.warning("revocation outcomes not recorded at stop; they will be retried", metadata: ["error": "\(error)"])
+        }
+        logger.info("revoker stopped")
     }
 
     /// Records what answered, claims due jobs for the free call slots and starts their calls.
