@@ -21,6 +21,18 @@ struct ConnectedLoopTests {
         var all: [String] { lines.withLock { $0 } }
     }
 
+    /// A loop without state on `clock`, named "test"; connects at once and ignores failures
+    /// unless told otherwise.
+    static func loop(
+        on clock: ManualClock, connect: @escaping @Sendable () throws -> FakeConnection = { FakeConnection() },
+        round: @escaping @Sendable (FakeConnection, inout Void) throws -> LoopNext,
+        failed: @escaping @Sendable (any Error, inout Void, Duration) -> Void = { _, _, _ in }
+    ) -> ConnectedLoop<FakeConnection, Void> {
+        ConnectedLoop<FakeConnection, Void>(
+            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
+            body: .init(connect: connect, makeState: {}, round: round, failed: failed))
+    }
+
     @Test("Connect failures back off on the loop's clock; a round after a reconnect resets the backoff")
     func reconnects() {
         let clock = ManualClock()
@@ -77,26 +89,24 @@ struct ConnectedLoopTests {
         let failures = Atomic<Int>(2)
         let rounds = Atomic<Int>(0)
         let waits = Mutex<[Duration]>([])
-        let loop = ConnectedLoop<FakeConnection, Void>(
-            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
-            body: .init(
-                connect: {
-                    if failures.load(ordering: .relaxed) > 0 {
-                        failures.subtract(1, ordering: .relaxed)
-                        throw LoopError()
-                    }
-                    return FakeConnection()
-                },
-                makeState: {},
-                round: { _, _ in
-                    // Round 1 works, round 2 throws: its backoff starts from the first step.
-                    switch rounds.add(1, ordering: .relaxed).newValue {
-                    case 1: return .again
-                    case 2: throw LoopError()
-                    default: return .wait(until: .never)
-                    }
-                },
-                failed: { _, _, wait in waits.withLock { $0.append(wait) } }))
+        let loop = Self.loop(
+            on: clock,
+            connect: {
+                if failures.load(ordering: .relaxed) > 0 {
+                    failures.subtract(1, ordering: .relaxed)
+                    throw LoopError()
+                }
+                return FakeConnection()
+            },
+            round: { _, _ in
+                // Round 1 works, round 2 throws: its backoff starts from the first step.
+                switch rounds.add(1, ordering: .relaxed).newValue {
+                case 1: return .again
+                case 2: throw LoopError()
+                default: return .wait(until: .never)
+                }
+            },
+            failed: { _, _, wait in waits.withLock { $0.append(wait) } })
         loop.start()
         #expect(clock.settle(after: 0))
         advanceAndSettle(clock, by: .milliseconds(200))  // second connect failure
@@ -110,16 +120,13 @@ struct ConnectedLoopTests {
     func stopsDuringBackoff() {
         let clock = ManualClock()
         let connects = Atomic<Int>(0)
-        let loop = ConnectedLoop<FakeConnection, Void>(
-            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
-            body: .init(
-                connect: {
-                    connects.add(1, ordering: .relaxed)
-                    throw LoopError()
-                },
-                makeState: {},
-                round: { _, _ in .wait(until: .never) },
-                failed: { _, _, _ in }))
+        let loop = Self.loop(
+            on: clock,
+            connect: {
+                connects.add(1, ordering: .relaxed)
+                throw LoopError()
+            },
+            round: { _, _ in .wait(until: .never) })
         loop.start()
         #expect(clock.settle(after: 0))  // in the first backoff wait; the manual clock never reaches its end
         #expect(loop.stop(until: Deadline.now.adding(.seconds(10))), "the stop waited for the backoff")
@@ -132,22 +139,19 @@ struct ConnectedLoopTests {
         let connects = Atomic<Int>(0)
         let current = Mutex<FakeConnection?>(nil)
         let rounds = Atomic<Int>(0)
-        let loop = ConnectedLoop<FakeConnection, Void>(
-            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
-            body: .init(
-                connect: {
-                    connects.add(1, ordering: .relaxed)
-                    let c = FakeConnection()
-                    current.withLock { $0 = c }
-                    return c
-                },
-                makeState: {},
-                round: { _, _ in
-                    let n = rounds.add(1, ordering: .relaxed).newValue
-                    if n == 2 { throw LoopError() }
-                    return .wait(until: .never)
-                },
-                failed: { _, _, _ in }))
+        let loop = Self.loop(
+            on: clock,
+            connect: {
+                connects.add(1, ordering: .relaxed)
+                let c = FakeConnection()
+                current.withLock { $0 = c }
+                return c
+            },
+            round: { _, _ in
+                let n = rounds.add(1, ordering: .relaxed).newValue
+                if n == 2 { throw LoopError() }
+                return .wait(until: .never)
+            })
         loop.start()
         #expect(clock.settle(after: 0))
         var seen = clock.blockedWaits
@@ -167,16 +171,12 @@ struct ConnectedLoopTests {
     func pause() {
         let clock = ManualClock()
         let rounds = Atomic<Int>(0)
-        let loop = ConnectedLoop<FakeConnection, Void>(
-            name: "test", threadName: "test-loop", wakeups: WakeSignal(clock: clock),
-            body: .init(
-                connect: { FakeConnection() },
-                makeState: {},
-                round: { _, _ in
-                    let n = rounds.add(1, ordering: .relaxed).newValue
-                    return n == 1 ? .pause(until: clock.now.adding(.seconds(1))) : .wait(until: .never)
-                },
-                failed: { _, _, _ in }))
+        let loop = Self.loop(
+            on: clock,
+            round: { _, _ in
+                let n = rounds.add(1, ordering: .relaxed).newValue
+                return n == 1 ? .pause(until: clock.now.adding(.seconds(1))) : .wait(until: .never)
+            })
         loop.start()
         #expect(clock.settle(after: 0))
         loop.wakeups.wake()  // the pause goes on
