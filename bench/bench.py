@@ -895,18 +895,30 @@ def reset_statement_stats():
 def statement_stats(events):
     """The worker's statements by WAL written: per applied event, ms per call, calls."""
     rows = psql("SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 70) || '|' || calls || '|' "
-                "|| round(total_exec_time::numeric, 1) || '|' || wal_fpi || '|' || wal_bytes "
+                "|| round(total_exec_time::numeric, 1) || '|' || wal_fpi || '|' || wal_bytes || '|' "
+                "|| shared_blks_read || '|' || shared_blks_written "
                 "FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY wal_bytes DESC, total_exec_time DESC LIMIT 10")
     out = []
     for line in rows.splitlines():
-        query, calls, ms, fpi, size = line.rsplit("|", 4)
+        query, calls, ms, fpi, size, read, written = line.rsplit("|", 6)
+        # Blocks read from outside shared_buffers, and dirty blocks this statement wrote out to
+        # make room (the buffer pool is smaller than the tables: bench/README "authlib").
         out.append({"query": query, "calls": int(calls), "ms_per_call": round(float(ms) / max(1, int(calls)), 2),
                     "fpi_per_event": round(int(fpi) / max(1, events), 3),
-                    "wal_bytes_per_event": round(int(float(size)) / max(1, events))})
+                    "wal_bytes_per_event": round(int(float(size)) / max(1, events)),
+                    "blocks_read_per_event": round(int(read) / max(1, events), 3),
+                    "blocks_written_per_event": round(int(written) / max(1, events), 3)})
     for o in out:
         log(f"  {o['fpi_per_event']:>6} FPI/event {o['wal_bytes_per_event']:>6} B/event {o['ms_per_call']:>8} ms/call "
-            f"{o['calls']:>6} calls  {o['query']}")
+            f"{o['calls']:>6} calls {o['blocks_read_per_event']:>6} read {o['blocks_written_per_event']:>6} written/event  {o['query']}")
     return out
+
+
+# What the worker writes for the bench's events, emptied before each drain. Left over, the app
+# accounts of the run before (same subs) made every new sub of the next run an import (app
+# accounts without an account: inserted, decided again, updated): update_accounts took 2-3.5x
+# as long per batch (bench/README "Results of session 14").
+WORKER_TABLES = "siwa.events, siwa.accounts, siwa.app_accounts, siwa.sessions"
 
 
 def insert_backlog(m, prefix="bench.worker."):
@@ -935,7 +947,7 @@ def insert_backlog(m, prefix="bench.worker."):
 def worker():
     m = env_int("BENCH_WORKER_EVENTS", 200000)
     migrate()
-    psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions")
+    psql(f"TRUNCATE {WORKER_TABLES}")
     log(f"worker: preloading {m} pending events (4 types round robin) and one live session per sub")
     insert_backlog(m)
     psql_script(analyze_tables() + "CHECKPOINT;")
@@ -982,7 +994,7 @@ def workers():
         # counts nothing); each worker connects with application_name bench-worker-<k>.
         psql_script(SHARES_SQL)
         for k in counts:
-            psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, public.bench_shares")
+            psql(f"TRUNCATE {WORKER_TABLES}, public.bench_shares")
             log(f"workers: {m} pending events, one live session per sub; {k} worker(s) started together")
             insert_backlog(m)
             psql_script(analyze_tables() + "CHECKPOINT;")
@@ -1168,7 +1180,7 @@ def scale():
     presign("serve", n)
     migrate()
     psql_script(SCALE_FUNCTIONS)
-    tables = "siwa.accounts, siwa.sessions, siwa.events"
+    tables = WORKER_TABLES
     # TRUNCATE of siwa.events empties the queue too (its trigger); statistics cover both.
     quiet_tables = tables.split(", ") + [QUEUE] if has_queue() else tables.split(", ")
     if not autovacuum:
@@ -1322,7 +1334,7 @@ def lag():
     bodies = read_bodies(presign("lag", rate * seconds))
     subs = [sub_of(b) for b in bodies]
     migrate()
-    psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions")
+    psql(f"TRUNCATE {WORKER_TABLES}")
     psql("COPY siwa.sessions (apple_sub, created_at) FROM STDIN",
          stdin="".join(f"{s}\t2000-01-01 00:00:00+00\n" for s in subs))
     psql("ANALYZE siwa.sessions")
@@ -1452,7 +1464,7 @@ def forward():
     os.environ["SIWA_FORWARD_SECRET_FILE"] = secret
     try:
         # 1. Backlog: applied and forwarded.
-        psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, siwa.forwards")
+        psql(f"TRUNCATE {WORKER_TABLES}, siwa.forwards")
         log(f"forward: preloading {m} pending events (4 types round robin), one live session per sub")
         insert_backlog(m, prefix="bench.forward.")
         psql_script(analyze_tables() + "CHECKPOINT;")
@@ -1518,7 +1530,7 @@ def forward():
 
         # 2. POST -> delivered at a fixed rate against `serve`.
         bodies = read_bodies(presign("forward", rate * seconds))
-        psql("TRUNCATE siwa.events, siwa.accounts, siwa.sessions, siwa.forwards")
+        psql(f"TRUNCATE {WORKER_TABLES}, siwa.forwards")
         psql("CHECKPOINT")
         sink = Sink()
         os.environ["SIWA_FORWARD_URL"] = f"http://127.0.0.1:{sink.port}/hooks/siwa"
@@ -2043,7 +2055,7 @@ AUTHLIB_SUPABASE_SQL = """
 
 def authlib_load(accounts):
     """siwa's accounts and sessions, and a Supabase user (Apple identity, session, refresh token) for each."""
-    psql("TRUNCATE siwa.accounts, siwa.sessions, siwa.events")
+    psql(f"TRUNCATE {WORKER_TABLES}")
     for sql in scale_accounts_sql(accounts, 1):
         psql_script(sql)
     psql_script(AUTHLIB_SUPABASE_SQL)
