@@ -2053,11 +2053,21 @@ AUTHLIB_SUPABASE_SQL = """
 """
 
 
-def authlib_load(accounts):
-    """siwa's accounts and sessions, and a Supabase user (Apple identity, session, refresh token) for each."""
+def authlib_load(accounts, app_accounts):
+    """siwa's accounts and sessions, and a Supabase user (Apple identity, session, refresh token) for each.
+    `app_accounts`: each account also has its app account for the bench's audience, as on a server
+    that has run a while (the first event or sign-in of an app creates it); without, the worker
+    creates one for each existing user it meets (the model of sessions 11-13)."""
     psql(f"TRUNCATE {WORKER_TABLES}")
     for sql in scale_accounts_sql(accounts, 1):
         psql_script(sql)
+    if app_accounts:
+        psql_script(f"""
+            INSERT INTO siwa.app_accounts (apple_sub, aud, status, email, is_private_email, email_forwarding,
+                                           last_event_time, email_event_time, created_at, updated_at)
+            SELECT apple_sub, '{AUDIENCE}', status, email, is_private_email, email_forwarding,
+                   last_event_time, email_event_time, created_at, updated_at FROM siwa.accounts;
+        """)
     psql_script(AUTHLIB_SUPABASE_SQL)
     psql_script(f"""
         INSERT INTO auth.users (id, created_at) SELECT md5('u' || a)::uuid, now() FROM generate_series(0, {accounts - 1}) a;
@@ -2077,6 +2087,7 @@ def authlib_load(accounts):
 def authlib():
     accounts = env_int("AUTHLIB_ACCOUNTS", 1000000)
     backlog = env_int("AUTHLIB_BACKLOG", 100000)
+    app_accounts = env_int("AUTHLIB_APP_ACCOUNTS", 1) == 1
     migrate()
     psql_script(SCALE_FUNCTIONS)
     backlog_sql, _, _ = scale_backlog_sql(backlog, accounts)
@@ -2085,9 +2096,9 @@ def authlib():
     for target in ["", "supabase"]:
         label = f"authlib {target or 'no target'}"
         log(f"{label}: loading {accounts} accounts with a session, and as many Supabase users")
-        authlib_load(accounts)
+        authlib_load(accounts, app_accounts)
         psql_script(backlog_sql)
-        psql_script(analyze_tables() + "ANALYZE auth.users, auth.identities, auth.sessions, auth.refresh_tokens; CHECKPOINT;")
+        psql_script(analyze_tables() + "ANALYZE siwa.app_accounts, auth.users, auth.identities, auth.sessions, auth.refresh_tokens; CHECKPOINT;")
         os.environ["SIWA_APPLY_TO"] = target
         try:
             runs[target or "none"] = drain(1, label=label)
@@ -2097,7 +2108,8 @@ def authlib():
     ratio = round(runs["supabase"]["events_per_s"] / runs["none"]["events_per_s"], 3) if runs["none"]["events_per_s"] else None
     log(f"authlib: {runs['none']['events_per_s']:.0f} events/s without a target, {runs['supabase']['events_per_s']:.0f} with "
         f"supabase: ratio {ratio} (aim >= 0.8)")
-    return {"accounts": accounts, "backlog": backlog, "runs": runs, "ratio": ratio, "aims": {"ratio": 0.8}}
+    return {"accounts": accounts, "backlog": backlog, "app_accounts": app_accounts, "runs": runs, "ratio": ratio,
+            "aims": {"ratio": 0.8}}
 # sigterm: `receive` stopped by SIGTERM under load, many times (every exit must be 0)
 
 def sigterm():
