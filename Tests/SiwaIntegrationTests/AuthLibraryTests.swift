@@ -105,6 +105,13 @@ struct AuthLibraryTests {
         #expect(try db.event("email-enabled", sub: "sb.b", at: db.t0 + Self.hour, email: "b2@privaterelay.appleid.com", isPrivate: true))
         try db.apply()
         #expect(try db.scalar("SELECT identity_data ->> 'email_forwarding' FROM auth.identities WHERE provider_id = 'sb.b'") == "true")
+        // The same state again (newer: applied): the identity is not rewritten.
+        let version = "SELECT xmin::text || '/' || updated_at::text FROM auth.identities WHERE provider_id = 'sb.b'"
+        let before = try db.scalar(version)
+        #expect(try db.event("email-enabled", sub: "sb.b", at: db.t0 + 2 * Self.hour, email: "b2@privaterelay.appleid.com", isPrivate: true))
+        try db.apply()
+        #expect(try db.scalar("SELECT count(*) FROM siwa.events WHERE sub = 'sb.b' AND outcome = 'applied'") == "3")
+        #expect(try db.scalar(version) == before)
     }
 
     @Test(

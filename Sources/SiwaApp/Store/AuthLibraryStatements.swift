@@ -82,20 +82,26 @@ enum AuthLibraryStatements {
     /// `identity_data`: `email`, `is_private_email`, `email_forwarding`; a null leaves the key as
     /// it was). Each element probes its identity in a correlated subquery (a SubPlan), so the
     /// batch is the outer side: with the identities outside (an `= ANY($1)` probe), the inner
-    /// `unnest` is evaluated again for every identity (bench/README "authlib").
+    /// `unnest` is evaluated again for every identity (bench/README "authlib"). An identity that
+    /// already holds these values is not written (no new row version, no WAL), e.g. a second app's
+    /// event with the same address and state.
     /// nil when the library keeps no provider data.
     static func recordAddress(_ s: AuthLibrarySchema) -> Statement<[Address], Void>? {
         let i = s.identities
         guard let data = i.data else { return nil }
         let touched = i.updatedAt.map { ", \(q($0)) = now()" } ?? ""
+        let recorded = """
+            coalesce(i.\(q(data)), '{}'::jsonb)
+                    || jsonb_strip_nulls(jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))
+            """
         return Statement(
             "\(s.kind.rawValue)_record_address",
             """
             UPDATE \(i.table.quoted) i
-            SET \(q(data)) = coalesce(i.\(q(data)), '{}'::jsonb)
-                    || jsonb_strip_nulls(jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))\(touched)
+            SET \(q(data)) = \(recorded)\(touched)
             FROM unnest($1::text[], $2::text[], $3::boolean[], $4::boolean[]) AS u(sub, email, priv, fwd)
             WHERE i.\(q(i.provider)) = 'apple' AND i.\(q(i.subject)) = ANY (ARRAY(SELECT u.sub))
+              AND i.\(q(data)) IS DISTINCT FROM \(recorded)
             """,
             bind: { rows in
                 [
