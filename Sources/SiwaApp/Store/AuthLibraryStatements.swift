@@ -1,8 +1,8 @@
 import SiwaCore
 import SiwaPostgres
 
-/// The statements that apply events to an auth library's own tables (README "Using Supabase Auth / Better Auth / Auth.js"), built once
-/// at start from its resolved names (`AuthLibrarySchema`; every name quoted), and the catalog
+/// The statements that apply events to an auth library's own tables (README "Using Supabase Auth / Better Auth / Auth.js"), built per
+/// batch from the names resolved once at start (`AuthLibrarySchema`; every name quoted), and the catalog
 /// reads of the start-up check. Batch statements take the batch's subs as arrays and reach rows
 /// through index probes driven from the batch: the identity by (`provider`, `sub`), the
 /// sessions by user. They name provider `apple` in every probe of the identities, and never
