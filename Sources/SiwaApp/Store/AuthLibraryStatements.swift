@@ -90,18 +90,17 @@ enum AuthLibraryStatements {
         let i = s.identities
         guard let data = i.data else { return nil }
         let touched = i.updatedAt.map { ", \(q($0)) = now()" } ?? ""
-        let recorded = """
-            coalesce(i.\(q(data)), '{}'::jsonb)
-                    || jsonb_strip_nulls(jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))
-            """
+        // The values given (a null leaves its key): held already when the data contains them
+        // (each is a scalar, so containment is equality).
+        let given = "jsonb_strip_nulls(jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))"
         return Statement(
             "\(s.kind.rawValue)_record_address",
             """
             UPDATE \(i.table.quoted) i
-            SET \(q(data)) = \(recorded)\(touched)
+            SET \(q(data)) = coalesce(i.\(q(data)), '{}'::jsonb) || \(given)\(touched)
             FROM unnest($1::text[], $2::text[], $3::boolean[], $4::boolean[]) AS u(sub, email, priv, fwd)
             WHERE i.\(q(i.provider)) = 'apple' AND i.\(q(i.subject)) = ANY (ARRAY(SELECT u.sub))
-              AND i.\(q(data)) IS DISTINCT FROM \(recorded)
+              AND (i.\(q(data)) IS NULL OR NOT i.\(q(data)) @> \(given))
             """,
             bind: { rows in
                 [
