@@ -5,6 +5,9 @@
 
 BEGIN;
 SET LOCAL client_min_messages = warning;  -- quiet about objects that already exist
+-- Names below resolve in pg_catalog (then siwa.*, written out): a function a login planted in a
+-- writable `public` can never bind into a view, a default or an index made here.
+SET LOCAL search_path = pg_catalog, pg_temp;
 SELECT pg_advisory_xact_lock(74657374);  -- one migration at a time
 
 CREATE SCHEMA IF NOT EXISTS siwa;
@@ -466,14 +469,18 @@ BEGIN
     WHERE n.nspname = 'siwa' AND p.proname = 'on_event';
     -- Absent, or the shipped no-op of an earlier version: recognised by its marker comment, or
     -- by the setting `siwa.hook = 'default'` it carried (the worker looks only for the current
-    -- marker, and would call an old no-op for every event).
+    -- marker, and would call an old no-op for every event), or the current marker without its
+    -- pinned search_path.
     IF existing.oid IS NULL
        OR regexp_replace(existing.prosrc, '[[:space:]]', '', 'g')
           = 'BEGIN--siwa-notify:default-hook(theworkerskipscallingitwhilethismarkerishere)END'
-       OR existing.proconfig @> ARRAY['siwa.hook=default'] THEN
+       OR existing.proconfig @> ARRAY['siwa.hook=default']
+       OR (existing.proconfig @> ARRAY['application_name=siwa-notify:default-hook']
+           AND NOT existing.proconfig @> ARRAY['search_path=pg_catalog, pg_temp']) THEN
         EXECUTE $fn$
             CREATE OR REPLACE FUNCTION siwa.on_event(event siwa.events, account siwa.accounts) RETURNS void
-            LANGUAGE plpgsql SET application_name = 'siwa-notify:default-hook' AS $body$
+            LANGUAGE plpgsql SET application_name = 'siwa-notify:default-hook'
+                SET search_path = pg_catalog, pg_temp AS $body$
             BEGIN
                 -- The shipped no-op. Replace it with your own (see README, "What the worker does").
             END
@@ -506,10 +513,12 @@ CREATE OR REPLACE VIEW siwa.backlog AS
     FROM (SELECT min(received_at) AS oldest FROM siwa.event_queue WHERE status IN ('pending', 'failed')) w;
 
 -- The subject hash that logs print instead of a `sub` (first 16 hex digits of its SHA-256):
--- the same value in dashboards, so an operator can join the two.
+-- the same value in dashboards, so an operator can join the two. Inlined into the queries that
+-- call it (and behind accounts_sub_hash_idx), so it cannot pin a search_path: every name in it
+-- is qualified instead, and it calls no operator.
 CREATE OR REPLACE FUNCTION siwa.subject_hash(sub text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT left(encode(sha256(convert_to(sub, 'UTF8')), 'hex'), 16) $$;
+AS $$ SELECT pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(sub, 'UTF8')), 'hex'), 16) $$;
 
 CREATE OR REPLACE VIEW siwa.dead_letters AS
     SELECT e.id, e.jti, e.type, siwa.subject_hash(e.sub) AS sub_hash, e.event_time, e.received_at, e.attempts, e.last_error
@@ -594,7 +603,7 @@ CREATE INDEX IF NOT EXISTS forwards_delivered_idx ON siwa.forwards (delivered_at
 
 -- Wake the senders: one NOTIFY per inserting statement.
 CREATE OR REPLACE FUNCTION siwa.notify_new_forwards() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM pg_notify('siwa_forwards', '');
     RETURN NULL;
@@ -863,12 +872,16 @@ CREATE INDEX IF NOT EXISTS revocation_calls_revocation_idx ON siwa.revocation_ca
 GRANT INSERT ON siwa.revocation_calls TO siwa_worker;  -- the revoker records its calls; reading is the report's
 
 -- An email as a report shows it: its first character, then the domain (`j•••@privaterelay.appleid.com`).
+-- Inlined where views call it: names qualified, operators only on exact types (text || text,
+-- integer > integer), which pg_catalog always wins.
 CREATE OR REPLACE FUNCTION siwa.mask_email(email text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT CASE WHEN email IS NULL THEN NULL
-                WHEN strpos(email, '@') > 1 THEN left(email, 1) || repeat(chr(8226), 3) || substr(email, strpos(email, '@'))
-                ELSE repeat(chr(8226), 3) END
+                WHEN pg_catalog.strpos(email, '@') > 1
+                    THEN pg_catalog.left(email, 1) || pg_catalog.repeat(pg_catalog.chr(8226), 3)
+                         || pg_catalog.substr(email, pg_catalog.strpos(email, '@'))
+                ELSE pg_catalog.repeat(pg_catalog.chr(8226), 3) END
 $$;
 
 -- One user's timeline for a reviewer, as JSON: the account and its apps, every stored event
@@ -1013,7 +1026,7 @@ $$;
 
 -- The names a row of a counted table is counted under.
 CREATE OR REPLACE FUNCTION siwa.count_names(counted_table text, r jsonb) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE counted_table
         WHEN 'revocations' THEN ARRAY['revocations:' || (r ->> 'status')]
@@ -1106,7 +1119,7 @@ CREATE INDEX IF NOT EXISTS revocations_failed_idx ON siwa.revocations (id) WHERE
 CREATE OR REPLACE FUNCTION siwa.insert_events(
     text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
 RETURNS SETOF text
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     RETURN QUERY
     WITH ins AS (

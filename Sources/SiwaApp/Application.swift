@@ -403,6 +403,7 @@ public final class Application: Sendable {
         } catch {
             throw StartError(description: "cannot prepare the database: \(error) \(error.serverMessage)")
         }
+        if let warning = Migrator.publicSchemaWarning(conninfo: conninfo) { logger.warning("\(warning)") }
         switch outcome {
         case .upToDate:
             logger.info("schema up to date", metadata: ["version": "\(Migrator.versionMarker)"])

@@ -74,6 +74,9 @@ struct Migrate: ParsableCommand {
         } catch {
             throw CLIError("migrate failed: \(error) \(error.serverMessage)")
         }
+        if let warning = Migrator.publicSchemaWarning(conninfo: url) {
+            FileHandle.standardError.write(Data((warning + "\n").utf8))
+        }
         switch outcome {
         case .upToDate: print("schema up to date (\(Migrator.versionMarker))")
         case .applied: print("schema applied (\(Migrator.versionMarker))")

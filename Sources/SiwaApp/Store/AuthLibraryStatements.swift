@@ -27,7 +27,7 @@ enum AuthLibraryStatements {
             } ?? ""
         let delete = """
             DELETE FROM \(x.table.quoted) s
-            USING unnest($1::text[], $2::bigint[]) AS u(sub, before_ms)
+            USING ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::bigint[])) AS u(sub, before_ms)
             WHERE s.\(q(x.user)) = ANY (ARRAY(
                 SELECT i.\(q(i.user)) FROM \(i.table.quoted) i
                 WHERE i.\(q(i.subject)) = u.sub AND i.\(q(i.provider)) = 'apple'))
@@ -89,16 +89,20 @@ enum AuthLibraryStatements {
     static func recordAddress(_ s: AuthLibrarySchema) -> Statement<[Address], Void>? {
         let i = s.identities
         guard let data = i.data else { return nil }
-        let touched = i.updatedAt.map { ", \(q($0)) = now()" } ?? ""
+        let touched = i.updatedAt.map { ", \(q($0)) = pg_catalog.now()" } ?? ""
         // The values given (a null leaves its key): held already when the data contains them
         // (each is a scalar, so containment is equality).
-        let given = "jsonb_strip_nulls(jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))"
+        let given =
+            "pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('email', u.email, 'is_private_email', u.priv, 'email_forwarding', u.fwd))"
         return Statement(
             "\(s.kind.rawValue)_record_address",
             """
             UPDATE \(i.table.quoted) i
             SET \(q(data)) = coalesce(i.\(q(data)), '{}'::jsonb) || \(given)\(touched)
-            FROM unnest($1::text[], $2::text[], $3::boolean[], $4::boolean[]) AS u(sub, email, priv, fwd)
+            FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+                pg_catalog.unnest($2::text[]),
+                pg_catalog.unnest($3::boolean[]),
+                pg_catalog.unnest($4::boolean[])) AS u(sub, email, priv, fwd)
             WHERE i.\(q(i.provider)) = 'apple' AND i.\(q(i.subject)) = ANY (ARRAY(SELECT u.sub))
               AND (i.\(q(data)) IS NULL OR NOT i.\(q(data)) @> \(given))
             """,
@@ -148,16 +152,16 @@ enum AuthLibraryStatements {
         "auth_library_table",
         """
         SELECT c.oid::bigint AS oid,
-               c.relrowsecurity AND NOT (pg_has_role(c.relowner, 'USAGE') AND NOT c.relforcerowsecurity)
+               c.relrowsecurity AND NOT (pg_catalog.pg_has_role(c.relowner, 'USAGE') AND NOT c.relforcerowsecurity)
                  AND NOT (SELECT r.rolbypassrls OR r.rolsuper FROM pg_roles r WHERE r.rolname = current_user)
                  AND NOT EXISTS (
                    SELECT FROM pg_policy p WHERE p.polrelid = c.oid AND p.polpermissive AND p.polcmd = '*'
-                     AND (p.polqual IS NULL OR pg_get_expr(p.polqual, p.polrelid) = 'true')
-                     AND (0::oid = ANY (p.polroles) OR EXISTS (SELECT FROM unnest(p.polroles) pr(r) WHERE pg_has_role(pr.r, 'USAGE'))))
+                     AND (p.polqual IS NULL OR pg_catalog.pg_get_expr(p.polqual, p.polrelid) = 'true')
+                     AND (0::oid = ANY (p.polroles) OR EXISTS (SELECT FROM pg_catalog.unnest(p.polroles) pr(r) WHERE pg_catalog.pg_has_role(pr.r, 'USAGE'))))
                  AS rows_hidden,
-               has_schema_privilege(c.relnamespace, 'USAGE') AS schema_usage,
-               has_table_privilege(c.oid, 'DELETE') AS can_delete
-        FROM pg_class c WHERE c.oid = to_regclass($1)
+               pg_catalog.has_schema_privilege(c.relnamespace, 'USAGE') AS schema_usage,
+               pg_catalog.has_table_privilege(c.oid, 'DELETE') AS can_delete
+        FROM pg_class c WHERE c.oid = pg_catalog.to_regclass($1)
         """,
         bind: { [$0] },
         decode: { row throws(PostgresError) in
@@ -176,8 +180,8 @@ enum AuthLibraryStatements {
     static let columns = Statement<String, ColumnFacts>(
         "auth_library_columns",
         """
-        SELECT a.attname AS name, has_column_privilege(a.attrelid, a.attnum, 'SELECT') AS can_select,
-               has_column_privilege(a.attrelid, a.attnum, 'UPDATE') AS can_update
+        SELECT a.attname AS name, pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT') AS can_select,
+               pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'UPDATE') AS can_update
         FROM pg_attribute a WHERE a.attrelid = $1::bigint::oid AND a.attnum > 0 AND NOT a.attisdropped
         """,
         bind: { [$0] },
@@ -190,8 +194,8 @@ enum AuthLibraryStatements {
     static let indexes = Statement<String, [String]>(
         "auth_library_indexes",
         """
-        SELECT array_to_string(ARRAY(
-                   SELECT coalesce(a.attname, '') FROM unnest(x.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+        SELECT pg_catalog.array_to_string(ARRAY(
+                   SELECT coalesce(a.attname, '') FROM pg_catalog.unnest(x.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
                    LEFT JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum
                    ORDER BY k.ord), ',', '') AS keys
         FROM pg_index x WHERE x.indrelid = $1::bigint::oid AND x.indisvalid AND x.indpred IS NULL

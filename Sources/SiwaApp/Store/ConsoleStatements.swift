@@ -17,7 +17,7 @@ struct ConsoleRow: Sendable, Equatable {
 enum ConsoleStatements {
     /// `column` as `YYYY-MM-DD HH:MM:SS` UTC.
     private static func utc(_ column: String, as name: String) -> String {
-        "to_char(\(column) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS \(name)"
+        "pg_catalog.to_char(\(column) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS \(name)"
     }
 
     private static func listing<B>(
@@ -50,7 +50,7 @@ enum ConsoleStatements {
         "console_find_session",
         """
         SELECT token_fingerprint, extract(epoch FROM last_seen_at)::float8 AS seen,
-               extract(epoch FROM ended_at)::float8 AS ended, extract(epoch FROM now())::float8 AS now
+               extract(epoch FROM ended_at)::float8 AS ended, extract(epoch FROM pg_catalog.now())::float8 AS now
         FROM siwa.console_sessions WHERE token_hash = $1
         """,
         bind: { [$0] },
@@ -61,15 +61,15 @@ enum ConsoleStatements {
         })
 
     static let touchSession = Statement<String, Void>(
-        "console_touch_session", "UPDATE siwa.console_sessions SET last_seen_at = now() WHERE token_hash = $1", bind: { [$0] })
+        "console_touch_session", "UPDATE siwa.console_sessions SET last_seen_at = pg_catalog.now() WHERE token_hash = $1", bind: { [$0] })
 
     static let endSession = Statement<String, Void>(
         "console_end_session",
-        "UPDATE siwa.console_sessions SET ended_at = now() WHERE token_hash = $1 AND ended_at IS NULL", bind: { [$0] })
+        "UPDATE siwa.console_sessions SET ended_at = pg_catalog.now() WHERE token_hash = $1 AND ended_at IS NULL", bind: { [$0] })
 
     /// Sessions idle for a month are forgotten (run at each sign-in; by the seen index).
     static let pruneSessions = Statement<Void, Void>(
-        "console_prune_sessions", "DELETE FROM siwa.console_sessions WHERE last_seen_at < now() - interval '30 days'",
+        "console_prune_sessions", "DELETE FROM siwa.console_sessions WHERE last_seen_at < pg_catalog.now() - interval '30 days'",
         bind: { _ in [] })
 
     static let recordAction = Statement<(fingerprint: String?, client: String?, action: String, target: String?), Void>(
@@ -88,7 +88,7 @@ enum ConsoleStatements {
 
     static let keySets = listing(
         "console_key_sets", ["url", "fetched", "age"],
-        "SELECT url, \(utc("fetched_at", as: "fetched")), extract(epoch FROM now() - fetched_at)::float8 AS age FROM siwa.key_sets ORDER BY url",
+        "SELECT url, \(utc("fetched_at", as: "fetched")), extract(epoch FROM pg_catalog.now() - fetched_at)::float8 AS age FROM siwa.key_sets ORDER BY url",
         bind: { (_: Void) in [] })
 
     /// The ends of the events' id range (both ends of the primary key, one entry each: `min` and
@@ -116,16 +116,16 @@ enum ConsoleStatements {
     static let receivedPerMinute = listing(
         "console_received_per_minute", ["t", "type", "n"],
         """
-        SELECT extract(epoch FROM date_trunc('minute', received_at))::float8 AS t, type, count(*)::int AS n
-        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND received_at >= to_timestamp($2) GROUP BY 1, 2
+        SELECT extract(epoch FROM pg_catalog.date_trunc('minute', received_at))::float8 AS t, type, pg_catalog.count(*)::int AS n
+        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND received_at >= pg_catalog.to_timestamp($2) GROUP BY 1, 2
         """, bind: { (p: (from: Int64, since: Double, through: Int64)) in [String(p.from), String(p.since), String(p.through)] })
 
     /// Events applied per minute and type since `since`, among ids `$1` to `$3`.
     static let appliedPerMinute = listing(
         "console_applied_per_minute", ["t", "type", "n"],
         """
-        SELECT extract(epoch FROM date_trunc('minute', processed_at))::float8 AS t, type, count(*)::int AS n
-        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND status = 'done' AND processed_at >= to_timestamp($2) GROUP BY 1, 2
+        SELECT extract(epoch FROM pg_catalog.date_trunc('minute', processed_at))::float8 AS t, type, pg_catalog.count(*)::int AS n
+        FROM siwa.events WHERE id BETWEEN $1 AND $3 AND status = 'done' AND processed_at >= pg_catalog.to_timestamp($2) GROUP BY 1, 2
         """, bind: { (p: (from: Int64, since: Double, through: Int64)) in [String(p.from), String(p.since), String(p.through)] })
 
     /// The hourly rollup's watermark, locked (nil when another process is refreshing it).
@@ -149,11 +149,11 @@ enum ConsoleStatements {
         "console_roll_up",
         """
         INSERT INTO siwa.console_hours AS h (hour, type, received, applied)
-        SELECT v.hour, e.type, sum(v.r)::int, sum(v.a)::int
+        SELECT v.hour, e.type, pg_catalog.sum(v.r)::int, pg_catalog.sum(v.a)::int
         FROM siwa.events e,
-             LATERAL (VALUES (date_trunc('hour', e.received_at), 1, 0),
-                             (CASE WHEN e.status = 'done' THEN date_trunc('hour', e.processed_at) END, 0, 1)) v(hour, r, a)
-        WHERE e.id > $1 AND e.id <= $2 AND v.hour IS NOT NULL AND v.hour > now() - interval '8 days'
+             LATERAL (VALUES (pg_catalog.date_trunc('hour', e.received_at), 1, 0),
+                             (CASE WHEN e.status = 'done' THEN pg_catalog.date_trunc('hour', e.processed_at) END, 0, 1)) v(hour, r, a)
+        WHERE e.id > $1 AND e.id <= $2 AND v.hour IS NOT NULL AND v.hour > pg_catalog.now() - interval '8 days'
         GROUP BY 1, 2
         ON CONFLICT (hour, type) DO UPDATE SET received = h.received + excluded.received, applied = h.applied + excluded.applied
         """, bind: { [String($0.after), String($0.through)] })
@@ -166,13 +166,13 @@ enum ConsoleStatements {
         "console_set_rollup_mark", "UPDATE siwa.console_rollup SET last_id = $1", bind: { [String($0)] })
 
     static let pruneHours = Statement<Void, Void>(
-        "console_prune_hours", "DELETE FROM siwa.console_hours WHERE hour < now() - interval '8 days'", bind: { _ in [] })
+        "console_prune_hours", "DELETE FROM siwa.console_hours WHERE hour < pg_catalog.now() - interval '8 days'", bind: { _ in [] })
 
     static let hours = listing(
         "console_hours", ["t", "type", "received", "applied"],
         """
         SELECT extract(epoch FROM hour)::float8 AS t, type, received, applied FROM siwa.console_hours
-        WHERE hour >= date_trunc('hour', now()) - interval '167 hours'
+        WHERE hour >= pg_catalog.date_trunc('hour', pg_catalog.now()) - interval '167 hours'
         """, bind: { (_: Void) in [] })
 
     /// When the rollup's last counted event arrived (the charts say how current they are).
@@ -188,14 +188,14 @@ enum ConsoleStatements {
     static let tokensDue = Statement<Void, Int>(
         "console_tokens_due",
         """
-        SELECT count(*)::int AS n FROM (SELECT 1 FROM siwa.apple_tokens WHERE next_validation_at <= now() LIMIT \(tokensDueShown + 1)) due
+        SELECT pg_catalog.count(*)::int AS n FROM (SELECT 1 FROM siwa.apple_tokens WHERE next_validation_at <= pg_catalog.now() LIMIT \(tokensDueShown + 1)) due
         """,
         decode: { row throws(PostgresError) in try row.int("n") })
 
     static let reconcilePace = Statement<Void, String?>(
         "console_reconcile_pace",
         """
-        SELECT CASE WHEN next_slot = '-infinity' THEN NULL ELSE to_char(next_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') END AS slot
+        SELECT CASE WHEN next_slot = '-infinity' THEN NULL ELSE pg_catalog.to_char(next_slot AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') END AS slot
         FROM siwa.reconcile_pace
         """,
         decode: { row throws(PostgresError) in try row.optionalText("slot") })
@@ -267,12 +267,12 @@ enum ConsoleStatements {
             "processed", "next_attempt", "email", "is_private_email", "inner",
         ],
         """
-        SELECT id, jti, aud, sub, type, status, attempts, outcome, last_error, jsonb_pretty(claims) AS claims,
+        SELECT id, jti, aud, sub, type, status, attempts, outcome, last_error, pg_catalog.jsonb_pretty(claims) AS claims,
                \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), \(utc("processed_at", as: "processed")),
                \(utc("next_attempt_at", as: "next_attempt")), email, is_private_email,
                -- Apple's `events` claim is a JSON string (verified JSON when stored): shown decoded too.
-               CASE WHEN jsonb_typeof(claims->'events') = 'string' THEN jsonb_pretty((claims->>'events')::jsonb)
-                    ELSE jsonb_pretty(claims->'events') END AS inner
+               CASE WHEN pg_catalog.jsonb_typeof(claims -> 'events'::text) = 'string' THEN pg_catalog.jsonb_pretty((claims ->> 'events'::text)::jsonb)
+                    ELSE pg_catalog.jsonb_pretty(claims -> 'events'::text) END AS inner
         FROM siwa.events WHERE id = $1
         """, bind: { (id: Int64) in [String(id)] })
 
@@ -299,7 +299,7 @@ enum ConsoleStatements {
     static let deadLetterTypes = listing(
         "console_dead_letter_types", ["type", "n"],
         """
-        SELECT e.type, count(*)::int AS n FROM siwa.event_queue q JOIN siwa.events e ON e.id = q.id
+        SELECT e.type, pg_catalog.count(*)::int AS n FROM siwa.event_queue q JOIN siwa.events e ON e.id = q.id
         WHERE q.status = 'dead' AND e.status = 'dead' GROUP BY 1 ORDER BY 1
         """, bind: { (_: Void) in [] })
 
@@ -331,18 +331,18 @@ enum ConsoleStatements {
     static let replayRevocationIDs = Statement<[Int64], Int>(
         "console_replay_revocations",
         """
-        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = now(),
-                       created_at = now(), last_error = NULL
+        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(),
+                       created_at = pg_catalog.now(), last_error = NULL
                    WHERE status = 'dead' AND id = ANY($1::bigint[]) RETURNING 1)
-        SELECT count(*)::int AS n FROM r
+        SELECT pg_catalog.count(*)::int AS n FROM r
         """, bind: { [SQLEncoding.array($0.map { Optional($0) })] }, decode: { row throws(PostgresError) in try row.int("n") })
 
     /// Dead forwards of these ids back in the queue, as `replay --forwards` does.
     static let replayForwardIDs = Statement<[String], Void>(
         "console_replay_forwards",
         """
-        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
-            lease_until = NULL, retry_since = now()
+        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL,
+            lease_until = NULL, retry_since = pg_catalog.now()
         WHERE status = 'dead' AND id = ANY($1::text[])
         """, bind: { [SQLEncoding.array($0)] })
 
@@ -372,7 +372,7 @@ enum ConsoleStatements {
         "console_user_sessions", ["id", "aud", "created", "expires", "revoked", "revoked_reason", "live"],
         """
         SELECT id, aud, \(utc("created_at", as: "created")), \(utc("expires_at", as: "expires")), \(utc("revoked_at", as: "revoked")),
-               revoked_reason, (revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())) AS live
+               revoked_reason, (revoked_at IS NULL AND (expires_at IS NULL OR expires_at > pg_catalog.now())) AS live
         FROM siwa.sessions WHERE apple_sub = $1 ORDER BY created_at DESC LIMIT 100
         """, bind: { (sub: String) in [sub] })
 
@@ -380,7 +380,7 @@ enum ConsoleStatements {
         "console_user_events", ["id", "type", "aud", "status", "outcome", "event_time", "received", "email", "source"],
         """
         SELECT id, type, aud, status, outcome, \(utc("event_time", as: "event_time")), \(utc("received_at", as: "received")), email,
-               claims->>'source' AS source
+               claims ->> 'source'::text AS source
         FROM siwa.events WHERE sub = $1 ORDER BY event_time DESC, id DESC LIMIT 200
         """, bind: { (sub: String) in [sub] })
 

@@ -33,7 +33,7 @@ enum DeletionStatements {
     /// sign-in is not newer than the user's deletion (then the token is queued for revocation).
     static let storeToken = Statement<SignIn, TokenStored>(
         "store_apple_token",
-        "SELECT siwa.store_apple_token($1, $2, $3, $4::bytea, $5, $6::boolean, to_timestamp($7::bigint)) AS stored",
+        "SELECT siwa.store_apple_token($1, $2, $3, $4::bytea, $5, $6::boolean, pg_catalog.to_timestamp($7::bigint)) AS stored",
         bind: {
             [
                 $0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext), $0.email,
@@ -70,7 +70,9 @@ enum DeletionStatements {
         "move_tokens_to_revocation",
         """
         WITH d AS (
-            SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, at_ms, client_id)
+            SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+                pg_catalog.unnest($2::bigint[]),
+                pg_catalog.unnest($3::text[])) AS u(sub, at_ms, client_id)
         ), moved AS (
             DELETE FROM siwa.apple_tokens t USING d
             WHERE t.apple_sub = ANY (ARRAY[d.sub]) AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "d.at_ms"))
@@ -80,7 +82,7 @@ enum DeletionStatements {
             SELECT apple_sub, client_id, key_id, ciphertext, 'in-app-deletion' FROM moved
         )
         INSERT INTO siwa.revocations (apple_sub, client_id, reason, status, finished_at)
-        SELECT d.sub, d.client_id, 'in-app-deletion', 'no_token', now() FROM d
+        SELECT d.sub, d.client_id, 'in-app-deletion', 'no_token', pg_catalog.now() FROM d
         WHERE NOT EXISTS (SELECT FROM moved m WHERE m.apple_sub = d.sub)
         """,
         bind: { rows in
@@ -104,7 +106,9 @@ enum DeletionStatements {
         "erase_tokens",
         """
         DELETE FROM siwa.apple_tokens t
-        USING unnest($1::text[], $2::bigint[], $3::text[]) AS u(sub, at_ms, client_id)
+        USING ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::bigint[]),
+            pg_catalog.unnest($3::text[])) AS u(sub, at_ms, client_id)
         WHERE t.apple_sub = ANY (ARRAY[u.sub]) AND (u.client_id IS NULL OR t.client_id = u.client_id)
           AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "u.at_ms"))
         """,

@@ -10,14 +10,14 @@ enum DurabilityStatements {
     static let read = Statement<Void, DatabaseDurability>(
         "durability",
         """
-        SELECT current_setting('synchronous_commit') AS synchronous_commit,
-               current_setting('synchronous_standby_names') AS synchronous_standby_names,
+        SELECT pg_catalog.current_setting('synchronous_commit') AS synchronous_commit,
+               pg_catalog.current_setting('synchronous_standby_names') AS synchronous_standby_names,
                current_user AS role,
-               CASE WHEN pg_has_role('pg_read_all_stats', 'USAGE') THEN
-                 (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum'))
+               CASE WHEN pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE') THEN
+                 (SELECT pg_catalog.count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum'))
                END AS synchronous_standbys,
-               CASE WHEN pg_has_role('pg_read_all_stats', 'USAGE') THEN
-                 (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('async', 'potential'))
+               CASE WHEN pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE') THEN
+                 (SELECT pg_catalog.count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('async', 'potential'))
                END AS asynchronous_standbys
         """,
         decode: { row throws(PostgresError) in

@@ -30,7 +30,14 @@ enum ForwardStatements {
         """
         INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, email, is_private_email)
         SELECT u.id, u.sub, u.aud, u.type, \(SQLEncoding.timestamp(millis: "u.event_ms")), u.source, u.email, u.priv
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::boolean[], $8::text[])
+        FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::text[]),
+            pg_catalog.unnest($5::bigint[]),
+            pg_catalog.unnest($6::text[]),
+            pg_catalog.unnest($7::boolean[]),
+            pg_catalog.unnest($8::text[]))
             WITH ORDINALITY AS u(id, sub, aud, type, event_ms, email, priv, source, n)
         ORDER BY u.n
         ON CONFLICT (id) DO NOTHING
@@ -108,17 +115,17 @@ enum ForwardStatements {
         """
         WITH due AS (
             SELECT f.id FROM siwa.forwards f
-            WHERE f.status IN ('pending', 'failed') AND f.next_attempt_at <= now()
-              AND (f.lease_until IS NULL OR f.lease_until <= now())
+            WHERE f.status IN ('pending', 'failed') AND f.next_attempt_at <= pg_catalog.now()
+              AND (f.lease_until IS NULL OR f.lease_until <= pg_catalog.now())
               AND (SELECT e.seq FROM siwa.forwards e
                    WHERE e.sub = f.sub AND e.status IN ('pending', 'failed') ORDER BY e.seq LIMIT 1) = f.seq
             ORDER BY f.next_attempt_at, f.seq
             LIMIT $1
             FOR UPDATE SKIP LOCKED)
-        UPDATE siwa.forwards f SET lease_until = now() + $2::double precision * interval '1 second'
+        UPDATE siwa.forwards f SET lease_until = pg_catalog.now() + $2::double precision * interval '1 second'
         WHERE f.id = ANY (ARRAY(SELECT due.id FROM due))
         RETURNING f.id, f.sub, f.aud, f.type, \(SQLEncoding.millis("f.event_time")) AS event_ms, f.source, f.email,
-                  f.is_private_email, f.transfer_sub, f.attempts, extract(epoch FROM now() - f.retry_since)::double precision AS age
+                  f.is_private_email, f.transfer_sub, f.attempts, extract(epoch FROM pg_catalog.now() - f.retry_since)::double precision AS age
         """,
         bind: { [String($0.limit), String($0.leaseSeconds)] },
         decode: { row throws(PostgresError) in
@@ -153,10 +160,14 @@ enum ForwardStatements {
             WHERE f.id = ANY($1::text[]) AND f.status IN ('pending', 'failed')
             ORDER BY f.id FOR UPDATE)
         UPDATE siwa.forwards f SET status = u.status, attempts = f.attempts + 1, lease_until = NULL, last_error = u.error,
-            next_attempt_at = CASE WHEN u.status = 'failed' THEN now() + u.retry_in * interval '1 second' ELSE f.next_attempt_at END,
-            delivered_at = CASE WHEN u.status = 'delivered' THEN now() END,
+            next_attempt_at = CASE WHEN u.status = 'failed' THEN pg_catalog.now() + u.retry_in * interval '1 second' ELSE f.next_attempt_at END,
+            delivered_at = CASE WHEN u.status = 'delivered' THEN pg_catalog.now() END,
             delivery_ms = u.ms
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::double precision[], $5::bigint[]) AS u(id, status, error, retry_in, ms)
+        FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::double precision[]),
+            pg_catalog.unnest($5::bigint[])) AS u(id, status, error, retry_in, ms)
             JOIN locked ON locked.id = u.id
         WHERE f.id = ANY (ARRAY[u.id])
         """,
@@ -196,10 +207,10 @@ enum ForwardStatements {
     static let latency = Statement<Void, Latency>(
         "forward_latency",
         """
-        SELECT (SELECT count(*) FROM siwa.forwards WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour') AS last_hour,
-               percentile_cont(0.5) WITHIN GROUP (ORDER BY r.delivery_ms) AS p50,
-               percentile_cont(0.99) WITHIN GROUP (ORDER BY r.delivery_ms) AS p99
-        FROM (SELECT delivery_ms FROM siwa.forwards WHERE status = 'delivered' AND delivered_at > now() - interval '1 hour'
+        SELECT (SELECT pg_catalog.count(*) FROM siwa.forwards WHERE status = 'delivered' AND delivered_at > pg_catalog.now() - interval '1 hour') AS last_hour,
+               pg_catalog.percentile_cont(0.5) WITHIN GROUP (ORDER BY r.delivery_ms) AS p50,
+               pg_catalog.percentile_cont(0.99) WITHIN GROUP (ORDER BY r.delivery_ms) AS p99
+        FROM (SELECT delivery_ms FROM siwa.forwards WHERE status = 'delivered' AND delivered_at > pg_catalog.now() - interval '1 hour'
               ORDER BY delivered_at DESC LIMIT 1000) r
         """,
         decode: { row throws(PostgresError) in
@@ -209,8 +220,8 @@ enum ForwardStatements {
         })
 
     private static let requeue = """
-        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL,
-            lease_until = NULL, retry_since = now()
+        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL,
+            lease_until = NULL, retry_since = pg_catalog.now()
         WHERE status = 'dead'
         """
 
@@ -225,7 +236,7 @@ enum ForwardStatements {
         """
         DELETE FROM siwa.forwards WHERE id = ANY (ARRAY(
             SELECT id FROM siwa.forwards
-            WHERE status = 'delivered' AND delivered_at < now() - $1::int * interval '1 day'
+            WHERE status = 'delivered' AND delivered_at < pg_catalog.now() - $1::int * interval '1 day'
             LIMIT 1000 FOR UPDATE SKIP LOCKED))
         """,
         bind: { [String($0)] })

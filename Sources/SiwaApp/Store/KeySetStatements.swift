@@ -10,7 +10,7 @@ enum KeySetStatements {
     static let save = Statement<(url: String, body: String), Void>(
         "save_key_set",
         """
-        INSERT INTO siwa.key_sets (url, body, fetched_at) VALUES ($1, $2, now())
+        INSERT INTO siwa.key_sets (url, body, fetched_at) VALUES ($1, $2, pg_catalog.now())
         ON CONFLICT (url) DO UPDATE SET body = excluded.body, fetched_at = excluded.fetched_at
         """,
         bind: { [$0.url, $0.body] })

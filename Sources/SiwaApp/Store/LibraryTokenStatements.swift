@@ -25,7 +25,7 @@ enum LibraryTokenStatements {
                         WHERE t.apple_sub = \(sub) AND t.client_id = \(client) AND t.source IS NULL)
         AND NOT EXISTS (SELECT FROM siwa.library_tokens l
                         WHERE l.apple_sub = \(sub) AND l.client_id = \(client)
-                          AND l.token_hash = sha256(convert_to(\(token), 'UTF8')))
+                          AND l.token_hash = pg_catalog.sha256(pg_catalog.convert_to(\(token), 'UTF8')))
         """
     }
 
@@ -39,7 +39,7 @@ enum LibraryTokenStatements {
             "\(s.kind.rawValue)_library_tokens_for_subs",
             """
             SELECT u.sub, x.token
-            FROM unnest($1::text[]) AS u(sub)
+            FROM pg_catalog.unnest($1::text[]) AS u(sub)
             CROSS JOIN LATERAL (
                 SELECT i.\(q(column)) AS token FROM \(i.table.quoted) i
                 WHERE i.\(q(i.subject)) = u.sub AND i.\(q(i.provider)) = 'apple' LIMIT 1) x
@@ -86,24 +86,27 @@ enum LibraryTokenStatements {
         "adopt_library_tokens",
         """
         WITH u AS (
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(sub, key_id, ciphertext, hash)
+            SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+                pg_catalog.unnest($2::text[]),
+                pg_catalog.unnest($3::text[]),
+                pg_catalog.unnest($4::text[])) AS u(sub, key_id, ciphertext, hash)
         ), stored AS (
             INSERT INTO siwa.apple_tokens AS t (apple_sub, client_id, key_id, ciphertext, signed_in_at, source)
-            SELECT u.sub, $5, u.key_id, decode(u.ciphertext, 'hex'), '-infinity', $6 FROM u
+            SELECT u.sub, $5, u.key_id, pg_catalog.decode(u.ciphertext, 'hex'), '-infinity', $6 FROM u
             ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
                 SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-                    source = excluded.source, updated_at = now(), validated_at = NULL, next_validation_at = NULL,
+                    source = excluded.source, updated_at = pg_catalog.now(), validated_at = NULL, next_validation_at = NULL,
                     validation_failures = 0
                 WHERE t.source IS NOT NULL
             RETURNING t.apple_sub
         ), recorded AS (
             INSERT INTO siwa.library_tokens AS l (apple_sub, client_id, source, token_hash)
-            SELECT u.sub, $5, $6, decode(u.hash, 'hex') FROM u WHERE u.sub = ANY (ARRAY(SELECT s.apple_sub FROM stored s))
+            SELECT u.sub, $5, $6, pg_catalog.decode(u.hash, 'hex') FROM u WHERE u.sub = ANY (ARRAY(SELECT s.apple_sub FROM stored s))
             ON CONFLICT ON CONSTRAINT library_tokens_pkey DO UPDATE
-                SET source = excluded.source, token_hash = excluded.token_hash, adopted_at = now()
+                SET source = excluded.source, token_hash = excluded.token_hash, adopted_at = pg_catalog.now()
             RETURNING 1
         )
-        SELECT count(*)::int AS adopted FROM recorded
+        SELECT pg_catalog.count(*)::int AS adopted FROM recorded
         """,
         bind: {
             [

@@ -7,6 +7,6 @@ enum MaintainedCounts {
 
     /// A scalar subquery: the count of `name` (an SQL expression), 0 when none was counted.
     static func sum(_ name: String) -> String {
-        "(SELECT coalesce(sum(n), 0)::bigint FROM \(rows) WHERE name = \(name))"
+        "(SELECT coalesce(pg_catalog.sum(n), 0)::bigint FROM \(rows) WHERE name = \(name))"
     }
 }

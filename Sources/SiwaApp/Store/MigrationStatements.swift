@@ -11,15 +11,26 @@ enum MigrationStatements {
         "may_migrate",
         """
         SELECT CASE
-            WHEN n.oid IS NULL THEN has_database_privilege(current_database(), 'CREATE')
-            ELSE pg_has_role(n.nspowner, 'USAGE')
+            WHEN n.oid IS NULL THEN pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE')
+            ELSE pg_catalog.pg_has_role(n.nspowner, 'USAGE')
                  AND NOT EXISTS (SELECT FROM pg_class c WHERE c.relnamespace = n.oid
-                                 AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND NOT pg_has_role(c.relowner, 'USAGE'))
-                 AND NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = n.oid AND NOT pg_has_role(p.proowner, 'USAGE'))
+                                 AND c.relkind IN ('r', 'p', 'v', 'm', 'S') AND NOT pg_catalog.pg_has_role(c.relowner, 'USAGE'))
+                 AND NOT EXISTS (SELECT FROM pg_proc p WHERE p.pronamespace = n.oid AND NOT pg_catalog.pg_has_role(p.proowner, 'USAGE'))
             END AS allowed
         FROM (SELECT 1) AS one LEFT JOIN pg_namespace n ON n.nspname = 'siwa'
         """,
         decode: { row throws(PostgresError) in try row.bool("allowed") })
+
+    /// True when every role may create objects in schema `public` (PostgreSQL 14 and earlier by
+    /// default, and every database upgraded from them): any login can then plant a function that
+    /// shadows a built-in for whoever's search_path includes `public`.
+    static let publicWritable = Statement<Void, Bool>(
+        "public_writable",
+        """
+        SELECT EXISTS (SELECT FROM pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+                       WHERE n.nspname = 'public' AND a.grantee = 0 AND a.privilege_type = 'CREATE') AS writable
+        """,
+        decode: { row throws(PostgresError) in try row.bool("writable") })
 
     /// The current role's name (for the "not allowed" message).
     static let currentRole = Statement<Void, String>(

@@ -99,6 +99,16 @@ public enum Migrator {
         }
     }
 
+    /// The one line `migrate` (and `serve`'s own migration) prints when schema `public` is
+    /// writable by every role; nil when it is not, or when that cannot be read.
+    public static func publicSchemaWarning(conninfo: String) -> String? {
+        guard let connection = try? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate"),
+            (try? connection.row(MigrationStatements.publicWritable)) == true
+        else { return nil }
+        return "warning: schema public is writable by every role: a login can plant functions there that others run; "
+            + "fix: REVOKE CREATE ON SCHEMA public FROM PUBLIC"
+    }
+
     /// True when `siwa.events` exists (the schema was applied before).
     public static func schemaExists(conninfo: String) -> Bool {
         guard let connection = try? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate") else { return false }

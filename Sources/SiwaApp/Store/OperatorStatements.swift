@@ -8,7 +8,7 @@ enum OperatorStatements {
 
     /// True when `siwa.events` exists (the schema was applied before).
     static let schemaExists = Statement<Void, Bool>(
-        "schema_exists", "SELECT to_regclass('siwa.events') IS NOT NULL AS present",
+        "schema_exists", "SELECT pg_catalog.to_regclass('siwa.events') IS NOT NULL AS present",
         decode: { row throws(PostgresError) in try row.bool("present") })
 
     struct Backlog: Equatable {
@@ -27,7 +27,7 @@ enum OperatorStatements {
         })
 
     static let keySetAge = Statement<Void, Double?>(
-        "key_set_age", "SELECT extract(epoch FROM now() - max(fetched_at)) AS age FROM siwa.key_sets",
+        "key_set_age", "SELECT extract(epoch FROM pg_catalog.now() - pg_catalog.max(fetched_at)) AS age FROM siwa.key_sets",
         decode: { row throws(PostgresError) in try row.optionalDouble("age") })
 
     struct TypeCount: Equatable {
@@ -42,11 +42,11 @@ enum OperatorStatements {
         "counts_last_day",
         """
         SELECT type, status,
-               count(*) FILTER (WHERE received_at > now() - interval '1 hour') AS last_hour,
-               count(*) AS last_day
+               pg_catalog.count(*) FILTER (WHERE received_at > pg_catalog.now() - interval '1 hour') AS last_hour,
+               pg_catalog.count(*) AS last_day
         FROM siwa.events
-        WHERE (received_at AT TIME ZONE 'UTC')::date >= (now() AT TIME ZONE 'UTC')::date - 1
-          AND received_at > now() - interval '1 day'
+        WHERE (received_at AT TIME ZONE 'UTC')::date >= (pg_catalog.now() AT TIME ZONE 'UTC')::date - 1
+          AND received_at > pg_catalog.now() - interval '1 day'
         GROUP BY 1, 2 ORDER BY 1, 2
         """,
         decode: { row throws(PostgresError) in
@@ -66,13 +66,13 @@ enum OperatorStatements {
     /// Users per app and status (the app accounts' summary view).
     static let appAccountCounts = Statement<Void, (aud: String, status: String, count: Int)>(
         "app_account_counts",
-        "SELECT aud, status, sum(accounts)::int AS n FROM siwa.app_account_status_summary GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT aud, status, pg_catalog.sum(accounts)::int AS n FROM siwa.app_account_status_summary GROUP BY 1, 2 ORDER BY 1, 2",
         decode: { row throws(PostgresError) in (try row.text("aud"), try row.text("status"), try row.int("n")) })
 
     static let recentEvents = Statement<Void, RecentEvent>(
         "recent_events",
         """
-        SELECT id, type, status, to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS received,
+        SELECT id, type, status, pg_catalog.to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS received,
                attempts
         FROM siwa.events ORDER BY id DESC LIMIT 10
         """,
@@ -84,7 +84,7 @@ enum OperatorStatements {
 
     /// Dead events are found through the queue (its dead index), not by a scan of every event.
     private static let requeue = """
-        UPDATE siwa.events SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL
+        UPDATE siwa.events SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL
         WHERE id IN (SELECT id FROM siwa.event_queue WHERE status = 'dead') AND status = 'dead'
         """
 
@@ -98,7 +98,7 @@ enum OperatorStatements {
 
     /// The version marker the last migration recorded (nil before any).
     static let schemaVersion = Statement<Void, String?>(
-        "schema_version", "SELECT obj_description(to_regnamespace('siwa'), 'pg_namespace') AS version",
+        "schema_version", "SELECT pg_catalog.obj_description(pg_catalog.to_regnamespace('siwa'), 'pg_namespace') AS version",
         decode: { row throws(PostgresError) in try row.optionalText("version") })
 
     /// Records `marker` (a constant of the binary, quoted here) as the applied schema version.

@@ -11,10 +11,10 @@ enum ReconcileStatements {
         "reconcile_schedule",
         """
         WITH scheduled AS (
-            UPDATE siwa.apple_tokens SET next_validation_at = updated_at + make_interval(secs => $1)
+            UPDATE siwa.apple_tokens SET next_validation_at = updated_at + pg_catalog.make_interval(secs => $1)
             WHERE next_validation_at IS NULL RETURNING 1
         )
-        SELECT \(MaintainedCounts.sum("'apple_tokens'")) + 0 * (SELECT count(*) FROM scheduled) AS tokens
+        SELECT \(MaintainedCounts.sum("'apple_tokens'")) + 0 * (SELECT pg_catalog.count(*) FROM scheduled) AS tokens
         """,
         bind: { [String($0)] },
         decode: { row throws(PostgresError) in try row.int("tokens") })
@@ -22,7 +22,7 @@ enum ReconcileStatements {
     /// Seconds until the earliest token is due (negative: overdue); nil when none is stored.
     static let earliestDue = Statement<Void, Double?>(
         "reconcile_earliest_due",
-        "SELECT extract(epoch FROM min(next_validation_at) - now())::float8 AS seconds FROM siwa.apple_tokens",
+        "SELECT extract(epoch FROM pg_catalog.min(next_validation_at) - pg_catalog.now())::float8 AS seconds FROM siwa.apple_tokens",
         decode: { row throws(PostgresError) in try row.optionalDouble("seconds") })
 
     struct Claimed: Sendable {
@@ -60,24 +60,24 @@ enum ReconcileStatements {
         """
         WITH due AS (
             SELECT apple_sub, client_id, next_validation_at FROM siwa.apple_tokens
-            WHERE next_validation_at <= now() ORDER BY next_validation_at LIMIT $2 FOR UPDATE SKIP LOCKED
+            WHERE next_validation_at <= pg_catalog.now() ORDER BY next_validation_at LIMIT $2 FOR UPDATE SKIP LOCKED
         ), taken AS (
-            SELECT count(*)::float8 AS n FROM due
+            SELECT pg_catalog.count(*)::float8 AS n FROM due
         ), pace AS (
             UPDATE siwa.reconcile_pace p
-            SET next_slot = greatest(p.next_slot, now()) + make_interval(secs => $1::float8 * (SELECT n FROM taken))
-            WHERE (SELECT n FROM taken) > 0
-            RETURNING p.next_slot - make_interval(secs => $1::float8 * (SELECT n FROM taken)) AS first_slot
+            SET next_slot = greatest(p.next_slot, pg_catalog.now()) + pg_catalog.make_interval(secs => $1::float8 * (SELECT n FROM taken))
+            WHERE (SELECT n FROM taken) > 0::float8
+            RETURNING p.next_slot - pg_catalog.make_interval(secs => $1::float8 * (SELECT n FROM taken)) AS first_slot
         ), slotted AS (
             SELECT d.apple_sub, d.client_id,
-                   p.first_slot + make_interval(secs => $1::float8
-                       * (row_number() OVER (ORDER BY d.next_validation_at, d.apple_sub, d.client_id) - 1)::float8) AS slot
+                   p.first_slot + pg_catalog.make_interval(secs => $1::float8
+                       * (pg_catalog.row_number() OVER (ORDER BY d.next_validation_at, d.apple_sub, d.client_id) - 1)::float8) AS slot
             FROM due d CROSS JOIN pace p
         )
-        UPDATE siwa.apple_tokens t SET next_validation_at = s.slot + make_interval(secs => $3)
+        UPDATE siwa.apple_tokens t SET next_validation_at = s.slot + pg_catalog.make_interval(secs => $3)
         FROM slotted s WHERE t.apple_sub = ANY (ARRAY[s.apple_sub]) AND t.client_id = ANY (ARRAY[s.client_id])
         RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext, t.updated_at::text AS version, t.validation_failures,
-                  extract(epoch FROM s.slot - now())::float8 AS slot_in
+                  extract(epoch FROM s.slot - pg_catalog.now())::float8 AS slot_in
         """,
         bind: { [String($0.spacing), String($0.limit), String($0.leaseMargin)] },
         decode: { row throws(PostgresError) in
@@ -100,9 +100,11 @@ enum ReconcileStatements {
     static let recordValid = Statement<(tokens: [Valid], interval: Double), Void>(
         "reconcile_record_valid",
         """
-        UPDATE siwa.apple_tokens t SET validated_at = now() - make_interval(secs => v.ago),
-               next_validation_at = now() - make_interval(secs => v.ago) + make_interval(secs => $4), validation_failures = 0
-        FROM unnest($1::text[], $2::text[], $3::float8[]) AS v(apple_sub, client_id, ago)
+        UPDATE siwa.apple_tokens t SET validated_at = pg_catalog.now() - pg_catalog.make_interval(secs => v.ago),
+               next_validation_at = pg_catalog.now() - pg_catalog.make_interval(secs => v.ago) + pg_catalog.make_interval(secs => $4), validation_failures = 0
+        FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::float8[])) AS v(apple_sub, client_id, ago)
         WHERE t.apple_sub = ANY (ARRAY[v.apple_sub]) AND t.client_id = ANY (ARRAY[v.client_id])
         """,
         bind: {
@@ -116,7 +118,7 @@ enum ReconcileStatements {
     static let recordFailure = Statement<(sub: String, clientID: String, retryIn: Double), Void>(
         "reconcile_record_failure",
         """
-        UPDATE siwa.apple_tokens SET next_validation_at = now() + make_interval(secs => $3),
+        UPDATE siwa.apple_tokens SET next_validation_at = pg_catalog.now() + pg_catalog.make_interval(secs => $3),
                validation_failures = validation_failures + 1
         WHERE apple_sub = $1 AND client_id = $2
         """,
@@ -136,13 +138,13 @@ enum ReconcileStatements {
             RETURNING apple_sub, client_id
         ), queued AS (
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims)
-            SELECT 'siwa-reconcile-' || gen_random_uuid(), client_id, apple_sub, 'consent-revoked', now(),
-                   jsonb_build_object('source', 'reconcile', 'client_id', client_id)
+            SELECT 'siwa-reconcile-' || pg_catalog.gen_random_uuid()::text, client_id, apple_sub, 'consent-revoked', pg_catalog.now(),
+                   pg_catalog.jsonb_build_object('source', 'reconcile', 'client_id', client_id)
             FROM token
             ON CONFLICT DO NOTHING
             RETURNING 1
         )
-        SELECT count(*) AS queued FROM queued
+        SELECT pg_catalog.count(*) AS queued FROM queued
         """,
         bind: { [$0.sub, $0.clientID, $0.version] },
         decode: { row throws(PostgresError) in try row.int("queued") })
@@ -154,7 +156,7 @@ enum ReconcileStatements {
         "reconcile_counts",
         """
         SELECT \(MaintainedCounts.sum("'apple_tokens:validated'")) AS validated,
-               (SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%') AS gone,
+               (SELECT pg_catalog.count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%') AS gone,
                \(MaintainedCounts.sum("'apple_tokens:failing'")) AS failing
         """,
         decode: { row throws(PostgresError) in (try row.int("validated"), try row.int("gone"), try row.int("failing")) })

@@ -13,9 +13,9 @@ enum ReportStatements {
     static let userReport = Statement<String, UserReport>(
         "user_report",
         """
-        SELECT jsonb_pretty(r) AS report,
-               (r -> 'account' <> 'null'::jsonb OR jsonb_array_length(r -> 'events') > 0
-                OR jsonb_array_length(r -> 'revocations') > 0) AS known
+        SELECT pg_catalog.jsonb_pretty(r) AS report,
+               (r -> 'account'::text <> 'null'::jsonb OR pg_catalog.jsonb_array_length(r -> 'events'::text) > 0
+                OR pg_catalog.jsonb_array_length(r -> 'revocations'::text) > 0) AS known
         FROM siwa.user_report($1) AS r
         """,
         bind: { [$0] },

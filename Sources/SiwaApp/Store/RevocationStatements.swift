@@ -37,13 +37,13 @@ enum RevocationStatements {
         "claim_revocations",
         """
         UPDATE siwa.revocations r SET status = 'running', attempts = r.attempts + 1,
-            next_attempt_at = now() + $2::double precision * interval '1 second'
+            next_attempt_at = pg_catalog.now() + $2::double precision * interval '1 second'
         WHERE r.id = ANY (ARRAY(
             SELECT id FROM siwa.revocations
-            WHERE status IN ('pending', 'running', 'failed') AND next_attempt_at <= now()
+            WHERE status IN ('pending', 'running', 'failed') AND next_attempt_at <= pg_catalog.now()
             ORDER BY next_attempt_at, id LIMIT $1 FOR UPDATE SKIP LOCKED))
         RETURNING r.id, r.apple_sub, r.client_id, r.key_id, r.ciphertext, r.attempts,
-                  extract(epoch FROM now() - r.created_at)::double precision AS age, r.confirmation
+                  extract(epoch FROM pg_catalog.now() - r.created_at)::double precision AS age, r.confirmation
         """,
         bind: { [String($0.limit), String($0.leaseSeconds)] },
         decode: { row throws(PostgresError) in
@@ -65,9 +65,9 @@ enum RevocationStatements {
         "revocation_done",
         """
         UPDATE siwa.revocations SET status = 'done', ciphertext = NULL, key_id = NULL, last_error = NULL,
-            finished_at = now(),
+            finished_at = pg_catalog.now(),
             confirmation = CASE WHEN $2::boolean THEN 'confirmed' ELSE confirmation END,
-            confirmed_at = CASE WHEN $2::boolean THEN now() ELSE confirmed_at END
+            confirmed_at = CASE WHEN $2::boolean THEN pg_catalog.now() ELSE confirmed_at END
         WHERE id = $1 AND status = 'running' COLLATE "C"
         """,
         bind: { [String($0.id), SQLEncoding.bool($0.confirmed)] })
@@ -88,7 +88,7 @@ enum RevocationStatements {
         "revocation_failed",
         """
         UPDATE siwa.revocations SET status = $2, last_error = $3,
-            next_attempt_at = now() + $4::double precision * interval '1 second', confirmation = $5
+            next_attempt_at = pg_catalog.now() + $4::double precision * interval '1 second', confirmation = $5
         WHERE id = $1 AND status = 'running' COLLATE "C"
         """,
         bind: { [String($0.id), $0.dead ? "dead" : "failed", String($0.error.prefix(500)), String($0.retryInSeconds), $0.confirmation] })
@@ -112,8 +112,12 @@ enum RevocationStatements {
         "revocation_calls",
         """
         INSERT INTO siwa.revocation_calls (revocation_id, kind, at, http_status, outcome, detail)
-        SELECT $1::bigint, u.kind, to_timestamp(u.at), u.http_status, u.outcome, u.detail
-        FROM unnest($2::text[], $3::double precision[], $4::integer[], $5::text[], $6::text[]) WITH ORDINALITY
+        SELECT $1::bigint, u.kind, pg_catalog.to_timestamp(u.at), u.http_status, u.outcome, u.detail
+        FROM ROWS FROM (pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::double precision[]),
+            pg_catalog.unnest($4::integer[]),
+            pg_catalog.unnest($5::text[]),
+            pg_catalog.unnest($6::text[])) WITH ORDINALITY
             AS u(kind, at, http_status, outcome, detail, n)
         ORDER BY u.n
         """,
@@ -137,9 +141,9 @@ enum RevocationStatements {
     static let counts = Statement<Void, (status: String, count: Int)>(
         "revocation_counts",
         """
-        SELECT substr(name, length('revocations:') + 1) AS status, sum(n)::int AS n
+        SELECT pg_catalog.substr(name, pg_catalog.length('revocations:') + 1) AS status, pg_catalog.sum(n)::int AS n
         FROM \(MaintainedCounts.rows) WHERE name LIKE 'revocations:%' AND name <> 'revocations:unconfirmed'
-        GROUP BY name HAVING sum(n) > 0
+        GROUP BY name HAVING pg_catalog.sum(n)::bigint > 0
         """,
         decode: { row throws(PostgresError) in (try row.text("status"), try row.int("n")) })
 
@@ -147,10 +151,10 @@ enum RevocationStatements {
     static let replayDead = Statement<Void, Int>(
         "replay_revocations",
         """
-        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = now(),
-                       created_at = now(), last_error = NULL
+        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(),
+                       created_at = pg_catalog.now(), last_error = NULL
                    WHERE status = 'dead' RETURNING 1)
-        SELECT count(*)::int AS n FROM r
+        SELECT pg_catalog.count(*)::int AS n FROM r
         """,
         decode: { row throws(PostgresError) in try row.int("n") })
 }

@@ -53,13 +53,16 @@ enum SQLEncoding {
         return Hex.decode(utf8.dropFirst(2))
     }
 
-    /// SQL: a `bigint` expression of milliseconds since the epoch as `timestamptz`.
+    /// SQL: a `bigint` expression of milliseconds since the epoch as `timestamptz`. Every
+    /// operand has the exact type of a pg_catalog operator (float8 * interval), so no operator
+    /// planted in `public` fits better.
     static func timestamp(millis expression: String) -> String {
-        "(timestamptz 'epoch' + (\(expression)) * interval '1 millisecond')"
+        "(timestamptz 'epoch' + (\(expression))::float8 * interval '1 millisecond')"
     }
 
-    /// SQL: a `timestamptz` expression as `bigint` milliseconds since the epoch.
+    /// SQL: a `timestamptz` expression as `bigint` milliseconds since the epoch (numeric *
+    /// numeric: exact types, as above).
     static func millis(_ expression: String) -> String {
-        "(extract(epoch FROM \(expression)) * 1000)::bigint"
+        "(extract(epoch FROM \(expression))::numeric * 1000::numeric)::bigint"
     }
 }

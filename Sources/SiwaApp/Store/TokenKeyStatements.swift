@@ -29,7 +29,7 @@ enum TokenKeyStatements {
             FROM ids WHERE ids.key_id IS NOT NULL
         )
         SELECT t.apple_sub, t.client_id, ids.key_id, t.ciphertext,
-               (SELECT count(*) FROM siwa.apple_tokens c WHERE c.key_id = ids.key_id) AS tokens
+               (SELECT pg_catalog.count(*) FROM siwa.apple_tokens c WHERE c.key_id = ids.key_id) AS tokens
         FROM ids CROSS JOIN LATERAL (
             SELECT apple_sub, client_id, ciphertext FROM siwa.apple_tokens s WHERE s.key_id = ids.key_id LIMIT 1
         ) t
@@ -43,7 +43,7 @@ enum TokenKeyStatements {
     static let revocationOnePerKey = Statement<Void, (row: Row, count: Int)>(
         "one_revocation_per_key",
         """
-        SELECT DISTINCT ON (key_id) apple_sub, client_id, key_id, ciphertext, count(*) OVER (PARTITION BY key_id) AS tokens
+        SELECT DISTINCT ON (key_id) apple_sub, client_id, key_id, ciphertext, pg_catalog.count(*) OVER (PARTITION BY key_id) AS tokens
         FROM siwa.revocations WHERE ciphertext IS NOT NULL AND key_id IS NOT NULL
         ORDER BY key_id, id
         """,
@@ -53,8 +53,8 @@ enum TokenKeyStatements {
     static let countUnderKey = Statement<String, Int>(
         "count_tokens_under_key",
         """
-        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE key_id = $1)
-             + (SELECT count(*) FROM siwa.revocations WHERE key_id = $1 AND ciphertext IS NOT NULL) AS tokens
+        SELECT (SELECT pg_catalog.count(*) FROM siwa.apple_tokens WHERE key_id = $1)
+             + (SELECT pg_catalog.count(*) FROM siwa.revocations WHERE key_id = $1 AND ciphertext IS NOT NULL) AS tokens
         """,
         bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
 
@@ -62,8 +62,8 @@ enum TokenKeyStatements {
     static let countNotUnder = Statement<String, Int>(
         "count_tokens_not_under_key",
         """
-        SELECT (SELECT count(*) FROM siwa.apple_tokens WHERE key_id <> $1)
-             + (SELECT count(*) FROM siwa.revocations WHERE key_id <> $1 AND ciphertext IS NOT NULL) AS tokens
+        SELECT (SELECT pg_catalog.count(*) FROM siwa.apple_tokens WHERE key_id <> $1)
+             + (SELECT pg_catalog.count(*) FROM siwa.revocations WHERE key_id <> $1 AND ciphertext IS NOT NULL) AS tokens
         """,
         bind: { [$0] }, decode: { r throws(PostgresError) in try r.int("tokens") })
 
@@ -86,7 +86,7 @@ enum TokenKeyStatements {
     static let replace = Statement<(row: Row, with: DeletionStatements.StoredToken), Void>(
         "rekey_token",
         """
-        UPDATE siwa.apple_tokens SET key_id = $3, ciphertext = $4::bytea, updated_at = now()
+        UPDATE siwa.apple_tokens SET key_id = $3, ciphertext = $4::bytea, updated_at = pg_catalog.now()
         WHERE apple_sub = $1 AND client_id = $2 AND key_id = $5
         """,
         bind: {

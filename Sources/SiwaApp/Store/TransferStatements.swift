@@ -22,7 +22,8 @@ enum TransferStatements {
         "transfer_record_exports",
         """
         INSERT INTO siwa.transfers (direction, team_id, client_id, sub, transfer_sub)
-        SELECT 'export', $1, $2, u.sub, u.transfer_sub FROM unnest($3::text[], $4::text[]) AS u(sub, transfer_sub)
+        SELECT 'export', $1, $2, u.sub, u.transfer_sub FROM ROWS FROM (pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::text[])) AS u(sub, transfer_sub)
         ON CONFLICT (team_id, sub) WHERE direction = 'export' DO NOTHING
         """,
         bind: { [$0.team, $0.clientID, SQLEncoding.array($0.subs), SQLEncoding.array($0.transferSubs)] })
@@ -44,7 +45,7 @@ enum TransferStatements {
         "transfer_record_received",
         """
         INSERT INTO siwa.transfers (direction, team_id, client_id, transfer_sub)
-        SELECT 'import', $1, $2, u.transfer_sub FROM unnest($3::text[]) AS u(transfer_sub)
+        SELECT 'import', $1, $2, u.transfer_sub FROM pg_catalog.unnest($3::text[]) AS u(transfer_sub)
         ON CONFLICT (transfer_sub) WHERE direction = 'import' DO NOTHING
         """,
         bind: { [$0.team, $0.clientID, SQLEncoding.array($0.transferSubs)] })
@@ -53,7 +54,7 @@ enum TransferStatements {
     static let unmapped = Statement<[String], String>(
         "transfer_unmapped",
         """
-        SELECT t.transfer_sub FROM unnest($1::text[]) WITH ORDINALITY AS u(transfer_sub, n)
+        SELECT t.transfer_sub FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(transfer_sub, n)
         JOIN siwa.transfers t ON t.direction = 'import' AND t.transfer_sub = u.transfer_sub
         WHERE t.new_sub IS NULL ORDER BY u.n
         """,
@@ -87,7 +88,10 @@ enum TransferStatements {
         "transfer_record_imported",
         """
         WITH m AS (
-            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::boolean[])
+            SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+                pg_catalog.unnest($2::text[]),
+                pg_catalog.unnest($3::text[]),
+                pg_catalog.unnest($4::boolean[]))
                 AS m(transfer_sub, new_sub, email, is_private_email)
         ), users AS (
             SELECT DISTINCT ON (new_sub COLLATE "C") new_sub, email, is_private_email FROM m ORDER BY new_sub COLLATE "C"
@@ -104,12 +108,12 @@ enum TransferStatements {
             WHERE new_sub NOT IN (SELECT apple_sub FROM deleted) ORDER BY new_sub COLLATE "C"
             ON CONFLICT (apple_sub, aud) DO NOTHING
         ), mapped AS (
-            UPDATE siwa.transfers t SET new_sub = m.new_sub, migrated_at = now()
+            UPDATE siwa.transfers t SET new_sub = m.new_sub, migrated_at = pg_catalog.now()
             FROM m WHERE t.direction = 'import' AND t.transfer_sub = m.transfer_sub AND t.new_sub IS NULL
             RETURNING t.id, t.transfer_sub, t.new_sub, t.migrated_at
         )
         INSERT INTO siwa.forwards (id, sub, aud, type, event_time, source, transfer_sub)
-        SELECT 'msg_transfer_' || id, new_sub, $5, 'user-migrated', migrated_at, 'transfer', transfer_sub
+        SELECT 'msg_transfer_' || id::text, new_sub, $5, 'user-migrated', migrated_at, 'transfer', transfer_sub
         FROM mapped WHERE $6::boolean AND new_sub NOT IN (SELECT apple_sub FROM deleted) ORDER BY id
         ON CONFLICT (id) DO NOTHING
         """,

@@ -80,11 +80,11 @@ enum WorkerStatements {
         "claim_events",
         """
         SELECT e.id, e.aud, e.sub, e.type, \(SQLEncoding.millis("e.event_time")) AS event_ms, e.email, e.is_private_email,
-               e.attempts, e.claims ->> 'source' AS source
+               e.attempts, e.claims ->> 'source'::text AS source
         FROM siwa.events e
         WHERE e.id = ANY (ARRAY(
             SELECT q.id FROM siwa.event_queue q
-            WHERE q.status IN ('pending', 'failed') AND q.next_attempt_at <= now()
+            WHERE q.status IN ('pending', 'failed') AND q.next_attempt_at <= pg_catalog.now()
             ORDER BY q.next_attempt_at, q.id
             LIMIT $1
             FOR UPDATE SKIP LOCKED))
@@ -115,7 +115,7 @@ enum WorkerStatements {
         "mark_failed",
         """
         UPDATE siwa.events SET status = $2, attempts = attempts + 1, last_error = $3,
-            next_attempt_at = now() + $4::double precision * interval '1 second'
+            next_attempt_at = pg_catalog.now() + $4::double precision * interval '1 second'
         WHERE id = $1
         """,
         bind: { [String($0.id), $0.status.rawValue, String($0.error.prefix(500)), String($0.retryInSeconds)] })
@@ -137,7 +137,7 @@ enum WorkerStatements {
             \(SQLEncoding.timestamp(millis: "u.last_ms")), \(SQLEncoding.timestamp(millis: "u.email_ms")),
             \(SQLEncoding.timestamp(millis: "u.status_ms")), \(SQLEncoding.timestamp(millis: "u.signed_ms")),
             \(SQLEncoding.timestamp(millis: "u.address_ms")), \(SQLEncoding.timestamp(millis: "u.since_ms")),
-            CASE WHEN u.status = 'deleted' THEN now() END
+            CASE WHEN u.status = 'deleted' THEN pg_catalog.now() END
         FROM \(accountRows) ORDER BY u.sub COLLATE "C"
         ON CONFLICT (apple_sub) DO UPDATE SET apple_sub = excluded.apple_sub WHERE false
         RETURNING apple_sub
@@ -147,8 +147,17 @@ enum WorkerStatements {
 
     /// Account states as statement rows (`u`), bound by `accountBinds`.
     private static let accountRows = """
-        unnest($1::text[], $2::text[], $3::text[], $4::boolean[], $5::boolean[], $6::bigint[], $7::bigint[],
-                    $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+        ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::boolean[]),
+            pg_catalog.unnest($5::boolean[]),
+            pg_catalog.unnest($6::bigint[]),
+            pg_catalog.unnest($7::bigint[]),
+            pg_catalog.unnest($8::bigint[]),
+            pg_catalog.unnest($9::bigint[]),
+            pg_catalog.unnest($10::bigint[]),
+            pg_catalog.unnest($11::bigint[]))
              AS u(sub, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms, since_ms)
         """
 
@@ -203,8 +212,8 @@ enum WorkerStatements {
             signed_in_at = \(SQLEncoding.timestamp(millis: "u.signed_ms")),
             address_event_time = \(SQLEncoding.timestamp(millis: "u.address_ms")),
             account_since = \(SQLEncoding.timestamp(millis: "u.since_ms")),
-            updated_at = now(),
-            deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, now()) END
+            updated_at = pg_catalog.now(),
+            deleted_at = CASE WHEN u.status = 'deleted' THEN coalesce(a.deleted_at, pg_catalog.now()) END
         FROM \(accountRows)
         WHERE a.apple_sub = ANY (ARRAY[u.sub])
         """,
@@ -246,15 +255,24 @@ enum WorkerStatements {
         SELECT u.sub, u.aud, u.status, u.email, u.priv, u.fwd, \(SQLEncoding.timestamp(millis: "u.last_ms")),
                \(SQLEncoding.timestamp(millis: "u.email_ms")), \(SQLEncoding.timestamp(millis: "u.status_ms")),
                \(SQLEncoding.timestamp(millis: "u.signed_ms")), \(SQLEncoding.timestamp(millis: "u.address_ms"))
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::boolean[], $6::boolean[], $7::bigint[], $8::bigint[],
-                    $9::bigint[], $10::bigint[], $11::bigint[])
+        FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::text[]),
+            pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::text[]),
+            pg_catalog.unnest($5::boolean[]),
+            pg_catalog.unnest($6::boolean[]),
+            pg_catalog.unnest($7::bigint[]),
+            pg_catalog.unnest($8::bigint[]),
+            pg_catalog.unnest($9::bigint[]),
+            pg_catalog.unnest($10::bigint[]),
+            pg_catalog.unnest($11::bigint[]))
              AS u(sub, aud, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms)
         ORDER BY u.sub COLLATE "C", u.aud
         ON CONFLICT (apple_sub, aud) DO UPDATE SET status = excluded.status, email = excluded.email,
             is_private_email = excluded.is_private_email, email_forwarding = excluded.email_forwarding,
             last_event_time = excluded.last_event_time, email_event_time = excluded.email_event_time,
             status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at,
-            address_event_time = excluded.address_event_time, updated_at = now()
+            address_event_time = excluded.address_event_time, updated_at = pg_catalog.now()
         """,
         bind: { rows in
             [
@@ -288,9 +306,12 @@ enum WorkerStatements {
         "revoke_sessions",
         """
         UPDATE siwa.sessions s
-        SET revoked_at = COALESCE(s.revoked_at, now()),
+        SET revoked_at = COALESCE(s.revoked_at, pg_catalog.now()),
             revoked_reason = CASE WHEN s.revoked_at IS NULL THEN u.reason ELSE s.revoked_reason END
-        FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(sub, before_ms, reason, aud)
+        FROM ROWS FROM (pg_catalog.unnest($1::text[]),
+            pg_catalog.unnest($2::bigint[]),
+            pg_catalog.unnest($3::text[]),
+            pg_catalog.unnest($4::text[])) AS u(sub, before_ms, reason, aud)
         WHERE s.id = ANY (ARRAY(
             SELECT x.id FROM siwa.sessions x
             WHERE x.apple_sub = u.sub AND x.revoked_at IS NULL
@@ -344,7 +365,7 @@ enum WorkerStatements {
             where: """
                 e.id = ANY (ARRAY(
                     SELECT r.id FROM siwa.events r
-                    WHERE \(unknownType) AND r.status = 'ignored' AND r.received_at > now() - interval '1 hour'
+                    WHERE \(unknownType) AND r.status = 'ignored' AND r.received_at > pg_catalog.now() - interval '1 hour'
                       AND (SELECT a.status FROM siwa.accounts a WHERE a.apple_sub = r.sub) = 'deleted'))
                 """),
         bind: { _ in [] })
@@ -372,14 +393,14 @@ enum WorkerStatements {
     }
 
     /// Events that hold an address, as `eraseEventEmails` finds them (alias `e`).
-    private static let holdsEmail = #"(e.email IS NOT NULL OR e.claims ->> 'events' LIKE '%"email"%')"#
+    private static let holdsEmail = #"(e.email IS NOT NULL OR e.claims ->> 'events'::text LIKE '%"email"%')"#
 
     /// `e.claims` without the `email` of its `events` (a JSON string in Apple's tokens, an
     /// object in its docs).
     private static let claimsWithoutEmail = """
-        CASE jsonb_typeof(e.claims -> 'events')
-                WHEN 'string' THEN jsonb_set(e.claims, '{events}', to_jsonb((((e.claims ->> 'events')::jsonb) - 'email')::text))
-                WHEN 'object' THEN jsonb_set(e.claims, '{events}', (e.claims -> 'events') - 'email')
+        CASE pg_catalog.jsonb_typeof(e.claims -> 'events'::text)
+                WHEN 'string' THEN pg_catalog.jsonb_set(e.claims, '{events}', pg_catalog.to_jsonb((((e.claims ->> 'events'::text)::jsonb) - 'email'::text)::text))
+                WHEN 'object' THEN pg_catalog.jsonb_set(e.claims, '{events}', (e.claims -> 'events'::text) - 'email'::text)
                 ELSE e.claims END
         """
 
@@ -401,9 +422,9 @@ enum WorkerStatements {
     static let markDone = Statement<[(id: Int64, outcome: String)], Void>(
         "mark_done",
         """
-        UPDATE siwa.events e SET status = 'done', processed_at = now(), attempts = e.attempts + 1,
+        UPDATE siwa.events e SET status = 'done', processed_at = pg_catalog.now(), attempts = e.attempts + 1,
             outcome = u.outcome, last_error = NULL
-        FROM unnest($1::bigint[], $2::text[]) AS u(id, outcome)
+        FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::text[])) AS u(id, outcome)
         WHERE e.id = ANY (ARRAY[u.id])
         """,
         bind: { rows in [SQLEncoding.array(rows.map { $0.id }), SQLEncoding.array(rows.map { $0.outcome })] })
@@ -415,7 +436,7 @@ enum WorkerStatements {
     static let hookIsDefault = Statement<Void, Bool>(
         "hook_is_default",
         """
-        SELECT coalesce(bool_and(p.proconfig @> ARRAY['application_name=siwa-notify:default-hook']), false) AS is_default
+        SELECT coalesce(pg_catalog.bool_and('application_name=siwa-notify:default-hook' = ANY (p.proconfig)), false) AS is_default
         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'siwa' AND p.proname = 'on_event'
         """,
@@ -448,7 +469,7 @@ enum WorkerStatements {
         DELETE FROM siwa.event_queue q
         WHERE q.id = ANY (ARRAY(
                 SELECT h.id FROM siwa.event_queue h
-                WHERE h.status IN ('pending', 'failed') AND h.next_attempt_at <= now()
+                WHERE h.status IN ('pending', 'failed') AND h.next_attempt_at <= pg_catalog.now()
                 ORDER BY h.next_attempt_at, h.id LIMIT 10000)
               || ARRAY(SELECT d.id FROM siwa.event_queue d WHERE d.status = 'dead' ORDER BY d.id LIMIT 10000))
           AND coalesce((SELECT e.status IN ('pending', 'failed', 'dead') FROM siwa.events e WHERE e.id = q.id), false) = false
@@ -465,9 +486,9 @@ enum WorkerStatements {
         """
         DELETE FROM siwa.events WHERE id = ANY (ARRAY(
             SELECT id FROM siwa.events
-            WHERE (received_at AT TIME ZONE 'UTC')::date < (now() AT TIME ZONE 'UTC')::date - $1::int + 1
+            WHERE (received_at AT TIME ZONE 'UTC')::date < (pg_catalog.now() AT TIME ZONE 'UTC')::date - $1::int + 1
               AND status IN ('done', 'ignored') AND type <> 'deletion-requested'
-              AND coalesce(processed_at, received_at) < now() - $1::int * interval '1 day'
+              AND coalesce(processed_at, received_at) < pg_catalog.now() - $1::int * interval '1 day'
             LIMIT 1000 FOR UPDATE SKIP LOCKED))
         """,
         bind: { [String($0)] })

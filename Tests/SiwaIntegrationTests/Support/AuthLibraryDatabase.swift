@@ -83,7 +83,7 @@ final class AuthLibraryDatabase {
         throws -> Bool
     {
         let inserted = try TestDatabase.query(
-            url,
+            guardedURL,
             """
             INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
             VALUES ($1, $2, $3, $4, timestamptz 'epoch' + $5::bigint * interval '1 millisecond', $6, $7::boolean, '{}')
@@ -103,12 +103,16 @@ final class AuthLibraryDatabase {
     }
 
     func scalar(_ sql: String, _ parameters: [String?] = []) throws -> String? {
-        try TestDatabase.query(url, sql, parameters).scalar
+        try TestDatabase.query(guardedURL, sql, parameters).scalar
     }
 
     func rows(_ sql: String, _ parameters: [String?] = []) throws -> [[String?]] {
-        try TestDatabase.query(url, sql, parameters).rows
+        try TestDatabase.query(guardedURL, sql, parameters).rows
     }
+
+    /// The test's own reads and writes: a search_path without `public`, so that a database with
+    /// planted functions (PlantedFunctionTests) counts only the worker's calls.
+    var guardedURL: String { url + " options='-csearch_path=pg_catalog,pg_temp'" }
 
     /// `timestamptz` SQL for `ms`.
     func at(_ ms: Int64) -> String { "timestamptz 'epoch' + \(ms) * interval '1 millisecond'" }
