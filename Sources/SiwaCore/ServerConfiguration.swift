@@ -77,8 +77,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// Default: no target.
     public var authLibraries = AuthLibraryConfiguration()
 
-    /// Every variable `load` reads, in the README's order (a test checks the README's table and
-    /// the command-line flags against this list).
+    /// Every variable `load` reads, in the order of docs/configuration.md (a test checks its table
+    /// and the command-line flags against this list).
     public static let variables =
         [
             "SIWA_DATABASE_URL", "SIWA_DATA_DIR", "SIWA_AUDIENCES", "SIWA_JWKS_URL", "SIWA_LISTEN", "SIWA_PATH",

@@ -2,7 +2,8 @@ import Foundation
 import SiwaCore
 import Testing
 
-/// The README's configuration table against the code: the same variables, each with its flag.
+/// The configuration reference (docs/configuration.md) against the code: the same variables, each
+/// with its flag. (scripts/check-docs checks the docs more widely: links, commands, every variable read.)
 @Suite("Documentation matches the code")
 struct DocumentationTests {
     /// The repository root (this file is Tests/SiwaAppTests/DocumentationTests.swift).
@@ -13,13 +14,13 @@ struct DocumentationTests {
         try String(contentsOf: root.appendingPathComponent(relativePath), encoding: .utf8)
     }
 
-    /// The variables named in the first column of the table under `## Configuration` (a row may
+    /// The variables named in the first column of the table under `## Variables` (a row may
     /// name several: "| `SIWA_LOG_LEVEL`, `SIWA_LOG_FORMAT` | ...").
     static func documentedVariables() throws -> [String] {
-        let readme = try read("README.md")
+        let reference = try read("docs/configuration.md")
         let section = try #require(
-            readme.components(separatedBy: "\n## Configuration\n").dropFirst().first,
-            "README.md has no \"## Configuration\" section")
+            reference.components(separatedBy: "\n## Variables\n").dropFirst().first,
+            "docs/configuration.md has no \"## Variables\" section")
         let body = section.components(separatedBy: "\n## ").first ?? section
         var variables: [String] = []
         for line in body.split(separator: "\n") where line.hasPrefix("|") {
@@ -37,16 +38,16 @@ struct DocumentationTests {
         variable.dropFirst("SIWA_".count).lowercased().replacingOccurrences(of: "_", with: "-")
     }
 
-    @Test("the README's configuration table lists exactly ServerConfiguration.variables, once each")
+    @Test("the configuration reference lists exactly ServerConfiguration.variables, once each")
     func tableMatchesVariables() throws {
         let documented = try Self.documentedVariables()
         #expect(!documented.isEmpty)
         #expect(documented.count == Set(documented).count, "a variable is listed twice")
         let code = Set(ServerConfiguration.variables)
         #expect(code.count == ServerConfiguration.variables.count)
-        let readme = Set(documented)
-        #expect(readme.subtracting(code).sorted() == [], "in the README, not in the code")
-        #expect(code.subtracting(readme).sorted() == [], "in the code, not in the README")
+        let reference = Set(documented)
+        #expect(reference.subtracting(code).sorted() == [], "in docs/configuration.md, not in the code")
+        #expect(code.subtracting(reference).sorted() == [], "in the code, not in docs/configuration.md")
     }
 
     @Test("every variable has a command-line flag of the same name in ConfigurationOptions")
@@ -101,10 +102,11 @@ struct DocumentationTests {
     }
 }
 
-/// README's map of the code (the block under `## Architecture`) against the tree: every folder of
-/// `Sources/`, `Sources/SiwaApp/` and `Tests/` named once, and nothing named that is not there.
+/// The map of the code (the block under `## Map of the code` in docs/architecture.md) against the
+/// tree: every folder under `Sources/` and `Tests/` named once, and nothing named that is not there.
 @Suite("The map of the code follows the tree")
 struct CodeMapTests {
+    /// The names of the folders under `relativePath`, at any depth.
     static func folders(_ relativePath: String) throws -> [String] {
         let url = DocumentationTests.root.appendingPathComponent(relativePath)
         return try FileManager.default.contentsOfDirectory(atPath: url.path).filter { name in
@@ -112,13 +114,13 @@ struct CodeMapTests {
             return !name.hasPrefix(".")
                 && FileManager.default.fileExists(atPath: url.appendingPathComponent(name).path, isDirectory: &isDirectory)
                 && isDirectory.boolValue
-        }
+        }.flatMap { name in [name] + (try folders(relativePath + "/" + name)) }
     }
 
     /// The folder names that start an entry of the map (`  Name/   what lives there`).
     static func mappedFolders() throws -> [String] {
-        let readme = try DocumentationTests.read("README.md")
-        let section = try #require(readme.components(separatedBy: "\n## Architecture\n").dropFirst().first)
+        let guide = try DocumentationTests.read("docs/architecture.md")
+        let section = try #require(guide.components(separatedBy: "\n## Map of the code\n").dropFirst().first)
         let block = try #require(section.components(separatedBy: "```").dropFirst().first, "no code block")
         return block.split(separator: "\n").compactMap { line in
             let first = line.split(separator: " ", omittingEmptySubsequences: true).first ?? ""
@@ -126,28 +128,31 @@ struct CodeMapTests {
         }
     }
 
-    @Test("each folder of Sources/, Sources/SiwaApp/ and Tests/ is named once, with a line on what lives there")
+    @Test("each folder under Sources/ and Tests/ is named once, with a line on what lives there")
     func mapMatchesTree() throws {
-        let expected =
-            ["Sources", "Tests"] + (try Self.folders("Sources")) + (try Self.folders("Sources/SiwaApp"))
-            + (try Self.folders("Tests"))
+        let expected = ["Sources", "Tests"] + (try Self.folders("Sources")) + (try Self.folders("Tests"))
         let mapped = try Self.mappedFolders()
-        #expect(mapped.sorted() == expected.sorted(), "README's map names \(mapped.sorted()); the tree has \(expected.sorted())")
-        #expect(Set(mapped).count == mapped.count, "a folder named twice in README's map")
+        #expect(mapped.sorted() == expected.sorted(), "the map names \(mapped.sorted()); the tree has \(expected.sorted())")
+        #expect(Set(mapped).count == mapped.count, "a folder named twice in the map")
     }
 }
 
 /// Comments point to the behaviour the repository documents: every `README "Title"` named in the
-/// sources, the tests and schema.sql is a heading of README.md.
+/// sources, the tests and schema.sql is a heading of README.md or of a guide in docs/ (README
+/// links each guide by that title).
 @Suite("Comments point to README sections that exist")
 struct READMEReferenceTests {
-    @Test("each README \"Title\" named in Sources/, Tests/ and schema.sql is a heading of README.md")
+    @Test("each README \"Title\" named in Sources/, Tests/ and schema.sql is a heading of README.md or docs/")
     func referencesResolve() throws {
-        let readme = try DocumentationTests.read("README.md")
-        let headings = Set(
-            readme.split(separator: "\n").filter { $0.hasPrefix("#") }.map { line in
-                String(line.drop { $0 == "#" }.drop { $0 == " " })
-            })
+        let guides = try FileManager.default.contentsOfDirectory(
+            atPath: DocumentationTests.root.appendingPathComponent("docs").path
+        ).filter { $0.hasSuffix(".md") }.map { "docs/" + $0 }
+        var headings: Set<String> = []
+        for document in ["README.md"] + guides {
+            for line in try DocumentationTests.read(document).split(separator: "\n") where line.hasPrefix("#") {
+                headings.insert(String(line.drop { $0 == "#" }.drop { $0 == " " }))
+            }
+        }
         var files = ["schema.sql"]
         for folder in ["Sources", "Tests"] {
             let base = DocumentationTests.root.appendingPathComponent(folder)
@@ -167,7 +172,7 @@ struct READMEReferenceTests {
             for part in own.flatMap({ $0.components(separatedBy: "README \"").dropFirst() }) {
                 guard let title = part.split(separator: "\"", maxSplits: 1).first, title != "Title" else { continue }
                 checked += 1
-                #expect(headings.contains(String(title)), "\(file) names README \"\(title)\", which is no heading")
+                #expect(headings.contains(String(title)), "\(file) names README \"\(title)\", which is no heading of README.md or docs/")
             }
         }
         #expect(checked > 20, "only \(checked) references found")

@@ -7,7 +7,7 @@ import Testing
 @testable import SiwaApp
 
 /// `SIWA_APPLY_TO` (README "Using Supabase Auth / Better Auth / Auth.js") against each library's own schema (`AuthLibrarySchemas`, with
-/// version and source), the worker running as a role with exactly the README's grants.
+/// version and source), the worker running as a role with exactly the grants of docs/auth-libraries.md.
 @Suite("Auth libraries' own tables", .needsDatabase)
 struct AuthLibraryTests {
     static let hour = AuthLibraryDatabase.hour
@@ -18,7 +18,7 @@ struct AuthLibraryTests {
 
     // MARK: Supabase
 
-    /// README: row-level security is on for Supabase's auth tables; the worker's role needs a policy.
+    /// docs/auth-libraries.md: row-level security is on for Supabase's auth tables; the worker's role needs a policy.
     static let supabasePolicies = """
         CREATE POLICY siwa_worker ON auth.identities TO ROLE USING (true);
         CREATE POLICY siwa_worker ON auth.sessions TO ROLE USING (true);
@@ -415,7 +415,7 @@ struct AuthLibraryTests {
         let better = try Self.betterAuth(.deleteUser)
         #expect(try better.resolve().schemas == [.betterAuth(tables: AuthLibrarySchema.betterAuthDefaultTables, snakeCase: false)])
         _ = try TestDatabase.query(better.url, #"REVOKE DELETE ON "session" FROM \#(better.role)"#)
-        #expect(try failure(better) == "SIWA_APPLY_TO=better-auth: no delete privilege on session (README: Privileges on the libraries' tables)")
+        #expect(try failure(better) == "SIWA_APPLY_TO=better-auth: no delete privilege on session (the grants: docs/auth-libraries.md)")
 
         // Better Auth's own schema has no index on "accountId": the check names the one to create.
         let noIndex = try AuthLibraryDatabase(schema: AuthLibrarySchemas.betterAuth, config: Self.config(.betterAuth))
@@ -423,7 +423,7 @@ struct AuthLibraryTests {
 
         let authjs = try Self.authjs(.unlink, prisma: false)
         _ = try TestDatabase.query(authjs.url, #"REVOKE SELECT ("userId") ON sessions FROM \#(authjs.role)"#)
-        #expect(try failure(authjs) == "SIWA_APPLY_TO=authjs: no select privilege on sessions (userId) (README: Privileges on the libraries' tables)")
+        #expect(try failure(authjs) == "SIWA_APPLY_TO=authjs: no select privilege on sessions (userId) (the grants: docs/auth-libraries.md)")
 
         let none = try AuthLibraryDatabase(schema: "", config: Self.config(.authjs), grant: false)
         #expect(try failure(none) == "SIWA_APPLY_TO=authjs: missing table accounts; missing table sessions")
@@ -439,7 +439,7 @@ struct AuthLibraryTests {
         return ""
     }
 
-    @Test("serve/work stop at start with the check's line; the README lists every grant each target needs")
+    @Test("serve/work stop at start with the check's line; docs/auth-libraries.md lists every grant each target needs")
     func applicationStopsAndReadmeGrants() throws {
         let db = try AuthLibraryDatabase(schema: AuthLibrarySchemas.betterAuth, config: Self.config(.betterAuth))
         var config = ServerConfiguration()
@@ -453,7 +453,7 @@ struct AuthLibraryTests {
         #expect(line.hasPrefix("SIWA_APPLY_TO=better-auth: no index on account"), "\(line)")
         app.shutdown()
 
-        let readme = try String(contentsOf: DocumentationRoot.readme, encoding: .utf8)
+        let guide = try String(contentsOf: DocumentationRoot.authLibraries, encoding: .utf8)
         let schemas: [AuthLibrarySchema] = [
             .supabase, .betterAuth(tables: AuthLibrarySchema.betterAuthDefaultTables, snakeCase: false),
             .authjs(tables: AuthLibrarySchema.authjsPostgresTables), .authjs(tables: AuthLibrarySchema.authjsPrismaTables),
@@ -462,7 +462,7 @@ struct AuthLibraryTests {
             for policy in AccountDeletePolicy.allCases {
                 for tokens in [false, true] {
                     for grant in AuthLibraryCheck.grants(schema, policy: policy, tokens: tokens) {
-                        #expect(readme.contains(grant), "README lacks \(grant)")
+                        #expect(guide.contains(grant), "docs/auth-libraries.md lacks \(grant)")
                         // No password, no session or provider token: the worker's role may not
                         // read them. With in-app deletion, the Apple identity's refresh token.
                         let secrets = ["password", "token", "Token", "refresh", "access"]
@@ -480,6 +480,6 @@ struct AuthLibraryTests {
 }
 
 enum DocumentationRoot {
-    static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("README.md")
+    static let authLibraries = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("docs/auth-libraries.md")
 }

@@ -155,7 +155,7 @@ struct LeastPrivilegeTests {
         #expect(try TestDatabase.query(url, "SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]).scalar == "deleted")
     }
 
-    /// Each role's privileges in schema `siwa`, as the README's "Grants" table lists them: the allow-list.
+    /// Each role's privileges in schema `siwa`, as the "Grants" table of docs/security.md lists them: the allow-list.
     /// `role PRIVILEGE object`; a column grant names its columns, `object(col,...)`; `PUBLIC` is
     /// everyone (nothing of siwa's); `MEMBER` a membership between siwa's roles (none); `ATTRIBUTE`
     /// a role attribute (LOGIN, SUPERUSER, ...: none, the roles are NOLOGIN groups).
@@ -229,17 +229,17 @@ struct LeastPrivilegeTests {
           AND (rolsuper OR rolcanlogin OR rolbypassrls OR rolcreaterole OR rolcreatedb)
         """
 
-    @Test("each role's privileges, read from the catalogs, are exactly the allow-list and the README's table")
-    func grantsMatchTheReadme() throws {
+    @Test("each role's privileges, read from the catalogs, are exactly the allow-list and the table of docs/security.md")
+    func grantsMatchTheDocs() throws {
         let url = try TestDatabase.create()
         let rows = Set(try TestDatabase.query(url, Self.catalogMatrix).rows.compactMap { $0.first ?? nil })
         let extra = rows.subtracting(Self.expectedGrants), missing = Self.expectedGrants.subtracting(rows)
         #expect(extra.isEmpty && missing.isEmpty, "extra: \(extra.sorted()), missing: \(missing.sorted())")
-        // The README's table lists the same, no more, no less.
+        // The table of docs/security.md lists the same, no more, no less.
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-        let section = readme.components(separatedBy: "### Grants").dropFirst().first ?? ""
+        let guide = try String(contentsOf: root.appendingPathComponent("docs/security.md"), encoding: .utf8)
+        let section = guide.components(separatedBy: "\n## Grants\n").dropFirst().first ?? ""
         let listed = Set(
             section.split(separator: "\n").prefix { !$0.hasPrefix("#") }.compactMap { line -> String? in
                 let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
@@ -249,6 +249,6 @@ struct LeastPrivilegeTests {
             })
         #expect(
             listed == Self.expectedGrants,
-            "README extra: \(listed.subtracting(Self.expectedGrants).sorted()), lacks: \(Self.expectedGrants.subtracting(listed).sorted())")
+            "docs/security.md extra: \(listed.subtracting(Self.expectedGrants).sorted()), lacks: \(Self.expectedGrants.subtracting(listed).sorted())")
     }
 }

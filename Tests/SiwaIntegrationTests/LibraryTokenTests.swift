@@ -10,7 +10,7 @@ import Testing
 
 /// The Apple refresh tokens Better Auth and Auth.js store in their own account rows (README
 /// "Using Supabase Auth / Better Auth / Auth.js"), on the libraries' real schemas
-/// (`AuthLibrarySchemas`), the worker as a role with exactly the README's grants, the fake Apple
+/// (`AuthLibrarySchemas`), the worker as a role with exactly the guide's grants, the fake Apple
 /// issuing, revoking and validating the tokens: an in-app deletion revokes the library's token at
 /// Apple, reconciliation validates it, an encrypted or absent one is left alone, and a token that
 /// came through siwa-notify's own sign-in is never replaced.
@@ -335,7 +335,7 @@ struct LibraryTokenTests {
             Issue.record("the check passed")
         } catch {
             #expect(
-                "\(error)" == "SIWA_APPLY_TO=authjs: no select privilege on accounts (refresh_token) (README: Privileges on the libraries' tables)")
+                "\(error)" == "SIWA_APPLY_TO=authjs: no select privilege on accounts (refresh_token) (the grants: docs/auth-libraries.md)")
         }
         // Without in-app deletion the column is not needed.
         #expect(try AuthLibraryCheck.resolve(db.config, conninfo: db.workerURL).tokens == nil)

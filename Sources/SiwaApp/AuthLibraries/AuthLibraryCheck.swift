@@ -42,7 +42,7 @@ public enum AuthLibraryCheck {
         return needs
     }
 
-    /// The grants an operator gives the worker's role for this target (README, "Privileges on the libraries' tables").
+    /// The grants an operator gives the worker's role for this target (docs/auth-libraries.md, "Privileges on the libraries' tables").
     public static func grants(
         _ s: AuthLibrarySchema, policy: AccountDeletePolicy, tokens: Bool = false, role: String = "siwa_worker"
     ) -> [String] {
@@ -103,7 +103,7 @@ public enum AuthLibraryCheck {
         _ schema: AuthLibrarySchema, policy: AccountDeletePolicy, tokens: Bool = false, on c: PostgresConnection
     ) throws(PostgresError) -> [String] {
         var problems: [String] = []
-        let grantsHint = "(README: Privileges on the libraries' tables)"
+        let grantsHint = "(the grants: docs/auth-libraries.md)"
         for need in needs(schema, policy: policy, tokens: tokens) {
             guard let facts = try c.row(AuthLibraryStatements.table, need.table.quoted) else {
                 let missing = "missing table \(need.table)"

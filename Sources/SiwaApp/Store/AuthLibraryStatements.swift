@@ -114,7 +114,7 @@ enum AuthLibraryStatements {
             })
     }
 
-    // MARK: What the operator runs (README, "Privileges on the libraries' tables")
+    // MARK: What the operator runs (docs/auth-libraries.md, "Privileges on the libraries' tables")
 
     static func grantUsage(onSchema schema: String, to role: String) -> String {
         "GRANT USAGE ON SCHEMA \(q(schema)) TO \(role);"

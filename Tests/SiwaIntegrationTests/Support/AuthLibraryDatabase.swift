@@ -5,7 +5,7 @@ import SiwaCore
 import SiwaPostgres
 
 /// A fresh database with siwa's schema and an auth library's own tables, a login role in
-/// `siwa_worker` with exactly the README's grants for that library, and a worker running as that
+/// `siwa_worker` with exactly the grants docs/auth-libraries.md lists for that library, and a worker running as that
 /// role (its batches driven by the test: events are inserted into the outbox, then applied).
 final class AuthLibraryDatabase {
     let url: String
@@ -19,7 +19,7 @@ final class AuthLibraryDatabase {
     static let hour: Int64 = 3_600_000
 
     /// - Parameters:
-    ///   - schema: the library's tables (`AuthLibrarySchemas`); `operatorSQL`: what the README
+    ///   - schema: the library's tables (`AuthLibrarySchemas`); `operatorSQL`: what the guide
     ///     asks the operator to run besides the grants (indexes, row-level security policies),
     ///     with `ROLE` standing for the worker's role.
     ///   - tokens: in-app deletion is configured: the library's refresh tokens are adopted (and

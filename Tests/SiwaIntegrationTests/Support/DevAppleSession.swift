@@ -1,9 +1,10 @@
 import Foundation
 import SiwaCore
 
-/// The README's local walkthroughs, as a developer runs them: `siwa-notify dev-apple` (its
-/// environment read from what it prints) and `serve --dev` with that environment, on the
-/// embedded database under a temporary `SIWA_DATA_DIR`.
+/// The guides' local walkthroughs (docs/sign-in-and-deletion.md, docs/missed-notifications.md),
+/// as a developer runs them: `siwa-notify dev-apple` (its environment read from what it prints)
+/// and `serve --dev` with that environment, on the embedded database under a temporary
+/// `SIWA_DATA_DIR`.
 final class DevAppleSession {
     let directory: String
     let apple: LineReadingProcess
@@ -57,7 +58,7 @@ final class DevAppleSession {
         var description: String
     }
 
-    /// `POST /apple/tokens` with any code, as the README's curl does.
+    /// `POST /apple/tokens` with any code, as the guides' curl does.
     func signIn() throws -> DeletionHarness.Reply {
         try DeletionHarness.post(
             adminURL + "/apple/tokens",
