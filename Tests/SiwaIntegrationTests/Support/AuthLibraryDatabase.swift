@@ -103,15 +103,15 @@ final class AuthLibraryDatabase {
     }
 
     func scalar(_ sql: String, _ parameters: [String?] = []) throws -> String? {
-        try TestDatabase.query(guardedURL, sql, parameters).scalar
+        try TestDatabase.query(url, sql, parameters).scalar
     }
 
     func rows(_ sql: String, _ parameters: [String?] = []) throws -> [[String?]] {
-        try TestDatabase.query(guardedURL, sql, parameters).rows
+        try TestDatabase.query(url, sql, parameters).rows
     }
 
-    /// The test's own reads and writes: a search_path without `public`, so that a database with
-    /// planted functions (PlantedFunctionTests) counts only the worker's calls.
+    /// The events' insert: a search_path without `public` (it names only siwa's tables), so that
+    /// in a database with planted functions (PlantedFunctionTests) only the worker's calls count.
     var guardedURL: String { url + " options='-csearch_path=pg_catalog,pg_temp'" }
 
     /// `timestamptz` SQL for `ms`.
