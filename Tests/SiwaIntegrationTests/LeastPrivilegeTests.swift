@@ -155,85 +155,11 @@ struct LeastPrivilegeTests {
         #expect(try TestDatabase.query(url, "SELECT status FROM siwa.accounts WHERE apple_sub = $1", [sub]).scalar == "deleted")
     }
 
-    /// Each role's privileges in schema `siwa`, as the "Grants" table of docs/security.md lists them: the allow-list.
-    /// `role PRIVILEGE object`; a column grant names its columns, `object(col,...)`; `PUBLIC` is
-    /// everyone (nothing of siwa's); `MEMBER` a membership between siwa's roles (none); `ATTRIBUTE`
-    /// a role attribute (LOGIN, SUPERUSER, ...: none, the roles are NOLOGIN groups).
-    static let expectedGrants: Set<String> = [
-        "siwa_api USAGE schema siwa", "siwa_api EXECUTE store_apple_token", "siwa_api EXECUTE map_transfer",
-        "siwa_api INSERT revocations(apple_sub,ciphertext,client_id,key_id,reason)", "siwa_api SELECT backlog",
-        "siwa_dashboard USAGE schema siwa", "siwa_dashboard EXECUTE subject_hash",
-        "siwa_dashboard SELECT account_status_summary", "siwa_dashboard SELECT app_account_status_summary",
-        "siwa_dashboard SELECT backlog", "siwa_dashboard SELECT dead_forwards", "siwa_dashboard SELECT operator_actions",
-        "siwa_dashboard SELECT dead_letters",
-        "siwa_dashboard SELECT events_per_day", "siwa_dashboard SELECT forward_backlog",
-        "siwa_receiver USAGE schema siwa",
-        "siwa_receiver INSERT events(aud,claims,email,event_time,is_private_email,jti,status,sub,type)",
-        "siwa_receiver SELECT events(jti)", "siwa_receiver EXECUTE insert_events", "siwa_receiver SELECT backlog",
-        "siwa_receiver INSERT key_sets", "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
-        "siwa_worker USAGE schema siwa",
-        "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
-        "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
-        "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
-        "siwa_worker SELECT apple_tokens", "siwa_worker INSERT apple_tokens", "siwa_worker UPDATE apple_tokens",
-        "siwa_worker DELETE apple_tokens", "siwa_worker SELECT counts", "siwa_worker SELECT count_changes",
-        "siwa_worker SELECT events", "siwa_worker INSERT events", "siwa_worker UPDATE events", "siwa_worker DELETE events",
-        "siwa_worker SELECT event_queue", "siwa_worker UPDATE event_queue", "siwa_worker DELETE event_queue",
-        "siwa_worker SELECT forwards", "siwa_worker INSERT forwards", "siwa_worker UPDATE forwards",
-        "siwa_worker DELETE forwards", "siwa_worker SELECT forward_backlog", "siwa_worker SELECT dead_forwards",
-        "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
-        "siwa_worker SELECT revocations", "siwa_worker INSERT revocations", "siwa_worker UPDATE revocations",
-        "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
-        // Revocation proof and the user report.
-        "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
-        "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
-        "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
-        // The auth libraries' tokens adopted (their hash only).
-        "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
-    ]
-
-    /// Every privilege on schema `siwa` and its objects held by PUBLIC or a `siwa_` role, read from
-    /// the catalogs (ACLs, default ACLs where none is set, column ACLs, memberships, attributes).
-    static let catalogMatrix = """
-        WITH objects AS (
-            SELECT c.relname::text AS name, coalesce(c.relacl, acldefault('r', c.relowner)) AS acl, c.relowner AS owner
-            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE n.nspname = 'siwa' AND c.relkind IN ('r', 'v', 'm', 'S', 'p', 'f')
-            UNION ALL
-            SELECT p.proname::text, coalesce(p.proacl, acldefault('f', p.proowner)), p.proowner
-            FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'siwa'
-            UNION ALL
-            SELECT 'schema ' || n.nspname, coalesce(n.nspacl, acldefault('n', n.nspowner)), n.nspowner
-            FROM pg_namespace n WHERE n.nspname = 'siwa'
-        ), granted AS (
-            SELECT o.name, x.grantee, x.privilege_type FROM objects o, aclexplode(o.acl) x WHERE x.grantee <> o.owner
-            UNION ALL
-            SELECT c.relname::text || '(' || string_agg(a.attname::text, ',' ORDER BY a.attname::text) || ')', x.grantee, x.privilege_type
-            FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace,
-                 aclexplode(a.attacl) x
-            WHERE n.nspname = 'siwa' AND a.attacl IS NOT NULL
-            GROUP BY c.relname, x.grantee, x.privilege_type
-        )
-        SELECT CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::text END || ' ' || g.privilege_type || ' ' || g.name
-        FROM granted g LEFT JOIN pg_roles r ON r.oid = g.grantee
-        WHERE g.grantee = 0 OR r.rolname LIKE 'siwa\\_%'
-        UNION ALL
-        SELECT m.rolname || ' MEMBER ' || r.rolname
-        FROM pg_auth_members am JOIN pg_roles r ON r.oid = am.roleid JOIN pg_roles m ON m.oid = am.member
-        WHERE r.rolname LIKE 'siwa\\_%' AND m.rolname LIKE 'siwa\\_%'
-        UNION ALL
-        SELECT rolname || ' ATTRIBUTE ' || concat_ws(',', CASE WHEN rolsuper THEN 'SUPERUSER' END,
-            CASE WHEN rolcanlogin THEN 'LOGIN' END, CASE WHEN rolbypassrls THEN 'BYPASSRLS' END,
-            CASE WHEN rolcreaterole THEN 'CREATEROLE' END, CASE WHEN rolcreatedb THEN 'CREATEDB' END)
-        FROM pg_roles WHERE rolname IN ('siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api')
-          AND (rolsuper OR rolcanlogin OR rolbypassrls OR rolcreaterole OR rolcreatedb)
-        """
-
     @Test("each role's privileges, read from the catalogs, are exactly the allow-list and the table of docs/security.md")
     func grantsMatchTheDocs() throws {
         let url = try TestDatabase.create()
-        let rows = Set(try TestDatabase.query(url, Self.catalogMatrix).rows.compactMap { $0.first ?? nil })
-        let extra = rows.subtracting(Self.expectedGrants), missing = Self.expectedGrants.subtracting(rows)
+        let rows = try GrantMatrix.read(conninfo: url)
+        let extra = rows.subtracting(GrantMatrix.expected), missing = GrantMatrix.expected.subtracting(rows)
         #expect(extra.isEmpty && missing.isEmpty, "extra: \(extra.sorted()), missing: \(missing.sorted())")
         // The table of docs/security.md lists the same, no more, no less.
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -248,7 +174,8 @@ struct LeastPrivilegeTests {
                 return "\(unquote(cells[0])) \(cells[1]) \(unquote(cells[2]))"
             })
         #expect(
-            listed == Self.expectedGrants,
-            "docs/security.md extra: \(listed.subtracting(Self.expectedGrants).sorted()), lacks: \(Self.expectedGrants.subtracting(listed).sorted())")
+            listed == GrantMatrix.expected,
+            "docs/security.md extra: \(listed.subtracting(GrantMatrix.expected).sorted()), lacks: \(GrantMatrix.expected.subtracting(listed).sorted())"
+        )
     }
 }

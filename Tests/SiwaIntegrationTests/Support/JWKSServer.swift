@@ -40,6 +40,8 @@ final class JWKSEndpoint: HTTPHandler {
         var cacheControl: String?
         /// Seconds to wait before answering (a hanging endpoint: longer than the fetch timeout).
         var delay: Double = 0
+        /// A `Date` header of the test's choosing (a server whose clock differs from ours).
+        var date: String?
     }
 
     let behavior: Mutex<Behavior>
@@ -60,6 +62,7 @@ final class JWKSEndpoint: HTTPHandler {
         let b = behavior.withLock { $0 }
         var headers = [HTTPHeader("Content-Type", "application/json")]
         if let cc = b.cacheControl { headers.append(HTTPHeader("Cache-Control", cc)) }
+        if let date = b.date { headers.append(HTTPHeader("Date", date)) }
         let response = HTTPResponse(status: b.status, headers: headers, body: Array(b.body.utf8))
         if b.delay > 0 {
             DispatchQueue.global().asyncAfter(deadline: .now() + b.delay) { responder.respond(response) }

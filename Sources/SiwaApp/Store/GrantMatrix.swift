@@ -1,0 +1,55 @@
+import SiwaPostgres
+
+/// What each role may do in schema `siwa`: the "Grants" table of docs/security.md, in one place.
+/// `doctor` compares the catalogs with it; `LeastPrivilegeTests` holds schema.sql and the table to it.
+public enum GrantMatrix {
+    /// siwa's group roles (NOLOGIN, members of none of each other).
+    public static let roles = ["siwa_receiver", "siwa_worker", "siwa_api", "siwa_dashboard"]
+
+    /// Each role's privileges, the allow-list: `role PRIVILEGE object`; a column grant names its
+    /// columns, `object(col,...)`; `PUBLIC` is everyone (nothing of siwa's); `MEMBER` a membership
+    /// between siwa's roles (none); `ATTRIBUTE` a role attribute (LOGIN, SUPERUSER, ...: none).
+    public static let expected: Set<String> = [
+        "siwa_api USAGE schema siwa", "siwa_api EXECUTE store_apple_token", "siwa_api EXECUTE map_transfer",
+        "siwa_api INSERT revocations(apple_sub,ciphertext,client_id,key_id,reason)", "siwa_api SELECT backlog",
+        "siwa_dashboard USAGE schema siwa", "siwa_dashboard EXECUTE subject_hash",
+        "siwa_dashboard SELECT account_status_summary", "siwa_dashboard SELECT app_account_status_summary",
+        "siwa_dashboard SELECT backlog", "siwa_dashboard SELECT dead_forwards", "siwa_dashboard SELECT operator_actions",
+        "siwa_dashboard SELECT dead_letters",
+        "siwa_dashboard SELECT events_per_day", "siwa_dashboard SELECT forward_backlog",
+        "siwa_receiver USAGE schema siwa",
+        "siwa_receiver INSERT events(aud,claims,email,event_time,is_private_email,jti,status,sub,type)",
+        "siwa_receiver SELECT events(jti)", "siwa_receiver EXECUTE insert_events", "siwa_receiver SELECT backlog",
+        "siwa_receiver INSERT key_sets", "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
+        "siwa_worker USAGE schema siwa",
+        "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
+        "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
+        "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
+        "siwa_worker SELECT apple_tokens", "siwa_worker INSERT apple_tokens", "siwa_worker UPDATE apple_tokens",
+        "siwa_worker DELETE apple_tokens", "siwa_worker SELECT counts", "siwa_worker SELECT count_changes",
+        "siwa_worker SELECT events", "siwa_worker INSERT events", "siwa_worker UPDATE events", "siwa_worker DELETE events",
+        "siwa_worker SELECT event_queue", "siwa_worker UPDATE event_queue", "siwa_worker DELETE event_queue",
+        "siwa_worker SELECT forwards", "siwa_worker INSERT forwards", "siwa_worker UPDATE forwards",
+        "siwa_worker DELETE forwards", "siwa_worker SELECT forward_backlog", "siwa_worker SELECT dead_forwards",
+        "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
+        "siwa_worker SELECT revocations", "siwa_worker INSERT revocations", "siwa_worker UPDATE revocations",
+        "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
+        // Revocation proof and the user report.
+        "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
+        "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
+        "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
+        // The auth libraries' tokens adopted (their hash only).
+        "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
+    ]
+
+    /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read
+    /// from the catalogs as the login of `conninfo` (any login may read them).
+    public static func read(conninfo: String) throws -> Set<String> {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        return try read(on: c)
+    }
+
+    static func read(on c: PostgresConnection) throws(PostgresError) -> Set<String> {
+        Set(try c.rows(DoctorStatements.grants, roles))
+    }
+}

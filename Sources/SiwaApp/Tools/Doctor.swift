@@ -1,0 +1,109 @@
+import Foundation
+import Logging
+import SiwaCore
+import SiwaFetch
+import SiwaPostgres
+
+/// `siwa-notify doctor`: gathers the facts of a deployment as its configuration sees them — the
+/// catalogs as the configured login reads them, the credential files' modes, one fetch of
+/// Apple's key set — and lets `DoctorRules` decide (docs/configuration.md, "Commands").
+public enum Doctor {
+    /// Examines the deployment `config` describes, for `process`.
+    public static func examine(_ config: ServerConfiguration, process: DoctorProcess) -> DoctorReport {
+        var facts = DoctorFacts(
+            process: process, api: config.apiTokenFile != nil, conninfoOptions: nil, database: nil, databaseProblem: nil,
+            expectedGrants: GrantMatrix.expected, authLibraryProblem: nil, secretFiles: secretFiles(config),
+            adminListen: config.adminListen, keySet: keySet(url: config.jwksURL),
+            clockSkewAllowance: Double(VerificationPolicy(audiences: []).clockSkewSeconds))
+        if let url = config.databaseURL {
+            facts.conninfoOptions = PostgresConninfo.options(url) ?? [:]
+            do {
+                facts.database = try database(conninfo: url)
+            } catch {
+                facts.databaseProblem = "\(error)"
+            }
+            if facts.database != nil, process != .receive {
+                facts.authLibraryProblem = authLibraryProblem(config, conninfo: url)
+            }
+        }
+        return DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts))
+    }
+
+    /// The database's facts, read as the login of `conninfo` (on the connection `serve` would get).
+    static func database(conninfo: String) throws -> DoctorFacts.Database {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        guard let identity = try c.row(DoctorStatements.identity) else {
+            throw PostgresError(code: .unexpectedRow, serverMessage: "doctor: the login's role was not found")
+        }
+        return DoctorFacts.Database(
+            login: identity.login, superuser: identity.superuser, schemaOwner: identity.schemaOwner, ownsSchema: identity.ownsSchema,
+            publicSchemaWritable: try c.row(MigrationStatements.publicWritable) ?? false,
+            grants: try GrantMatrix.read(on: c), memberships: Set(try c.rows(DoctorStatements.memberships, GrantMatrix.roles)),
+            durability: try? DatabaseDurability.read(on: c))
+    }
+
+    /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it; nil when it passes (or no target).
+    static func authLibraryProblem(_ config: ServerConfiguration, conninfo: String) -> String? {
+        do {
+            _ = try AuthLibraryCheck.resolve(config.authLibraries, conninfo: conninfo)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    /// The files that hold credentials, with their permission bits (symbolic links followed, as
+    /// a mounted secret often is one).
+    static func secretFiles(_ config: ServerConfiguration) -> [DoctorFacts.SecretFile] {
+        var files: [(String, String)] = []
+        if let path = config.apiTokenFile { files.append(("SIWA_API_TOKEN_FILE", path)) }
+        if let api = config.appleAPI {
+            files.append(("SIWA_PRIVATE_KEY_FILE", api.privateKeyFile))
+            files += TokenVault.paths(api.tokenKeyFile).map { ("SIWA_TOKEN_KEY_FILE", $0) }
+        }
+        if let forwarding = config.forwarding { files.append(("SIWA_FORWARD_SECRET_FILE", forwarding.secretFile)) }
+        return files.map { variable, path in
+            var info = stat()
+            guard stat(path, &info) == 0 else {
+                return DoctorFacts.SecretFile(variable: variable, path: path, mode: nil, problem: String(cString: strerror(errno)))
+            }
+            return DoctorFacts.SecretFile(variable: variable, path: path, mode: UInt32(info.st_mode) & 0o777)
+        }
+    }
+
+    /// One fetch of the key set, as the key store fetches it: whether usable keys came back, and
+    /// the answer's `Date` against this machine's clock (taken halfway through the fetch).
+    static func keySet(url: String) -> DoctorFacts.KeySet {
+        Fetcher.initialize()
+        let before = Date()
+        let response: FetchResponse
+        do {
+            response = try Fetcher.perform(
+                FetchRequest(url: url, connectTimeout: 5, totalTimeout: 10, allowedSchemes: [FetchScheme(url: url) ?? .https]))
+        } catch {
+            return DoctorFacts.KeySet(url: Application.redacted(url), problem: "\(error)", skewSeconds: nil)
+        }
+        let middle = before.addingTimeInterval(Date().timeIntervalSince(before) / 2)
+        let skew = response.headers["date"].flatMap(httpDate).map { $0.timeIntervalSince(middle) }
+        var problem: String?
+        if response.status != 200 {
+            problem = "HTTP \(response.status)"
+        } else {
+            do {
+                _ = try KeyStore.parse(response.body, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
+            } catch {
+                problem = "\(error)"
+            }
+        }
+        return DoctorFacts.KeySet(url: Application.redacted(url), problem: problem, skewSeconds: skew)
+    }
+
+    /// An HTTP `Date` (IMF-fixdate, RFC 9110), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+    static func httpDate(_ text: String) -> Date? {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.date(from: text)
+    }
+}
