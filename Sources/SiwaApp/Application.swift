@@ -325,7 +325,8 @@ public final class Application: Sendable {
             conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginConsole)
         let console = ConsoleHandler(
             tokens: tokens, pool: pool, secureCookie: configuration.consoleSecureCookie, inAppDeletion: inAppDeletion,
-            forwarding: configuration.forwarding != nil, logger: logger)
+            forwarding: configuration.forwarding != nil, logger: logger,
+            doctor: DoctorWatch(configuration, process: roles == .all ? .serve : roles.contains(.receive) ? .receive : .work))
         try group.start(
             ClosureService(
                 "console", start: {},

@@ -25,11 +25,13 @@ public final class ConsoleHandler: Sendable {
     private let secureCookie: Bool?
     private let features: ConsolePages.Features
     private let logger: Logger
+    private let doctor: DoctorWatch?
 
     public init(
         tokens: APIHandler.Tokens, pool: PostgresPool, secureCookie: Bool?, inAppDeletion: Bool, forwarding: Bool,
-        logger: Logger, concurrency: Int = 4
+        logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil
     ) {
+        self.doctor = doctor
         self.tokens = tokens
         self.pool = pool
         self.secureCookie = secureCookie
@@ -139,7 +141,9 @@ public final class ConsoleHandler: Sendable {
         return try pool.withConnection(timeout: .seconds(5)) { c in
             switch path {
             case "/console", "/console/":
-                return Self.html(200, ConsolePages.overview(try ConsoleReads.overview(c), features: features, nav: context.nav("/console")))
+                return Self.html(
+                    200,
+                    ConsolePages.overview(try ConsoleReads.overview(c), features: features, nav: context.nav("/console"), doctor: doctor?.latest()))
             case "/console/events":
                 let filter = Self.eventFilter(context)
                 return Self.html(200, ConsolePages.events(try ConsoleReads.events(filter, c), filter: filter, nav: context.nav("/console/events")))

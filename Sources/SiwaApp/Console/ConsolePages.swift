@@ -67,7 +67,7 @@ enum ConsolePages {
 
     // MARK: Overview
 
-    static func overview(_ o: ConsoleReads.Overview, features: Features, nav: ConsoleHTML.Nav) -> String {
+    static func overview(_ o: ConsoleReads.Overview, features: Features, nav: ConsoleHTML.Nav, doctor: DoctorReport? = nil) -> String {
         let c = ConsoleHTML.count
         var body = "<section class=\"stats\">"
         body += ConsoleHTML.stat("Pending", c(o.backlog.pending), note: "waiting to be applied", tone: o.backlog.pending > 0 ? "info" : "")
@@ -82,7 +82,7 @@ enum ConsolePages {
             note: o.keySets.first?["fetched"].map { "fetched \($0) UTC" } ?? "never fetched",
             tone: keyAge == nil ? "bad" : "")
         body += durabilityStat(o.durability)
-        body += "</section>"
+        body += "</section>" + doctorCard(doctor)
 
         body += "<section class=\"charts\">"
         for chart in o.minuteCharts { body += chart.svg() }

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaFetch
 import SiwaPostgres
+import Synchronization
 
 /// `siwa-notify doctor`: gathers the facts of a deployment as its configuration sees them — the
 /// catalogs as the configured login reads them, the credential files' modes, one fetch of
@@ -105,5 +106,36 @@ public enum Doctor {
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
         return formatter.date(from: text)
+    }
+}
+
+/// The console's copy of `doctor`'s report: examined in the background, again once it is older
+/// than `maxAge` seconds, so that a page never waits on the key set's fetch or the catalogs.
+public final class DoctorWatch: Sendable {
+    private let examine: @Sendable () -> DoctorReport
+    private let maxAge: Double
+    private let state = Mutex<(report: DoctorReport?, at: Double, running: Bool)>((nil, 0, false))
+
+    public init(_ configuration: ServerConfiguration, process: DoctorProcess, maxAge: Double = 600) {
+        examine = { Doctor.examine(configuration, process: process) }
+        self.maxAge = maxAge
+    }
+
+    /// The latest report (nil until the first is done); a fresh one starts in the background
+    /// when it is due.
+    public func latest() -> DoctorReport? {
+        let now = Date().timeIntervalSince1970
+        let (report, due) = state.withLock { s -> (DoctorReport?, Bool) in
+            let due = !s.running && (s.report == nil || now - s.at >= maxAge)
+            if due { s.running = true }
+            return (s.report, due)
+        }
+        if due {
+            DispatchQueue.global().async { [self] in
+                let fresh = examine()
+                state.withLock { $0 = (fresh, Date().timeIntervalSince1970, false) }
+            }
+        }
+        return report
     }
 }
