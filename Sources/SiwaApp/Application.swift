@@ -12,9 +12,11 @@ import Synchronization
 /// reverse under one shutdown budget (`SIWA_SHUTDOWN_TIMEOUT`). `serve` runs both halves;
 /// `receive` and `work` run one each.
 ///
-/// Start order: (embedded database) → migration → admin listener → key set and its refresher →
-/// outbox writer → public listener → worker, its wake-up listener and retention. Stop is the
-/// reverse, after every service was told it is going (readiness off first).
+/// Start order: (embedded database) → migration → key set and its refresher → outbox writer →
+/// admin listener → public listener → worker, its wake-up listener and retention. Stop is the
+/// reverse, after every service was told it is going (readiness off first). Whatever can refuse
+/// the start (configuration, database, schema, keys and secret files, every target's check) is
+/// checked before the first listener binds: a refused start never accepted a connection.
 public final class Application: Sendable {
     public struct Roles: OptionSet, Sendable {
         public let rawValue: Int
@@ -194,6 +196,8 @@ public final class Application: Sendable {
         let adminListener = ListenerService(
             name: "admin listener", configuration: adminConfiguration,
             handler: admin, prepareToStop: { admin.startDraining() })
+        // The last checks that can refuse the start, before the first listener binds.
+        let work = try workTargets(conninfo: conninfo, apple: appleAPI)
         try startListener(adminListener, in: group)
         logger.info("admin listener up", metadata: ["address": "\(config.adminListen.host):\(adminListener.port ?? 0)"])
         if console != nil {
@@ -227,14 +231,14 @@ public final class Application: Sendable {
         }
 
         // 5. Worker, its wake-ups, retention (work role).
-        if roles.contains(.work) {
+        if let work {
             var workerOptions = options.worker
             workerOptions.retry.maxAttempts = config.maxAttempts
             workerOptions.statementTimeout = .seconds(config.workerStatementTimeout)
             workerOptions.lockTimeout = .seconds(config.workerLockTimeout)
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
-            workerOptions.authLibraries = try authLibraries(conninfo: conninfo, apple: appleAPI)
+            workerOptions.authLibraries = work.libraries
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let appleAPI {
@@ -248,7 +252,7 @@ public final class Application: Sendable {
                     conninfo: conninfo, days: config.retentionDays,
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
-            try startForwarding(conninfo: conninfo, in: group)
+            if let delivery = work.forwarding { try startForwarding(delivery, conninfo: conninfo, in: group) }
 
             // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
             if let appleAPI, config.reconcileEvery > 0 {
@@ -266,6 +270,27 @@ public final class Application: Sendable {
             }
         }
         return Running(conninfo: conninfo, services: group, publicListener: publicListener, adminListener: adminListener)
+    }
+
+    /// What the work role applies events to besides siwa's own tables.
+    struct WorkTargets {
+        var libraries: AuthLibraryTargets
+        /// `SIWA_FORWARD_URL` with its secrets read, when forwarding is on.
+        var forwarding: ForwardDelivery?
+    }
+
+    /// The work role's targets, each checked (nil without the work role); the first that fails
+    /// stops the start with its one line.
+    private func workTargets(conninfo: String, apple: AppleAPICredentials?) throws -> WorkTargets? {
+        guard roles.contains(.work) else { return nil }
+        let libraries = try authLibraries(conninfo: conninfo, apple: apple)
+        guard let forwarding = configuration.forwarding else { return WorkTargets(libraries: libraries) }
+        do {
+            let delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
+            return WorkTargets(libraries: libraries, forwarding: delivery)
+        } catch {
+            throw StartError(description: "\(error)")
+        }
     }
 
     /// `SIWA_APPLY_TO`'s targets, checked with the worker's role: a missing table, column,
@@ -358,14 +383,8 @@ public final class Application: Sendable {
 
     /// Forwarding (README "Forwarding to your app", work role, when `SIWA_FORWARD_URL` is set): the sender and its
     /// NOTIFY wake-ups. Started after the worker, so stopped before it.
-    private func startForwarding(conninfo: String, in group: ServiceGroup) throws {
+    private func startForwarding(_ delivery: ForwardDelivery, conninfo: String, in group: ServiceGroup) throws {
         guard let forwarding = configuration.forwarding else { return }
-        let delivery: ForwardDelivery
-        do {
-            delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
-        } catch {
-            throw StartError(description: "\(error)")
-        }
         let sender = ForwardSender(
             conninfo: conninfo, delivery: delivery, retryFor: Double(forwarding.retryForSeconds), options: options.forwarding,
             logger: logger, metrics: metrics)

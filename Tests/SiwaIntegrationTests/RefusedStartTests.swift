@@ -1,0 +1,99 @@
+import Foundation
+import SiwaCore
+import Synchronization
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A start the configuration, the database or a target's check refuses leaves nothing listening:
+/// the real binary, with a client that keeps trying both configured ports while it starts and
+/// exits (a load balancer must never see a port that answers and then goes).
+@Suite("Refused start", .serialized, .needsDatabase)
+struct RefusedStartTests {
+    struct Outcome {
+        var status: Int32
+        var log: String
+        /// The ports a connection was accepted on while the process ran.
+        var connected: Set<UInt16>
+        var exited: Bool
+        /// The process's last stderr line (ArgumentParser's `Error: ...`).
+        var lastLine: String { log.split(separator: "\n").last.map(String.init) ?? "" }
+    }
+
+    /// `siwa-notify serve` with `environment` on two configured loopback ports, tried for a
+    /// connection from before it runs until it has exited (60 s at most).
+    static func serve(_ environment: [String: String]) throws -> Outcome {
+        let ports = [ServerProcess.freePort(), ServerProcess.freePort()]
+        let base = [
+            "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file:///nonexistent/siwa-jwks.json",
+            "SIWA_LISTEN": "127.0.0.1:\(ports[0])", "SIWA_ADMIN_LISTEN": "127.0.0.1:\(ports[1])", "SIWA_LOG_LEVEL": "info",
+        ]
+        let server = try ServerProcess(["serve"], environment: base.merging(environment) { _, new in new })
+        var connected = Set<UInt16>()
+        // Every millisecond: a listener that is up for a few milliseconds is seen.
+        let deadline = Date().addingTimeInterval(60)
+        var exited = false
+        while !exited && Date() < deadline {
+            exited = !server.process.isRunning
+            for port in ports {
+                if let fd = try? RawHTTP(port: port).connect() {
+                    close(fd)
+                    connected.insert(port)
+                }
+            }
+            usleep(1000)
+        }
+        if !exited { server.kill9() }
+        server.process.waitUntilExit()
+        return Outcome(status: server.process.terminationStatus, log: server.log, connected: connected, exited: exited)
+    }
+
+    static func expectRefused(_ outcome: Outcome, naming expected: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(outcome.exited, "still running after 60 s: \(outcome.log)", sourceLocation: sourceLocation)
+        #expect(outcome.status != 0, "\(outcome.log)", sourceLocation: sourceLocation)
+        #expect(outcome.lastLine.contains(expected), "last line: \(outcome.lastLine)", sourceLocation: sourceLocation)
+        #expect(outcome.connected.isEmpty, "a refused start accepted connections on \(outcome.connected.sorted())", sourceLocation: sourceLocation)
+        let listened = ["admin listener up", "receiving notifications"].filter { outcome.log.contains($0) }
+        #expect(listened.isEmpty, "a refused start logged \(listened)", sourceLocation: sourceLocation)
+    }
+
+    @Test("a bad variable: one line naming it, no port opened")
+    func badVariable() throws {
+        let outcome = try Self.serve(["SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_MAX_BODY": "lots"])
+        Self.expectRefused(outcome, naming: "SIWA_MAX_BODY")
+    }
+
+    @Test("an unreachable database: one line saying so, no port opened")
+    func unreachableDatabase() throws {
+        // A loopback port nothing listens on: refused at once.
+        let url = "host=127.0.0.1 port=\(ServerProcess.freePort()) user=siwa dbname=siwa connect_timeout=5"
+        let outcome = try Self.serve(["SIWA_DATABASE_URL": url])
+        Self.expectRefused(outcome, naming: "cannot prepare the database")
+    }
+
+    @Test("an auth library's failed check (Better Auth without its index): its line, no port opened")
+    func authLibraryCheck() throws {
+        let db = try AuthLibraryDatabase(schema: AuthLibrarySchemas.betterAuth, config: AuthLibraryTests.config(.betterAuth))
+        let outcome = try Self.serve(["SIWA_DATABASE_URL": db.url, "SIWA_APPLY_TO": "better-auth"])
+        Self.expectRefused(outcome, naming: "SIWA_APPLY_TO=better-auth: no index on account")
+    }
+
+    @Test("an unreadable forwarding secret file: its line, no port opened")
+    func forwardingSecret() throws {
+        let outcome = try Self.serve([
+            "SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_FORWARD_URL": "http://127.0.0.1:9/hook",
+            "SIWA_FORWARD_SECRET_FILE": "/nonexistent/siwa-forward-secret",
+        ])
+        Self.expectRefused(outcome, naming: "SIWA_FORWARD_SECRET_FILE: cannot read")
+    }
+
+    @Test("an unreadable API token file: its line, no port opened")
+    func apiTokenFile() throws {
+        let outcome = try Self.serve([
+            "SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_API_TOKEN_FILE": "/nonexistent/siwa-api-tokens",
+        ])
+        Self.expectRefused(outcome, naming: "SIWA_API_TOKEN_FILE")
+    }
+}
