@@ -5,15 +5,15 @@
     presign.py sign CACHE_DIR KIND COUNT      -> prints the path of a bodies file, one HTTP body a line:
                                                  {"payload":"<compact RS256 JWS>"}
     presign.py sign-once CACHE_DIR KIND COUNT -> the same, never re-signed for its age: the caller runs
-                                                 the server at the bodies' own time (bench.py burst)
+                                                 the server at the bodies' own time (the burst mode)
 
 Bodies are cached per key (CACHE_DIR/<key fingerprint>/<kind>-<count>.bodies, with a .json of when
 they were signed) and re-signed when older than MAX_AGE (the tokens carry exp = iat + 86400),
 except with sign-once. Every token has a unique `jti` (22 base64url
 characters) and a unique (sub, type, event_time) triple; KIND prefixes the sub, so bodies of
 different kinds never collide in one database. KIND `burst<N>`: every type, most for the N users
-that bench.py's burst mode preloads (see burst_event). Signing runs on a multiprocessing pool (2 processes
-by default, BENCH_SIGN_PROCS).
+that the burst mode (siwabench/burst.py) preloads (see burst_event). Signing runs on a
+multiprocessing pool (2 processes by default, BENCH_SIGN_PROCS).
 """
 import base64
 import hashlib
@@ -97,7 +97,7 @@ BURST_TYPES = ["consent-revoked", "email-disabled", "email-enabled", "account-de
 
 
 def bench_sub(a: int) -> str:
-    """The sub of bench account `a` (bench.py SCALE_FUNCTIONS' public.bench_sub(a, ''))."""
+    """The sub of bench account `a` (siwabench/dataset.py SCALE_FUNCTIONS' public.bench_sub(a, ''))."""
     head = f"{a:06d}" if a < 1000000 else str(a)
     return f"{head}.{hashlib.md5(str(a).encode()).hexdigest()}.{a % 10000:04d}"
 
