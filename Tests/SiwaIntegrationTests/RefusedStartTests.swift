@@ -89,6 +89,15 @@ struct RefusedStartTests {
         Self.expectRefused(outcome, naming: "SIWA_FORWARD_SECRET_FILE: cannot read")
     }
 
+    @Test("an unreadable Apple private key (in-app deletion): its line, no port opened")
+    func applePrivateKey() throws {
+        let outcome = try Self.serve([
+            "SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_TEAM_ID": "TEAM000000", "SIWA_KEY_ID": "KEY0000000",
+            "SIWA_PRIVATE_KEY_FILE": "/nonexistent/siwa-apple-key.p8", "SIWA_TOKEN_KEY_FILE": "/nonexistent/siwa-token-key",
+        ])
+        Self.expectRefused(outcome, naming: "SIWA_PRIVATE_KEY_FILE")
+    }
+
     @Test("an unreadable API token file: its line, no port opened")
     func apiTokenFile() throws {
         let outcome = try Self.serve([
