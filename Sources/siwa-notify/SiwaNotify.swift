@@ -8,6 +8,7 @@ struct SiwaNotify: ParsableCommand {
         subcommands: [
             Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, DeleteUser.self,
             Revoke.self, UserReportCommand.self, Rekey.self, DevAppleCommand.self, ForwardTest.self, TransferCommand.self,
+            ConsoleOperatorCommand.self,
         ],
         defaultSubcommand: Serve.self
     )
