@@ -36,6 +36,10 @@ struct ConsoleOperatorCommandTests {
             #expect(invalid.status != 0 && invalid.output.contains("lowercase letters, digits"), "\(bad): \(invalid.output)")
         }
         #expect(try harness.scalar("SELECT count(*) FROM siwa.console_operators") == "1")
+        // The table holds the same rule for a row written by hand.
+        #expect(throws: (any Error).self) {
+            try harness.query("INSERT INTO siwa.console_operators (name, token_hash) VALUES ('Bad Name', 'x')")
+        }
         _ = try run(["add", "bob"])
 
         let before = try run(["list"])
