@@ -41,9 +41,9 @@ enum ConsoleOperatorStatements {
         WITH gone AS (DELETE FROM siwa.console_operators WHERE name = $1 RETURNING id)
         SELECT (SELECT count(*) FROM gone) AS removed,
                (SELECT count(*) FROM siwa.console_sessions s JOIN gone ON s.operator_id = gone.id
-                WHERE s.ended_at IS NULL AND s.last_seen_at > now() - interval '8 hours') AS open
+                WHERE s.ended_at IS NULL AND s.last_seen_at >= now() - $2::float8 * interval '1 second') AS open
         """,
-        bind: { [$0] },
+        bind: { [$0, String(ConsoleSecurity.idleLimitSeconds)] },
         decode: { row throws(PostgresError) in Removed(removed: try row.int("removed") > 0, openSessions: try row.int("open")) })
 
     struct Found: Equatable {
