@@ -809,11 +809,11 @@ CREATE TABLE IF NOT EXISTS siwa.console_sessions (
     created_at        timestamptz NOT NULL DEFAULT now(),
     last_seen_at      timestamptz NOT NULL DEFAULT now(),
     ended_at          timestamptz,
-    operator_id       bigint      NOT NULL REFERENCES siwa.console_operators (id) ON DELETE CASCADE,
+    operator_id       bigint      NOT NULL,                -- its operator (the foreign key below)
     operator          text        NOT NULL
 );
 -- Sessions opened before operators existed were signed in with an API token, which no longer
--- opens the console: they end here.
+-- opens the console: they end here. A session goes with its operator (`operator remove`).
 ALTER TABLE siwa.console_sessions ADD COLUMN IF NOT EXISTS operator_id bigint;
 ALTER TABLE siwa.console_sessions ADD COLUMN IF NOT EXISTS operator text;
 DO $$
