@@ -187,7 +187,7 @@ public final class Application: Sendable {
         let tokens = try apiTokens()
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
-        let console = try consoleHandler(tokens: tokens, conninfo: conninfo, inAppDeletion: appleAPI != nil, group: group)
+        let console = try consoleHandler(apiOn: tokens != nil, conninfo: conninfo, inAppDeletion: appleAPI != nil, group: group)
         let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api, console: console)
         var adminConfiguration = listenerConfiguration(config.adminListen, threads: 2)
         adminConfiguration.keptHeaders = ConsoleHandler.keptHeaders
@@ -342,15 +342,16 @@ public final class Application: Sendable {
         }
     }
 
-    /// The operator console (README "Console"), with the API only: its own small pool, stopped
-    /// after its pages in flight have answered.
-    private func consoleHandler(tokens: APIHandler.Tokens?, conninfo: String, inAppDeletion: Bool, group: ServiceGroup) throws -> ConsoleHandler? {
-        guard let tokens else { return nil }
+    /// The operator console (README "Console"), with the API only (its tokens do not open it:
+    /// operators sign in with their own): its own small pool, stopped after its pages in flight
+    /// have answered.
+    private func consoleHandler(apiOn: Bool, conninfo: String, inAppDeletion: Bool, group: ServiceGroup) throws -> ConsoleHandler? {
+        guard apiOn else { return nil }
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginConsole)
         let console = ConsoleHandler(
-            tokens: tokens, pool: pool, secureCookie: configuration.consoleSecureCookie, inAppDeletion: inAppDeletion,
-            forwarding: configuration.forwarding != nil, logger: logger,
+            pool: pool, secureCookie: configuration.consoleSecureCookie, trustedProxies: configuration.trustedProxies,
+            inAppDeletion: inAppDeletion, forwarding: configuration.forwarding != nil, logger: logger,
             doctor: DoctorWatch(configuration, process: roles == .all ? .serve : roles.contains(.receive) ? .receive : .work))
         try group.start(
             ClosureService(

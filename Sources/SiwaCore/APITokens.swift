@@ -58,12 +58,6 @@ public struct APITokens: Sendable, Equatable {
         return admitted
     }
 
-    /// `fingerprint` of every configured token (a console session ends when its token's
-    /// fingerprint is no longer among them).
-    public func fingerprints(_ fingerprint: ([UInt8]) -> String) -> Set<String> {
-        Set(tokens.map(fingerprint))
-    }
-
     /// Compares every byte position up to the longer length; a length difference counts too.
     static func constantTimeEquals(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         var difference = UInt(bitPattern: a.count ^ b.count)

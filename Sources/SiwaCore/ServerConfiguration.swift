@@ -67,6 +67,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_CONSOLE_SECURE_COOKIE` (`true`/`false`): the console cookie's `Secure` flag; nil
     /// (default): set when the request came over HTTPS.
     public var consoleSecureCookie: Bool? = nil
+    /// `SIWA_TRUSTED_PROXIES`: proxies whose `X-Forwarded-For` the console believes for a
+    /// sign-in's client address (IPs or CIDR blocks). Default none: the TCP peer.
+    public var trustedProxies = TrustedProxies.none
     /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
     public var revokeRetryFor: Int
     /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
@@ -88,7 +91,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_WORKER_CONNECTIONS", "SIWA_SHUTDOWN_TIMEOUT", "SIWA_TEAM_ID", "SIWA_KEY_ID", "SIWA_PRIVATE_KEY_FILE", "SIWA_TOKEN_KEY_FILE",
             "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
             "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
-            "SIWA_RECONCILE_EVERY", "SIWA_CONSOLE_SECURE_COOKIE",
+            "SIWA_RECONCILE_EVERY", "SIWA_CONSOLE_SECURE_COOKIE", "SIWA_TRUSTED_PROXIES",
         ] + AuthLibraryConfiguration.variables
 
     /// Audience always accepted in dev mode.
@@ -241,6 +244,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             default: throw ConfigurationError(variable: "SIWA_CONSOLE_SECURE_COOKIE", problem: "must be true or false")
             }
         }
+        config.trustedProxies = try TrustedProxies.parse(value("SIWA_TRUSTED_PROXIES") ?? "")
         config.revokeRetryFor = try Self.duration(
             "SIWA_REVOKE_RETRY_FOR", value("SIWA_REVOKE_RETRY_FOR"), range: 60...(365 * 86_400), default: config.revokeRetryFor)
         config.forwarding = try ForwardingConfiguration.load(value)

@@ -64,6 +64,8 @@ struct ConfigurationOptions: ParsableArguments {
     var apiConcurrency: String?
     @Option(name: .customLong("console-secure-cookie"), help: "The console cookie's Secure flag, true/false (SIWA_CONSOLE_SECURE_COOKIE).")
     var consoleSecureCookie: String?
+    @Option(name: .customLong("trusted-proxies"), help: "Proxies whose X-Forwarded-For the console believes: IPs or CIDRs (SIWA_TRUSTED_PROXIES).")
+    var trustedProxies: String?
     @Option(name: .customLong("revoke-retry-for"), help: "How long a revocation at Apple is retried, e.g. 7d (SIWA_REVOKE_RETRY_FOR, default 7d).")
     var revokeRetryFor: String?
     @Option(
@@ -117,6 +119,7 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_API_TOKEN_FILE"] = apiTokenFile
         o["SIWA_API_CONCURRENCY"] = apiConcurrency
         o["SIWA_CONSOLE_SECURE_COOKIE"] = consoleSecureCookie
+        o["SIWA_TRUSTED_PROXIES"] = trustedProxies
         o["SIWA_REVOKE_RETRY_FOR"] = revokeRetryFor
         o["SIWA_FORWARD_URL"] = forwardURL
         o["SIWA_FORWARD_SECRET_FILE"] = forwardSecretFile

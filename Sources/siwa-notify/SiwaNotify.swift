@@ -9,6 +9,7 @@ struct SiwaNotify: ParsableCommand {
             Serve.self, Receive.self, Work.self, Migrate.self, Simulate.self, Inspect.self, Replay.self, Status.self, DeleteUser.self,
             Revoke.self, UserReportCommand.self, Rekey.self, DevAppleCommand.self, ForwardTest.self, TransferCommand.self,
             DoctorCommand.self,
+            ConsoleOperatorCommand.self,
         ],
         defaultSubcommand: Serve.self
     )

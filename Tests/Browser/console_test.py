@@ -2,10 +2,11 @@
 """The operator console in a real browser (headless Chromium through selenium).
 
 Starts `siwa-notify serve --dev` (embedded PostgreSQL in a temporary directory, an API token
-file), sends notifications with `simulate`, and drives the console as an operator would:
-sign in (a wrong token refused first), the overview's numbers against SQL, a dead letter
+file), adds a named operator with `operator add`, sends notifications with `simulate`, and
+drives the console as that operator would: sign in (the API token and a wrong token refused
+first), the overview's numbers against SQL, its automatic refresh leaving the idle clock alone, a dead letter
 replayed and applied, a user found by the hash of their sub and deleted after typing the sub
-again, the deletion in the audit trail, a cross-site form post refused, sign-out ending the
+again, the deletion in the audit trail under the operator's name, a cross-site form post refused, sign-out ending the
 session, the pages with JavaScript off (listing and replaying), and no error in the browser's
 console. A screenshot of each page goes to test-artifacts/console/.
 
@@ -31,6 +32,7 @@ from selenium.webdriver.common.by import By
 BINARY = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/siwa-notify")
 ARTIFACTS = os.path.abspath("test-artifacts/console")
 TOKEN = "console_browser_" + hashlib.sha256(os.urandom(16)).hexdigest()[:24]
+OPERATOR = "jane.doe"
 CHECKS = []
 
 
@@ -78,6 +80,9 @@ class Server:
         self.base = f"http://127.0.0.1:{self.admin}"
         eventually(self.up, 120, "the server to start")
         self.conninfo = f"host={directory}/postgres/run port=5432 user=postgres dbname=postgres"
+        out = subprocess.run([BINARY, "operator", "add", OPERATOR], env=env, capture_output=True, text=True)
+        check(out.returncode == 0 and out.stdout.startswith("siwa_console_"), f"operator add {OPERATOR} prints a token")
+        self.operator_token = out.stdout.strip()
 
     def up(self):
         if self.process.poll() is not None:
@@ -132,12 +137,13 @@ def console_errors(driver):
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
-def sign_in(driver, server, token):
+def sign_in(driver, server, token, name=OPERATOR):
     driver.get(server.base + "/console")
     check(driver.current_url.endswith("/console/sign-in"), "signed out: /console leads to the sign-in form")
-    box = driver.find_element(By.NAME, "token")
-    box.clear()
-    box.send_keys(token)
+    for field, value in (("operator", name), ("token", token)):
+        box = driver.find_element(By.NAME, field)
+        box.clear()
+        box.send_keys(value)
     driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
     eventually(lambda: driver.execute_script("return document.readyState") == "complete", 15, "the page after sign-in")
 
@@ -215,15 +221,18 @@ def main():
         dead2 = server.sql("SELECT id FROM siwa.events WHERE sub = '000739.browser.dead2'")
 
         driver = browser()
-        # A wrong token: one generic refusal, no session.
+        # The API's token and a wrong one: one generic refusal, no session.
+        sign_in(driver, server, TOKEN)
+        check(shows(driver, "Sign-in refused."), "the API token does not open the console")
         sign_in(driver, server, "not-the-token-0123456789")
         check(shows(driver, "Sign-in refused."), "a wrong token is refused")
         check(driver.get_cookie("siwa_console") is None, "no session cookie after a refusal")
         shot(driver, "sign-in-refused")
         driver.get_log("browser")  # the 401 itself is logged by the browser: expected here
 
-        sign_in(driver, server, TOKEN)
+        sign_in(driver, server, server.operator_token)
         check(at(driver, "/console"), "signed in: the overview")
+        check(driver.find_element(By.CSS_SELECTOR, "header .who span").text == OPERATOR, "the header names the operator")
         cookie = driver.get_cookie("siwa_console")
         check(cookie and cookie["httpOnly"] and cookie.get("sameSite") == "Strict" and cookie["path"] == "/console",
               "session cookie HttpOnly, SameSite=Strict, Path=/console")
@@ -235,6 +244,16 @@ def main():
         check(len(driver.find_elements(By.CSS_SELECTOR, "figure.chart svg")) == 4, "four server-drawn charts")
         check("events/min" in driver.page_source and "events/h" in driver.page_source, "charts carry their units")
         shot(driver, "overview")
+
+        # The overview refreshes itself every 15 s without counting as activity: the idle clock
+        # set an hour back stays there once the page has been replaced by a refresh.
+        server.sql("UPDATE siwa.console_sessions SET last_seen_at = now() - interval '1 hour' WHERE ended_at IS NULL")
+        driver.execute_script("document.querySelector('main').dataset.before = 'refresh'")
+        eventually(lambda: driver.execute_script("return document.querySelector('main').dataset.before") is None, 25,
+                   "the overview's automatic refresh")
+        check(stat(driver, "dead") == dead, "the refreshed overview shows the numbers")
+        check(server.sql("SELECT bool_and(last_seen_at < now() - interval '59 minutes') FROM siwa.console_sessions "
+                         "WHERE ended_at IS NULL") == "t", "the automatic refresh did not reset the idle clock")
 
         driver.get(server.base + "/console/events")
         check("email-disabled" in text(driver), "events listed")
@@ -272,6 +291,9 @@ def main():
         driver.get(server.base + "/console/audit")
         check("delete-user" in text(driver) and "user:" + sub_hash(victim) in text(driver), "the deletion is in the audit trail")
         check(victim not in driver.page_source, "the audit trail names the user by hash only")
+        check(OPERATOR in text(driver), "the audit trail names the operator")
+        check(server.sql("SELECT operator FROM siwa.operator_actions WHERE action = 'delete-user'") == OPERATOR,
+              "the deletion's audit row names the operator")
 
         driver.get(server.base + "/console/sync")
         check("App transfer" in text(driver), "reconciliation and transfer page")
@@ -304,7 +326,7 @@ def main():
 
         # JavaScript off: still lists and replays.
         nojs = browser(javascript=False)
-        sign_in(nojs, server, TOKEN)
+        sign_in(nojs, server, server.operator_token)
         nojs.get(server.base + "/console/failures")
         check(f"/console/events/{dead2}" in nojs.page_source, "JS off: dead letters listed")
         nojs.find_element(By.CSS_SELECTOR, f"input[type=checkbox][value='{dead2}']").click()

@@ -71,37 +71,74 @@ struct ConsoleUnitTests {
         #expect(!ConsoleSecurity.csrfMatches(presented: "", session: a))
     }
 
-    @Test("a session ends when signed out, after 8 h idle, or when its token leaves the file")
+    @Test("a session ends when signed out or after 8 h idle")
     func sessionRules() {
-        let fp = "sha256:0123456789abcdef"
         let now = 1_800_000_000.0
-        func state(_ ended: Double?, _ seen: Double, _ current: Set<String> = [fp]) -> ConsoleSecurity.SessionState {
-            ConsoleSecurity.sessionState(endedAt: ended, lastSeenAt: seen, now: now, fingerprint: fp, currentFingerprints: current)
+        func state(_ ended: Double?, _ seen: Double) -> ConsoleSecurity.SessionState {
+            ConsoleSecurity.sessionState(endedAt: ended, lastSeenAt: seen, now: now)
         }
         #expect(state(nil, now - 60) == .live)
         #expect(state(nil, now - 8 * 3600) == .live)
         #expect(state(nil, now - 8 * 3600 - 1) == .expired)
         #expect(state(now - 10, now - 60) == .ended)
-        #expect(state(nil, now - 60, ["sha256:ffffffffffffffff"]) == .tokenRemoved)
-        #expect(ConsoleSecurity.fingerprint(ofAPIToken: "secret-token-0123456789").hasPrefix("sha256:"))
-        #expect(!ConsoleSecurity.fingerprint(ofAPIToken: "secret-token-0123456789").contains("secret"))
     }
 
-    @Test("sign-in attempts: 10 per address in 5 minutes, then refused until the window passes; other addresses unaffected")
+    @Test("operator tokens: random, recognisable, stored and fingerprinted by hash only, compared whole")
+    func operatorTokens() {
+        let token = ConsoleSecurity.newOperatorToken()
+        #expect(token.hasPrefix("siwa_console_") && token.count == "siwa_console_".count + 64)
+        #expect(token != ConsoleSecurity.newOperatorToken())
+        let stored = ConsoleSecurity.storedHash(ofOperatorToken: token)
+        #expect(stored.count == 64 && !stored.contains(token) && stored != ConsoleSecurity.storedHash(ofSession: token))
+        #expect(ConsoleSecurity.operatorTokenMatches(presented: token, stored: stored))
+        #expect(!ConsoleSecurity.operatorTokenMatches(presented: String(token.dropLast()), stored: stored))
+        #expect(!ConsoleSecurity.operatorTokenMatches(presented: token + "0", stored: stored))
+        #expect(!ConsoleSecurity.operatorTokenMatches(presented: "", stored: stored))
+        let fingerprint = ConsoleSecurity.fingerprint(ofToken: token)
+        #expect(fingerprint.hasPrefix("sha256:") && fingerprint.count == 23 && !token.contains(fingerprint.dropFirst(7)))
+    }
+
+    @Test("operator names: 1-63 of a-z 0-9 . _ -, starting with a letter or digit")
+    func operatorNames() {
+        for good in ["alice", "jane.doe", "on-call_2", "0", String(repeating: "a", count: 63)] {
+            #expect(ConsoleSecurity.isValidOperatorName(good), "\(good)")
+        }
+        for bad in ["", "Alice", ".hidden", "-x", "_x", "a b", "a/b", "a@b", "é", "a\n", String(repeating: "a", count: 64)] {
+            #expect(!ConsoleSecurity.isValidOperatorName(bad), "\(bad)")
+        }
+    }
+
+    @Test("sign-in attempts: 10 per key in 5 minutes, then refused until the window passes; every key of an attempt counts")
     func limiter() {
         var limiter = SignInLimiter()
         var admitted: [Bool] = []
-        for i in 0..<10 { admitted.append(limiter.admit("10.0.0.1", now: 1000 + Double(i))) }
+        for i in 0..<10 { admitted.append(limiter.admit(["address:10.0.0.1"], now: 1000 + Double(i))) }
         #expect(admitted == Array(repeating: true, count: 10))
-        let eleventh = limiter.admit("10.0.0.1", now: 1010)
+        let eleventh = limiter.admit(["address:10.0.0.1"], now: 1010)
         #expect(!eleventh)
-        #expect(limiter.retryAfter("10.0.0.1", now: 1010) == 290)
-        let other = limiter.admit("10.0.0.2", now: 1010)
+        #expect(limiter.retryAfter(["address:10.0.0.1"], now: 1010) == 290)
+        let other = limiter.admit(["address:10.0.0.2"], now: 1010)
         #expect(other)
-        let later = limiter.admit("10.0.0.1", now: 1300)
+        let later = limiter.admit(["address:10.0.0.1"], now: 1300)
         #expect(later, "the first attempt left the window")
-        let again = limiter.admit("10.0.0.1", now: 1300.5)
+        let again = limiter.admit(["address:10.0.0.1"], now: 1300.5)
         #expect(!again)
+
+        // An operator's name counts across addresses; a refused attempt is recorded under no key.
+        var named = SignInLimiter()
+        for i in 0..<10 { _ = named.admit(["address:10.0.1.\(i)", "operator:alice"], now: 1000) }
+        let alice = named.admit(["address:10.0.2.1", "operator:alice"], now: 1001)
+        #expect(!alice)
+        #expect(named.retryAfter(["address:10.0.2.1", "operator:alice"], now: 1001) == 299)
+        let bob = named.admit(["address:10.0.2.1", "operator:bob"], now: 1001)
+        #expect(bob, "the refused attempt was not counted against its address")
+    }
+
+    @Test("the overview's automatic refresh is marked with the header the handler recognises")
+    func refreshMarked() {
+        #expect(ConsoleAssets.js.contains("\"\(ConsoleHandler.refreshHeader)\": \"1\""))
+        #expect(!ConsoleAssets.js.contains("location.reload"))
+        #expect(ConsoleHandler.keptHeaders.contains(ConsoleHandler.refreshHeader))
     }
 
     @Test("chart: ticks of 1/2/5 × 10ⁿ, axes with the unit, names escaped, a stable color per type")
@@ -125,7 +162,7 @@ struct ConsoleUnitTests {
 
     @Test("pages: the user page masks emails unless revealed, escapes what the database holds, and asks for the sub again")
     func userPage() {
-        let nav = ConsoleHTML.Nav(csrf: "c5rf", fingerprint: "sha256:1", current: "/console/users")
+        let nav = ConsoleHTML.Nav(csrf: "c5rf", operatorName: "alice", current: "/console/users")
         let user = ConsolePages.User(
             sub: "000739.<x>",
             account: ConsoleRow(values: ["apple_sub": "000739.<x>", "status": "active", "email": "jane@privaterelay.appleid.com"]),

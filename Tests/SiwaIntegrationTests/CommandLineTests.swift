@@ -103,6 +103,12 @@ struct CommandLineTests {
         let missing = try Self.run(["serve"], environment: ["SIWA_AUDIENCES": ""])
         #expect(missing.status != 0)
         #expect(missing.output.contains("SIWA_AUDIENCES"))
+        for proxies in [["SIWA_TRUSTED_PROXIES": "10.0.0.0/40"], [:]] {
+            let flag = proxies.isEmpty ? ["--trusted-proxies", "proxy.internal"] : []
+            let bad = try Self.run(["serve"] + flag, environment: proxies.merging(["SIWA_AUDIENCES": "com.example.app"]) { a, _ in a })
+            #expect(bad.status != 0 && bad.output.contains("SIWA_TRUSTED_PROXIES"), "\(bad.output)")
+            #expect(bad.output.split(separator: "\n").count == 1, "\(bad.output)")
+        }
     }
 
     @Test("serve --dev with SIWA_DATABASE_URL (environment or flag) exits non-zero with one line naming it")
@@ -121,7 +127,7 @@ struct CommandLineTests {
     func help() throws {
         for command in [
             [], ["serve"], ["receive"], ["work"], ["migrate"], ["simulate"], ["inspect"], ["replay"], ["status"], ["rekey"],
-            ["delete-user"], ["revoke"], ["user-report"],
+            ["delete-user"], ["revoke"], ["user-report"], ["operator"], ["operator", "add"], ["operator", "list"], ["operator", "remove"],
         ] {
             let result = try Self.run(command + ["--help"], environment: [:])
             #expect(result.status == 0, "\(command)")

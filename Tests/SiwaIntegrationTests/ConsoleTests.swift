@@ -4,9 +4,9 @@ import SiwaCore
 import SiwaCrypto
 import Testing
 
-/// The operator console over real HTTP (README "Console"): sign-in, the cookie, sessions in
-/// PostgreSQL, CSRF and same-origin refusals, the rate limit, every page with data, and the
-/// audit trail of each action.
+/// The operator console over real HTTP (README "Console"): a named operator's sign-in, the
+/// cookie, sessions in PostgreSQL, CSRF and same-origin refusals, the rate limits, every page
+/// with data, and the audit trail of each action naming its operator.
 @Suite(
     "Operator console", .serialized,
     .needsDatabase)
@@ -58,9 +58,9 @@ struct ConsoleTests {
             return try request("POST", path, body: FormURLEncoding.encode(fields), headers: headers)
         }
 
-        /// Signs in with `token`; keeps the cookie.
-        mutating func signIn(_ token: String, extra: [String] = []) throws -> Reply {
-            let reply = try post("/console/sign-in", [("token", token)], extra: extra)
+        /// Signs in as `name` with `token`; keeps the cookie.
+        mutating func signIn(_ name: String, _ token: String, extra: [String] = []) throws -> Reply {
+            let reply = try post("/console/sign-in", [("operator", name), ("token", token)], extra: extra)
             if let set = reply.header("Set-Cookie"), let value = set.split(separator: ";").first?.split(separator: "=", maxSplits: 1).last {
                 cookie = String(value)
             }
@@ -73,6 +73,19 @@ struct ConsoleTests {
 
     static func client(_ harness: DeletionHarness) -> Client { Client(port: harness.app.adminPort ?? 0) }
 
+    /// A new operator of the harness's database: their token.
+    static func add(_ harness: DeletionHarness, _ name: String = "alice") throws -> String {
+        try ConsoleOperators.add(name: name, conninfo: harness.conninfo)
+    }
+
+    /// A client signed in as a new operator `name`.
+    static func signedIn(_ harness: DeletionHarness, _ name: String = "alice") throws -> Client {
+        var client = client(harness)
+        let reply = try client.signIn(name, try add(harness, name))
+        #expect(reply.status == 303 && client.cookie != nil, "signed in as \(name)")
+        return client
+    }
+
     @Test("off without the API: every console path answers 404")
     func offWithoutAPI() throws {
         let harness = try TestHarness()
@@ -84,53 +97,109 @@ struct ConsoleTests {
         #expect(try client.get("/console/assets/console.css").status == 404)
     }
 
-    @Test("sign-in: a wrong token gets one generic refusal; the right one a session cookie (HttpOnly, SameSite=Strict, Path=/console), stored hashed")
+    @Test(
+        "sign-in: an API token or a wrong one gets one generic refusal; the operator's token a session cookie (HttpOnly, SameSite=Strict, Path=/console), stored hashed, naming the operator"
+    )
     func signIn() throws {
         let harness = try DeletionHarness()
         defer { harness.stop() }
+        let token = try Self.add(harness, "alice")
         var client = Self.client(harness)
         let first = try client.get("/console")
         #expect(first.status == 303 && first.header("Location") == "/console/sign-in")
         let form = try client.get("/console/sign-in")
-        #expect(form.status == 200)
+        #expect(form.status == 200 && form.body.contains("name=\"operator\"") && form.body.contains("name=\"token\""))
         #expect(form.header("Content-Security-Policy") == "default-src 'self'; frame-ancestors 'none'")
         #expect(!form.body.contains("http://") && !form.body.contains("https://"), "no asset from another origin")
 
-        let wrong = try client.signIn("not-the-token-" + harness.apiToken.dropFirst(14))
+        // The API's bearer token opens the API, not the console, whatever name comes with it.
+        let api = try client.signIn("alice", harness.apiToken)
+        #expect(api.status == 401 && api.body.contains("Sign-in refused.") && api.header("Set-Cookie") == nil)
+        let wrong = try client.signIn("alice", String(token.dropLast()) + (token.hasSuffix("0") ? "1" : "0"))
         #expect(wrong.status == 401 && wrong.body.contains("Sign-in refused.") && wrong.header("Set-Cookie") == nil)
+        let otherName = try client.signIn("bob", token)
+        #expect(otherName.status == 401 && otherName.header("Set-Cookie") == nil, "a token opens its own operator only")
+        let noName = try client.post("/console/sign-in", [("token", token)])
+        #expect(noName.status == 401 && noName.header("Set-Cookie") == nil)
         #expect(client.cookie == nil)
 
-        let right = try client.signIn(harness.apiToken)
+        let right = try client.signIn("alice", token)
         #expect(right.status == 303 && right.header("Location") == "/console")
         let cookie = right.header("Set-Cookie") ?? ""
         #expect(cookie.contains("; Path=/console") && cookie.contains("; HttpOnly") && cookie.contains("; SameSite=Strict"))
         #expect(!cookie.contains("Secure"), "plain HTTP without SIWA_CONSOLE_SECURE_COOKIE")
         let session = try #require(client.cookie)
         #expect(session.count == 64)
-        // Only the hash is stored; the API token appears nowhere.
+        // Only hashes are stored; neither token appears anywhere.
         #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE token_hash = $1", [session]) == "0")
-        #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE ended_at IS NULL") == "1")
-        let actions = try harness.query("SELECT action, coalesce(token_fingerprint, ''), client_address FROM siwa.operator_actions ORDER BY id")
-            .rows.map { $0.map { $0 ?? "" } }
-        #expect(actions.map { $0[0] } == ["sign-in-refused", "sign-in"])
-        #expect(actions[1][1].hasPrefix("sha256:") && !actions[1][1].contains(harness.apiToken))
-        #expect(actions[1][2] == "127.0.0.1")
-        #expect(try client.get("/console").status == 200)
+        #expect(try harness.scalar("SELECT operator FROM siwa.console_sessions WHERE ended_at IS NULL") == "alice")
+        #expect(
+            try harness.scalar("SELECT count(*) FROM siwa.console_operators WHERE token_hash = $1 OR token_hash = $2", [token, harness.apiToken])
+                == "0")
+        let actions = try harness.query(
+            "SELECT action, coalesce(operator, ''), coalesce(token_fingerprint, ''), client_address, coalesce(target, '') FROM siwa.operator_actions ORDER BY id"
+        ).rows.map { $0.map { $0 ?? "" } }
+        #expect(actions.map { $0[0] } == ["sign-in-refused", "sign-in-refused", "sign-in-refused", "sign-in-refused", "sign-in"])
+        #expect(actions.prefix(4).allSatisfy { $0[1].isEmpty && $0[2].isEmpty }, "a refused sign-in proves no operator")
+        #expect(actions.map { $0[4] }.prefix(4) == ["operator:alice", "operator:alice", "operator:bob", ""])
+        #expect(actions[4][1] == "alice" && actions[4][2] == "sha256:" + SHA256.hexDigest(token).prefix(16) && !actions[4][2].contains(token))
+        #expect(actions[4][3] == "127.0.0.1")
+        let overview = try client.get("/console")
+        #expect(overview.status == 200 && overview.body.contains("<span title=\"signed in as\">alice</span>"))
+        #expect(try harness.scalar("SELECT last_sign_in_at IS NOT NULL FROM siwa.console_operators WHERE name = 'alice'") == "t")
 
         // Behind a TLS-terminating proxy the cookie is Secure.
         var proxied = Self.client(harness)
-        let secure = try proxied.signIn(harness.apiToken, extra: ["X-Forwarded-Proto: https"])
+        let secure = try proxied.signIn("alice", token, extra: ["X-Forwarded-Proto: https"])
         #expect(secure.header("Set-Cookie")?.hasSuffix("; Secure") == true)
     }
 
-    @Test("sign-in attempts are rate-limited per client address: the 11th within 5 minutes gets 429, even with the right token")
-    func rateLimit() throws {
+    @Test(
+        "without SIWA_TRUSTED_PROXIES sign-ins are limited per peer address, X-Forwarded-For ignored: the 11th within 5 minutes gets 429, even with the right token"
+    )
+    func rateLimitPerAddress() throws {
         let harness = try DeletionHarness()
         defer { harness.stop() }
+        let token = try Self.add(harness, "alice")
         var client = Self.client(harness)
-        for _ in 0..<10 { #expect(try client.signIn("wrong-token-0123456789").status == 401) }
-        let limited = try client.signIn(harness.apiToken)
+        for i in 0..<10 {
+            #expect(try client.signIn("name\(i)", "wrong-token-0123456789", extra: ["X-Forwarded-For: 198.51.100.\(i)"]).status == 401)
+        }
+        let limited = try client.signIn("alice", token, extra: ["X-Forwarded-For: 198.51.100.99"])
         #expect(limited.status == 429 && limited.header("Retry-After") != nil && limited.header("Set-Cookie") == nil)
+        #expect(try harness.scalar("SELECT string_agg(DISTINCT client_address, ',') FROM siwa.operator_actions") == "127.0.0.1")
+    }
+
+    @Test("behind a trusted proxy: limited per forwarded address and per operator name; the audit trail records the forwarded address")
+    func rateLimitBehindProxy() throws {
+        let harness = try DeletionHarness(trustedProxies: try TrustedProxies.parse("127.0.0.1"))
+        defer { harness.stop() }
+        let alice = try Self.add(harness, "alice")
+        let bob = try Self.add(harness, "bob")
+        var client = Self.client(harness)
+        // Ten wrong tokens for alice, each from another address (the client's own X-Forwarded-For
+        // entries left of the proxy's are ignored).
+        for i in 0..<10 {
+            let reply = try client.signIn("alice", "wrong-token-0123456789", extra: ["X-Forwarded-For: 10.9.9.9, 198.51.100.\(i)"])
+            #expect(reply.status == 401)
+        }
+        let aliceLimited = try client.signIn("alice", alice, extra: ["X-Forwarded-For: 198.51.100.50"])
+        #expect(aliceLimited.status == 429 && aliceLimited.header("Set-Cookie") == nil, "the name's limit holds across addresses")
+        let bobOK = try client.signIn("bob", bob, extra: ["X-Forwarded-For: 198.51.100.50"])
+        #expect(bobOK.status == 303, "another operator from a fresh address signs in")
+        #expect(try harness.scalar("SELECT client_address FROM siwa.operator_actions WHERE action = 'sign-in'") == "198.51.100.50")
+        #expect(try harness.scalar("SELECT client_address FROM siwa.console_sessions") == "198.51.100.50")
+        #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE client_address = '10.9.9.9'") == "0")
+
+        // One address trying many names is limited by its address.
+        var other = Self.client(harness)
+        for i in 0..<10 {
+            #expect(try other.signIn("nobody\(i)", "wrong-token-0123456789", extra: ["X-Forwarded-For: 203.0.113.7"]).status == 401)
+        }
+        let addressLimited = try other.signIn("bob", bob, extra: ["X-Forwarded-For: 203.0.113.7"])
+        #expect(addressLimited.status == 429 && addressLimited.header("Retry-After") != nil)
+        let elsewhere = try other.signIn("bob", bob, extra: ["X-Forwarded-For: 203.0.113.8"])
+        #expect(elsewhere.status == 303)
     }
 
     @Test("every page answers 200 with data: overview numbers equal SQL, emails masked until revealed (audited)")
@@ -145,8 +214,7 @@ struct ConsoleTests {
         #expect(try harness.eventually { try harness.scalar("SELECT count(*) FROM siwa.event_queue") == "0" })
         _ = try harness.query("UPDATE siwa.events SET status = 'dead', last_error = 'test <b>boom</b>' WHERE sub = '000739.console.other'")
 
-        var client = Self.client(harness)
-        _ = try client.signIn(harness.apiToken)
+        let client = try Self.signedIn(harness)
         let overview = try client.get("/console")
         #expect(overview.status == 200)
         let dead = try #require(try harness.scalar("SELECT dead FROM siwa.backlog"))
@@ -175,11 +243,13 @@ struct ConsoleTests {
         #expect(try client.get("/console/users?q=0000000000000000").status == 404)
         let revealed = try client.post("/console/users/reveal", [("csrf", user.csrf ?? ""), ("sub", sub)])
         #expect(revealed.status == 200 && revealed.body.contains(email))
-        #expect(try harness.scalar("SELECT target FROM siwa.operator_actions WHERE action = 'reveal-email'") == "user:" + hash)
+        #expect(
+            try harness.scalar("SELECT operator || ' ' || target FROM siwa.operator_actions WHERE action = 'reveal-email'") == "alice user:" + hash)
 
         #expect(try client.get("/console/sync").status == 200)
         let audit = try client.get("/console/audit")
         #expect(audit.status == 200 && audit.body.contains("reveal-email") && audit.body.contains("user:" + hash))
+        #expect(audit.body.contains("<td>alice</td>"), "the audit trail names the operator")
         #expect(try client.get("/console/nope").status == 404)
     }
 
@@ -192,8 +262,7 @@ struct ConsoleTests {
         #expect(try harness.eventually { try harness.accountStatus(sub) == "consent_revoked" })
         _ = try harness.query("UPDATE siwa.events SET status = 'dead' WHERE sub = $1", [sub])
         let id = try #require(try harness.scalar("SELECT id FROM siwa.events WHERE sub = $1", [sub]))
-        var client = Self.client(harness)
-        _ = try client.signIn(harness.apiToken)
+        let client = try Self.signedIn(harness)
         let csrf = try client.csrf()
         #expect(csrf.count == 64)
         let fields = [("csrf", csrf), ("kind", "events"), ("one", id)]
@@ -205,8 +274,7 @@ struct ConsoleTests {
         #expect(try client.post("/console/replay", fields, origin: .some(nil)).status == 403)
         #expect(try client.post("/console/replay", fields, origin: .some(nil), extra: ["Referer: http://evil.example/console"]).status == 403)
         // Another session's CSRF token does not do either.
-        var other = Self.client(harness)
-        _ = try other.signIn(harness.apiToken)
+        let other = try Self.signedIn(harness, "bob")
         #expect(try other.post("/console/replay", fields).status == 403)
         #expect(try harness.scalar("SELECT status FROM siwa.events WHERE id = $1", [id]) == "dead")
         #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE action = 'replay'") == "0")
@@ -215,7 +283,8 @@ struct ConsoleTests {
         let ok = try client.post("/console/replay", fields, origin: .some(nil), extra: ["Referer: \(client.origin)/console/failures"])
         #expect(ok.status == 303 && ok.header("Location") == "/console/failures?notice=replayed-1-events")
         #expect(try harness.eventually { try harness.scalar("SELECT status FROM siwa.events WHERE id = $1", [id]) == "done" })
-        #expect(try harness.scalar("SELECT target FROM siwa.operator_actions WHERE action = 'replay'") == "events:ids=\(id) (1)")
+        #expect(
+            try harness.scalar("SELECT operator || ' ' || target FROM siwa.operator_actions WHERE action = 'replay'") == "alice events:ids=\(id) (1)")
         #expect(try client.get("/console/failures?notice=replayed-1-events").body.contains("1 dead event put back in the queue."))
     }
 
@@ -226,8 +295,7 @@ struct ConsoleTests {
         let sub = "000739.console.delete"
         #expect(try harness.notify(type: "email-enabled", sub: sub, email: "d@privaterelay.appleid.com").status == 200)
         #expect(try harness.eventually { try harness.accountStatus(sub) == "active" })
-        var client = Self.client(harness)
-        _ = try client.signIn(harness.apiToken)
+        let client = try Self.signedIn(harness)
         let csrf = try client.csrf()
         let wrong = try client.post("/console/users/delete", [("csrf", csrf), ("sub", sub), ("confirm", sub + "x")])
         #expect(wrong.status == 422 && wrong.body.contains("does not match"))
@@ -243,28 +311,116 @@ struct ConsoleTests {
         #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE target LIKE $1", ["%" + sub + "%"]) == "0")
     }
 
-    @Test("a session ends: signed out, idle 8 h, or its token removed from the token file")
+    @Test("a session ends: signed out, or idle 8 h")
     func sessionsEnd() throws {
         let harness = try DeletionHarness()
         defer { harness.stop() }
+        let token = try Self.add(harness)
         var client = Self.client(harness)
-        _ = try client.signIn(harness.apiToken)
+        _ = try client.signIn("alice", token)
         let out = try client.post("/console/sign-out", [("csrf", try client.csrf())])
         #expect(out.status == 303 && out.header("Set-Cookie")?.contains("Max-Age=0") == true)
         #expect(try client.get("/console").status == 303, "the old cookie no longer works")
-        #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE action = 'sign-out'") == "1")
+        #expect(try harness.scalar("SELECT operator FROM siwa.operator_actions WHERE action = 'sign-out'") == "alice")
 
-        _ = try client.signIn(harness.apiToken)
+        _ = try client.signIn("alice", token)
         #expect(try client.get("/console").status == 200)
         _ = try harness.query("UPDATE siwa.console_sessions SET last_seen_at = now() - interval '8 hours 1 minute' WHERE ended_at IS NULL")
         #expect(try client.get("/console").status == 303, "idle for more than 8 h")
 
-        _ = try client.signIn(harness.apiToken)
+        _ = try client.signIn("alice", token)
         #expect(try client.get("/console").status == 200)
         _ = try harness.query("UPDATE siwa.console_sessions SET last_seen_at = now() - interval '7 hours 59 minutes' WHERE ended_at IS NULL")
         #expect(try client.get("/console").status == 200, "idle for less than 8 h")
-        try ("other_token_" + SHA256.hex(SecureRandom.bytes(8)) + "\n").write(toFile: harness.apiTokenFile, atomically: true, encoding: .utf8)
-        #expect(try harness.app.reloadAPITokens() == 1)
-        #expect(try client.get("/console").status == 303, "its token left the file")
+        #expect(try harness.scalar("SELECT last_seen_at > now() - interval '1 minute' FROM siwa.console_sessions WHERE ended_at IS NULL") == "t")
+    }
+
+    @Test("an open tab's automatic refresh is not activity: the idle limit ends a forgotten session that keeps refreshing")
+    func autoRefreshIsNotActivity() throws {
+        let harness = try DeletionHarness()
+        defer { harness.stop() }
+        let client = try Self.signedIn(harness)
+        let refresh = "X-Console-Refresh: 1"
+        _ = try harness.query("UPDATE siwa.console_sessions SET last_seen_at = now() - interval '7 hours 58 minutes' WHERE ended_at IS NULL")
+        let refreshed = try client.request("GET", "/console", headers: [refresh])
+        #expect(refreshed.status == 200, "the page still refreshes within the limit")
+        #expect(
+            try harness.scalar("SELECT last_seen_at < now() - interval '7 hours 57 minutes' FROM siwa.console_sessions WHERE ended_at IS NULL")
+                == "t",
+            "the refresh left the idle clock alone")
+        _ = try harness.query("UPDATE siwa.console_sessions SET last_seen_at = now() - interval '8 hours 1 minute' WHERE ended_at IS NULL")
+        let ended = try client.request("GET", "/console", headers: [refresh])
+        #expect(ended.status == 303 && ended.header("Location") == "/console/sign-in", "past 8 h the refresh meets the sign-in form")
+        #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE ended_at IS NULL") == "0")
+        #expect(try client.get("/console").status == 303, "ended for good")
+    }
+
+    @Test("removing an operator ends their sessions at once; another operator's session lives on")
+    func removedOperator() throws {
+        let harness = try DeletionHarness()
+        defer { harness.stop() }
+        let alice = try Self.signedIn(harness, "alice")
+        let bob = try Self.signedIn(harness, "bob")
+        #expect(try alice.get("/console").status == 200 && bob.get("/console").status == 200)
+        #expect(try ConsoleOperators.remove(name: "alice", conninfo: harness.conninfo) == 1)
+        #expect(try alice.get("/console").status == 303, "signed out at the next request")
+        #expect(try alice.post("/console/sign-out", [("csrf", "x")]).status == 403)
+        #expect(try bob.get("/console").status == 200)
+        #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE operator = 'alice'") == "0")
+        #expect(throws: ConsoleOperators.Failure.unknownName("alice")) { try ConsoleOperators.remove(name: "alice", conninfo: harness.conninfo) }
+    }
+
+    @Test("revealing emails audits the user found (canonical sub), whether typed with spaces or as its hash")
+    func revealAuditsTheUserFound() throws {
+        let harness = try DeletionHarness()
+        defer { harness.stop() }
+        let sub = "000739.reveal.\(UInt32.random(in: 0...UInt32.max))"
+        #expect(try harness.notify(type: "email-disabled", sub: sub, email: "r@privaterelay.appleid.com").status == 200)
+        #expect(try harness.eventually { try harness.accountStatus(sub) != nil })
+        let client = try Self.signedIn(harness)
+        let csrf = try client.csrf()
+        let hash = SubjectHash.of(sub)
+        for typed in ["  " + sub + " ", hash, " " + hash] {
+            let page = try client.post("/console/users/reveal", [("csrf", csrf), ("sub", typed)])
+            #expect(page.status == 200 && page.body.contains("r@privaterelay.appleid.com"), "\(typed)")
+        }
+        let targets = try harness.query("SELECT target FROM siwa.operator_actions WHERE action = 'reveal-email' ORDER BY id").rows.map { $0[0] ?? "" }
+        #expect(targets == Array(repeating: "user:" + hash, count: 3))
+        // Nobody found: nothing shown, nothing recorded.
+        #expect(try client.post("/console/users/reveal", [("csrf", csrf), ("sub", "0000000000000000")]).status == 404)
+        #expect(try harness.scalar("SELECT count(*) FROM siwa.operator_actions WHERE action = 'reveal-email'") == "3")
+    }
+
+    @Test("upgrade: migrate ends every session opened with an API token, adds the operator columns, and stays idempotent")
+    func upgradeEndsAPITokenSessions() throws {
+        let url = try TestDatabase.create()
+        // The tables as the previous version left them, with a live session of an API token.
+        _ = try TestDatabase.query(
+            url,
+            """
+            ALTER TABLE siwa.console_sessions DROP COLUMN operator_id, DROP COLUMN operator;
+            ALTER TABLE siwa.operator_actions DROP COLUMN operator;
+            INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address) VALUES ('old-session', 'sha256:0123456789abcdef', '127.0.0.1');
+            INSERT INTO siwa.operator_actions (token_fingerprint, client_address, action) VALUES ('sha256:0123456789abcdef', '127.0.0.1', 'sign-in');
+            """)
+        try Migrator.migrate(conninfo: url, force: true)
+        try Migrator.migrate(conninfo: url, force: true)
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.console_sessions").scalar == "0")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.operator_actions WHERE operator IS NULL").scalar == "1", "the trail is kept")
+        let columns = try TestDatabase.query(
+            url,
+            """
+            SELECT string_agg(column_name || ':' || is_nullable, ',' ORDER BY column_name) FROM information_schema.columns
+            WHERE table_schema = 'siwa' AND table_name = 'console_sessions' AND column_name IN ('operator', 'operator_id')
+            """
+        ).scalar
+        #expect(columns == "operator:NO,operator_id:NO")
+        #expect(
+            try TestDatabase.query(
+                url, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'siwa.console_sessions'::regclass AND contype = 'f'"
+            ).scalar == "1")
+        #expect(throws: (any Error).self) {
+            try TestDatabase.query(url, "INSERT INTO siwa.console_sessions (token_hash, token_fingerprint) VALUES ('x', 'sha256:0')")
+        }
     }
 }

@@ -19,13 +19,21 @@ struct OperatorCommandTests {
     static func run(
         _ arguments: [String], environment: [String: String] = [:], stdin: String? = nil, timeout: Double = 120
     ) throws -> (status: Int32, output: String) {
+        let result = try runApart(arguments, environment: environment, stdin: stdin, timeout: timeout, errors: nil)
+        return (result.status, result.output)
+    }
+
+    /// `run` with stderr apart from stdout (`errors`: the pipe stderr goes to; nil: with stdout).
+    static func runApart(
+        _ arguments: [String], environment: [String: String] = [:], stdin: String? = nil, timeout: Double = 120, errors: Pipe?
+    ) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: ServerProcess.binary)
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         let output = Pipe()
         process.standardOutput = output
-        process.standardError = output
+        process.standardError = errors ?? output
         let input = Pipe()
         process.standardInput = input
         try process.run()

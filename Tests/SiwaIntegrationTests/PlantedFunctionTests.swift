@@ -130,9 +130,9 @@ struct PlantedFunctionTests {
             }, "the reconciler's consent-revoked applied")
         #expect(!hooks.settledDeliveries(quiet: 1, timeout: 20).isEmpty, "forwards sent")
 
-        // The console: signed in, every page.
+        // The console: a named operator added, signed in, every page.
         var console = ConsoleTests.client(h)
-        #expect(try console.signIn(h.apiToken).status == 303)
+        #expect(try console.signIn("alice", try ConsoleTests.add(h)).status == 303)
         let eventID = try Self.value(conninfo, "SELECT max(id) FROM siwa.events") ?? "0"
         for path in [
             "/console", "/console/events", "/console/events/\(eventID)", "/console/failures", "/console/sync", "/console/audit",

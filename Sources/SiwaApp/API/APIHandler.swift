@@ -80,17 +80,6 @@ public final class APIHandler: Sendable {
         }
 
         func admits(_ authorization: String?) -> Bool { current.withLock { $0 }.admits(authorization: authorization) }
-
-        /// The console's sign-in: `token`'s fingerprint when it is one of the tokens (the API's
-        /// constant-time check), nil otherwise.
-        func fingerprint(ifAdmitted token: String) -> String? {
-            admits("Bearer " + token) ? ConsoleSecurity.fingerprint(ofAPIToken: token) : nil
-        }
-
-        /// The fingerprints of the tokens in the file now.
-        var fingerprints: Set<String> {
-            current.withLock { $0 }.fingerprints { ConsoleSecurity.fingerprint(ofAPIToken: String(decoding: $0, as: UTF8.self)) }
-        }
     }
 
     private let tokens: Tokens?

@@ -51,9 +51,23 @@ enum ConsoleAssets {
             typed.addEventListener("input", check);
             check();
           }
+          // The overview's refresh is marked, so it does not count as the operator's activity:
+          // a forgotten tab still reaches the idle limit. Signed out, it goes to the sign-in form.
           if (document.body.classList.contains("live")) {
             window.setInterval(function () {
-              if (document.visibilityState === "visible") window.location.reload();
+              if (document.visibilityState !== "visible") return;
+              fetch(window.location.href, { headers: { "X-Console-Refresh": "1" }, credentials: "same-origin" })
+                .then(function (response) {
+                  if (response.redirected) { window.location.assign(response.url); return null; }
+                  return response.ok ? response.text() : null;
+                })
+                .then(function (html) {
+                  if (!html) return;
+                  var next = new DOMParser().parseFromString(html, "text/html").querySelector("main");
+                  var main = document.querySelector("main");
+                  if (next && main) main.replaceWith(document.adoptNode(next));
+                })
+                .catch(function () {});
             }, 15000);
           }
         });

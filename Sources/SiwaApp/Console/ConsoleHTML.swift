@@ -24,7 +24,8 @@ enum ConsoleHTML {
 
     struct Nav: Equatable {
         var csrf: String
-        var fingerprint: String
+        /// The signed-in operator's name.
+        var operatorName: String
         var current: String
     }
 
@@ -53,7 +54,7 @@ enum ConsoleHTML {
                 let active = s.path == nav.current
                 out += "<a href=\"\(s.path)\"\(active ? " class=\"active\" aria-current=\"page\"" : "")>\(escape(s.title))</a>"
             }
-            out += "</nav><div class=\"who\"><span title=\"the API token's fingerprint\">\(escape(nav.fingerprint))</span>"
+            out += "</nav><div class=\"who\"><span title=\"signed in as\">\(escape(nav.operatorName))</span>"
             out += form(action: "/console/sign-out", csrf: nav.csrf, fields: [], button: "Sign out", style: "link")
             out += "</div>"
         }

@@ -8,33 +8,40 @@ import Synchronization
 
 /// The operator console under `/console` on the admin listener (README "Console").
 /// Exists only with the API (`SIWA_API_TOKEN_FILE`): the admin handler answers 404 otherwise.
-/// Signed in with an API token; the session cookie's hash lives in `siwa.console_sessions`;
-/// every change is a same-origin `POST` carrying the session's CSRF token, and leaves a row in
-/// `siwa.operator_actions`. Pages run on the console's own executor, never on a listener thread.
+/// Signed in by a named operator with their own token (`siwa-notify operator add`; an API token
+/// opens nothing here); the session cookie's hash lives in `siwa.console_sessions`; every change
+/// is a same-origin `POST` carrying the session's CSRF token, and leaves a row in
+/// `siwa.operator_actions` naming the operator. Pages run on the console's own executor, never
+/// on a listener thread.
 public final class ConsoleHandler: Sendable {
     /// Request headers the admin listener keeps for the console.
-    public static let keptHeaders = ["Cookie", "Origin", "Referer", "Host", "X-Forwarded-Proto"]
+    public static let keptHeaders = ["Cookie", "Origin", "Referer", "Host", "X-Forwarded-Proto", "X-Forwarded-For", refreshHeader]
+
+    /// Sent by the console's script with a page's automatic refresh: such a request is not
+    /// activity, so it does not move the session's idle clock (the 8 h limit still ends a
+    /// forgotten tab). A client that sends it only shortens its own session.
+    static let refreshHeader = "X-Console-Refresh"
 
     /// True for the console's paths.
     public static func owns(_ path: String) -> Bool { path == "/console" || path.hasPrefix("/console/") }
 
-    private let tokens: APIHandler.Tokens
     private let pool: PostgresPool
     private let executor: CallExecutor<Void>
     private let limiter = Mutex(SignInLimiter())
     private let secureCookie: Bool?
+    private let trustedProxies: TrustedProxies
     private let features: ConsolePages.Features
     private let logger: Logger
     private let doctor: DoctorWatch?
 
     public init(
-        tokens: APIHandler.Tokens, pool: PostgresPool, secureCookie: Bool?, inAppDeletion: Bool, forwarding: Bool,
+        pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
         logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil
     ) {
         self.doctor = doctor
-        self.tokens = tokens
         self.pool = pool
         self.secureCookie = secureCookie
+        self.trustedProxies = trustedProxies
         self.features = ConsolePages.Features(inAppDeletion: inAppDeletion, forwarding: forwarding)
         self.logger = logger
         executor = CallExecutor(limit: concurrency, name: "siwa-console")
@@ -99,19 +106,23 @@ public final class ConsoleHandler: Sendable {
     struct Context {
         var head: HTTPRequestHead
         var form: [(String, String)]
+        /// The client's address (`X-Forwarded-For` believed from `SIWA_TRUSTED_PROXIES` only).
+        var client: String?
         var session: String?
+        /// The signed-in operator's name and token fingerprint.
+        var operatorName: String?
         var fingerprint: String?
-        var client: String? { head.clientAddress }
         var csrf: String { session.map(ConsoleSecurity.csrfToken(forSession:)) ?? "" }
         func field(_ name: String) -> String? { form.first { $0.0 == name }?.1 }
         func fields(_ name: String) -> [String] { form.filter { $0.0 == name }.map(\.1) }
         func query(_ name: String) -> String? { head.argument(name).flatMap { $0.isEmpty ? nil : $0 } }
-        func nav(_ current: String) -> ConsoleHTML.Nav { ConsoleHTML.Nav(csrf: csrf, fingerprint: fingerprint ?? "", current: current) }
+        func nav(_ current: String) -> ConsoleHTML.Nav { ConsoleHTML.Nav(csrf: csrf, operatorName: operatorName ?? "", current: current) }
     }
 
     private func route(_ request: HTTPRequest) throws -> HTTPResponse {
         let head = request.head
-        var context = Context(head: head, form: [], session: nil, fingerprint: nil)
+        let forwardedFor = head.headers.filter { $0.name.lowercased() == "x-forwarded-for" }.map(\.value)
+        var context = Context(head: head, form: [], client: trustedProxies.clientAddress(peer: head.clientAddress, forwardedFor: forwardedFor))
         if head.method == "POST" {
             context.form = FormURLEncoding.decode(request.body) ?? []
         }
@@ -119,9 +130,12 @@ public final class ConsoleHandler: Sendable {
             return head.method == "POST" ? try signIn(context) : Self.html(200, ConsolePages.signIn(error: nil))
         }
         let cookie = ConsoleSecurity.sessionToken(cookieHeader: head.header("Cookie"))
-        if let cookie, let fingerprint = try liveSession(cookie) {
+        // Only a page's automatic refresh (a GET) leaves the idle clock alone.
+        let activity = !(head.method == "GET" && head.header(Self.refreshHeader) != nil)
+        if let cookie, let stored = try liveSession(cookie, activity: activity) {
             context.session = cookie
-            context.fingerprint = fingerprint
+            context.operatorName = stored.operatorName
+            context.fingerprint = stored.fingerprint
         } else {
             // Not signed in: pages send the browser to the sign-in form; changes are refused.
             if head.method == "POST" { return Self.html(403, ConsolePages.problem("Signed out", "Your session ended. Sign in again.")) }
@@ -189,9 +203,13 @@ public final class ConsoleHandler: Sendable {
             return try deleteUser(context)
         case "/console/users/reveal":
             return try pool.withConnection(timeout: .seconds(5)) { c in
-                guard let sub = context.field("sub") else { return Self.html(400, ConsolePages.problem("Bad request", "No user named.")) }
-                try record(c, context, "reveal-email", "user:" + SubjectHash.of(sub))
-                return try userPage(context, c, reveal: true, error: nil, status: 200, subject: sub)
+                guard let typed = context.field("sub"), let sub = try ConsoleReads.resolveSubject(typed, c) else {
+                    return Self.html(400, ConsolePages.problem("Bad request", "No user named."))
+                }
+                // The audit row names the user whose emails the page shows: the sub found, never the text as typed.
+                let page = try userPage(context, c, reveal: true, error: nil, status: 200, subject: sub)
+                if page.status == 200 { try record(c, context, "reveal-email", "user:" + SubjectHash.of(sub)) }
+                return page
             }
         default:
             return Self.html(404, ConsolePages.problem("Not found", "No such action."))
@@ -200,29 +218,44 @@ public final class ConsoleHandler: Sendable {
 
     // MARK: Sign-in and sessions
 
+    /// Attempts are limited per client address and per operator name (a name as typed, when it
+    /// is a valid one: anything else is refused without naming anyone).
     private func signIn(_ context: Context) throws -> HTTPResponse {
         let client = context.client ?? "unknown"
+        let typedName = context.field("operator")?.trimmingCharacters(in: .whitespaces)
+        let name = typedName.flatMap { ConsoleSecurity.isValidOperatorName($0) ? $0 : nil }
+        let keys = ["address:" + client] + (name.map { ["operator:" + $0] } ?? [])
         let now = Date().timeIntervalSince1970
-        let allowed = limiter.withLock { $0.admit(client, now: now) }
+        let allowed = limiter.withLock { $0.admit(keys, now: now) }
         guard allowed else {
-            let wait = limiter.withLock { $0.retryAfter(client, now: now) }
-            var r = Self.html(429, ConsolePages.signIn(error: "Too many sign-in attempts from this address. Try again later."))
+            let wait = limiter.withLock { $0.retryAfter(keys, now: now) }
+            var r = Self.html(429, ConsolePages.signIn(error: "Too many sign-in attempts. Try again later."))
             r.headers.append(HTTPHeader("Retry-After", String(Int(wait.rounded(.up)))))
             return r
         }
-        guard let token = context.field("token"), let fingerprint = tokens.fingerprint(ifAdmitted: token) else {
-            try pool.withConnection(timeout: .seconds(5)) { c in try record(c, context, "sign-in-refused", nil) }
-            return Self.html(401, ConsolePages.signIn(error: "Sign-in refused."))
-        }
         let session = ConsoleSecurity.newSessionToken()
-        try pool.withConnection(timeout: .seconds(5)) { c in
-            try c.affected(ConsoleStatements.pruneSessions, ())
-            try c.affected(ConsoleStatements.createSession, (ConsoleSecurity.storedHash(ofSession: session), fingerprint, context.client))
+        let signedIn = try pool.withConnection(timeout: .seconds(5)) { c -> Context? in
+            guard let name, let token = context.field("token"), let found = try c.row(ConsoleOperatorStatements.find, name),
+                ConsoleSecurity.operatorTokenMatches(presented: token, stored: found.tokenHash)
+            else {
+                try record(c, context, "sign-in-refused", name.map { "operator:" + $0 })
+                return nil
+            }
             var signed = context
-            signed.fingerprint = fingerprint
+            signed.operatorName = name
+            signed.fingerprint = ConsoleSecurity.fingerprint(ofToken: token)
+            try c.affected(ConsoleStatements.pruneSessions, ())
+            try c.affected(
+                ConsoleStatements.createSession,
+                (ConsoleSecurity.storedHash(ofSession: session), signed.fingerprint ?? "", signed.client, found.id, name))
+            try c.affected(ConsoleOperatorStatements.signedIn, found.id)
             try record(c, signed, "sign-in", nil)
+            return signed
         }
-        logger.notice("console sign-in", metadata: ["token_fingerprint": "\(fingerprint)", "client": "\(client)"])
+        guard let signedIn else { return Self.html(401, ConsolePages.signIn(error: "Sign-in refused.")) }
+        logger.notice(
+            "console sign-in",
+            metadata: ["operator": "\(signedIn.operatorName ?? "")", "token_fingerprint": "\(signedIn.fingerprint ?? "")", "client": "\(client)"])
         return HTTPResponse(
             status: 303,
             headers: [
@@ -230,20 +263,16 @@ public final class ConsoleHandler: Sendable {
             ])
     }
 
-    /// The session's token fingerprint when the session is live (and marks it seen); nil otherwise.
-    private func liveSession(_ cookie: String) throws -> String? {
+    /// The session when it is live (and, for `activity`, marks it seen); nil otherwise.
+    private func liveSession(_ cookie: String, activity: Bool) throws -> ConsoleStatements.StoredSession? {
         let hash = ConsoleSecurity.storedHash(ofSession: cookie)
-        let current = tokens.fingerprints
-        return try pool.withConnection(timeout: .seconds(5)) { c -> String? in
+        return try pool.withConnection(timeout: .seconds(5)) { c -> ConsoleStatements.StoredSession? in
             guard let stored = try c.row(ConsoleStatements.findSession, hash) else { return nil }
-            let state = ConsoleSecurity.sessionState(
-                endedAt: stored.endedAt, lastSeenAt: stored.lastSeenAt, now: stored.now, fingerprint: stored.fingerprint,
-                currentFingerprints: current)
-            switch state {
+            switch ConsoleSecurity.sessionState(endedAt: stored.endedAt, lastSeenAt: stored.lastSeenAt, now: stored.now) {
             case .live:
-                try c.affected(ConsoleStatements.touchSession, hash)
-                return stored.fingerprint
-            case .expired, .tokenRemoved:
+                if activity { try c.affected(ConsoleStatements.touchSession, hash) }
+                return stored
+            case .expired:
                 try c.affected(ConsoleStatements.endSession, hash)
                 return nil
             case .ended:
@@ -257,7 +286,10 @@ public final class ConsoleHandler: Sendable {
     }
 
     private func record(_ c: PostgresConnection, _ context: Context, _ action: String, _ target: String?) throws {
-        try c.affected(ConsoleStatements.recordAction, (context.fingerprint, context.client, action, target))
+        try c.affected(
+            ConsoleStatements.recordAction,
+            ConsoleStatements.Action(
+                operatorName: context.operatorName, fingerprint: context.fingerprint, client: context.client, action: action, target: target))
     }
 
     // MARK: Actions
@@ -324,6 +356,7 @@ public final class ConsoleHandler: Sendable {
 
     // MARK: Page data
 
+    /// The page of `subject` (a sub, taken as is), or of the user the `q` query names (a sub or its hash).
     private func userPage(
         _ context: Context, _ c: PostgresConnection, reveal: Bool, error: String?, status: Int, subject: String? = nil
     ) throws -> HTTPResponse {
@@ -331,12 +364,13 @@ public final class ConsoleHandler: Sendable {
         guard let q = subject ?? context.query("q") else {
             return Self.html(status, ConsolePages.userSearch(nav: nav, query: nil, notFound: false))
         }
-        guard let sub = try ConsoleReads.resolveSubject(q, c), let account = try c.row(ConsoleStatements.account, sub) else {
-            let events = try ConsoleReads.resolveSubject(q, c).map { try c.rows(ConsoleStatements.userEvents, $0) } ?? []
-            if events.isEmpty { return Self.html(404, ConsolePages.userSearch(nav: nav, query: q, notFound: true)) }
+        let found = subject != nil ? subject : try ConsoleReads.resolveSubject(q, c)
+        guard let sub = found, let account = try c.row(ConsoleStatements.account, sub) else {
+            let events = try found.map { try c.rows(ConsoleStatements.userEvents, $0) } ?? []
+            guard let sub = found, !events.isEmpty else { return Self.html(404, ConsolePages.userSearch(nav: nav, query: q, notFound: true)) }
             // Events not applied yet: the user exists only in the queue.
             let user = ConsolePages.User(
-                sub: q, account: nil, apps: [], sessions: [], events: events, revocations: [], forwards: [])
+                sub: sub, account: nil, apps: [], sessions: [], events: events, revocations: [], forwards: [])
             return Self.html(status, ConsolePages.user(user, reveal: reveal, error: error, notice: nil, features: features, nav: nav))
         }
         let user = ConsolePages.User(

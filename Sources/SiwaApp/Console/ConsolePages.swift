@@ -42,9 +42,11 @@ enum ConsolePages {
             "Sign in", nav: nil, error: error,
             body: """
                 <form method="post" action="/console/sign-in" class="card signin">
-                <p>Sign in with one of the API tokens of <code>SIWA_API_TOKEN_FILE</code>.</p>
-                <label for="token">API token</label>
-                <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+                <p>Sign in with your operator token (<code>siwa-notify operator add NAME</code> prints it).</p>
+                <label for="operator">Operator</label>
+                <input id="operator" name="operator" autocomplete="username" autocapitalize="none" spellcheck="false" required autofocus>
+                <label for="token">Token</label>
+                <input id="token" name="token" type="password" autocomplete="current-password" required>
                 <button type="submit" class="primary">Sign in</button>
                 </form>
                 """)
@@ -461,10 +463,11 @@ enum ConsolePages {
     static func audit(_ rows: [ConsoleRow], nav: ConsoleHTML.Nav) -> String {
         var body = "<p class=\"muted\">Every console action, newest first (<code>siwa.operator_actions</code>).</p>"
         body += ConsoleHTML.table(
-            ["at (UTC)", "action", "target", "token", "client"],
+            ["at (UTC)", "operator", "action", "target", "token", "client"],
             rows.prefix(100).map { r in
                 [
-                    e(r["at"] ?? ""), ConsoleHTML.badge(r["action"] ?? ""), "<span class=\"mono\">\(e(r["target"] ?? "–"))</span>",
+                    e(r["at"] ?? ""), e(r["operator"] ?? "–"), ConsoleHTML.badge(r["action"] ?? ""),
+                    "<span class=\"mono\">\(e(r["target"] ?? "–"))</span>",
                     "<span class=\"mono\">\(e(r["token_fingerprint"] ?? "–"))</span>", e(r["client_address"] ?? ""),
                 ]
             }, empty: "No actions yet.")

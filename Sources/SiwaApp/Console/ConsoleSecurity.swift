@@ -21,9 +21,30 @@ enum ConsoleSecurity {
         Hex.encode(HMACSHA256.authenticate(key: Array(token.utf8), message: Array("siwa-console-csrf".utf8)))
     }
 
-    /// The fingerprint recorded for an API token: never the token, enough to tell tokens apart.
-    static func fingerprint(ofAPIToken token: String) -> String {
+    /// The fingerprint recorded for an operator's token: never the token, enough to tell tokens apart.
+    static func fingerprint(ofToken token: String) -> String {
         "sha256:" + String(SHA256.hexDigest(token).prefix(16))
+    }
+
+    /// A new operator token: 32 random bytes, hex, after a prefix that says what it opens (and
+    /// that secret scanners can match).
+    static func newOperatorToken() -> String { "siwa_console_" + Hex.encode(SecureRandom.bytes(32)) }
+
+    /// What the database keeps of an operator's token: its SHA-256.
+    static func storedHash(ofOperatorToken token: String) -> String { SHA256.hexDigest("console-operator:" + token) }
+
+    /// An operator's name: 1 to 63 of `a-z`, `0-9`, `.`, `_`, `-`, starting with a letter or digit
+    /// (as `siwa.console_operators` checks): it goes into logs, the audit trail and a page as is.
+    static func isValidOperatorName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard (1...63).contains(bytes.count), let first = bytes.first, isNameStart(first) else { return false }
+        return bytes.allSatisfy { isNameStart($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
+    }
+
+    static let operatorNameRule = "1 to 63 characters: lowercase letters, digits, '.', '_', '-', starting with a letter or digit"
+
+    private static func isNameStart(_ b: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
     }
 
     /// `Set-Cookie` for a new session.
@@ -78,10 +99,20 @@ enum ConsoleSecurity {
     /// The form's CSRF token equals the session's (compared in constant time).
     static func csrfMatches(presented: String?, session token: String) -> Bool {
         guard let presented else { return false }
-        let expected = Array(csrfToken(forSession: token).utf8), given = Array(presented.utf8)
-        var difference = UInt(bitPattern: expected.count ^ given.count)
-        for i in 0..<max(expected.count, given.count) {
-            difference |= UInt((i < expected.count ? expected[i] : 0) ^ (i < given.count ? given[i] : 0))
+        return constantTimeEquals(csrfToken(forSession: token), presented)
+    }
+
+    /// The presented token's hash equals the operator's stored one (compared in constant time).
+    static func operatorTokenMatches(presented: String, stored: String) -> Bool {
+        constantTimeEquals(storedHash(ofOperatorToken: presented), stored)
+    }
+
+    /// Every byte position up to the longer length is compared; a length difference counts too.
+    static func constantTimeEquals(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        var difference = UInt(bitPattern: x.count ^ y.count)
+        for i in 0..<max(x.count, y.count) {
+            difference |= UInt((i < x.count ? x[i] : 0) ^ (i < y.count ? y[i] : 0))
         }
         return difference == 0
     }
@@ -93,16 +124,12 @@ enum ConsoleSecurity {
         case ended
         /// Idle for longer than `idleLimitSeconds`.
         case expired
-        /// Its API token is no longer in `SIWA_API_TOKEN_FILE`.
-        case tokenRemoved
     }
 
-    static func sessionState(
-        endedAt: Double?, lastSeenAt: Double, now: Double, fingerprint: String, currentFingerprints: Set<String>
-    ) -> SessionState {
+    /// (A removed operator's sessions are gone with it: `siwa.console_sessions`' foreign key.)
+    static func sessionState(endedAt: Double?, lastSeenAt: Double, now: Double) -> SessionState {
         if endedAt != nil { return .ended }
         if now - lastSeenAt > idleLimitSeconds { return .expired }
-        if !currentFingerprints.contains(fingerprint) { return .tokenRemoved }
         return .live
     }
 
@@ -111,13 +138,14 @@ enum ConsoleSecurity {
     }
 }
 
-/// Sign-in attempts per client address: at most `limit` in any `window` seconds (a sliding
-/// log). Pure: the caller passes the clock. Addresses not seen for a window are forgotten, and
-/// at most `maxAddresses` are tracked (the oldest go first), so a flood cannot grow it.
+/// Sign-in attempts per key (a client address, an operator's name): at most `limit` in any
+/// `window` seconds (a sliding log). Pure: the caller passes the clock. Keys not seen for a
+/// window are forgotten, and at most `maxKeys` are tracked (the oldest go first), so a flood
+/// cannot grow it.
 struct SignInLimiter: Sendable {
     var limit = 10
     var window: Double = 300
-    var maxAddresses = 10_000
+    var maxKeys = 10_000
     private var attempts: [String: [Double]] = [:]
 
     init(limit: Int = 10, window: Double = 300) {
@@ -125,30 +153,32 @@ struct SignInLimiter: Sendable {
         self.window = window
     }
 
-    /// Records an attempt from `address` at `now`; false when it is over the limit (then not
-    /// recorded: a client that keeps trying is let in again once its window has passed).
-    mutating func admit(_ address: String, now: Double) -> Bool {
-        var times = (attempts[address] ?? []).filter { now - $0 < window }
-        guard times.count < limit else {
-            attempts[address] = times
+    /// Records an attempt at `now` under every key; false when any key is over the limit (then
+    /// recorded under none: a client that keeps trying is let in again once its window has passed).
+    mutating func admit(_ keys: [String], now: Double) -> Bool {
+        var recent: [String: [Double]] = [:]
+        for key in keys { recent[key] = (attempts[key] ?? []).filter { now - $0 < window } }
+        guard recent.values.allSatisfy({ $0.count < limit }) else {
+            for (key, times) in recent { attempts[key] = times }
             return false
         }
-        times.append(now)
-        attempts[address] = times
-        if attempts.count > maxAddresses { prune(now: now) }
+        for (key, times) in recent { attempts[key] = times + [now] }
+        if attempts.count > maxKeys { prune(now: now) }
         return true
     }
 
-    /// Seconds until `address` may try again (0 when it may now).
-    func retryAfter(_ address: String, now: Double) -> Double {
-        let times = (attempts[address] ?? []).filter { now - $0 < window }
-        guard times.count >= limit, let oldest = times.first else { return 0 }
-        return max(0, window - (now - oldest))
+    /// Seconds until every key may try again (0 when they may now).
+    func retryAfter(_ keys: [String], now: Double) -> Double {
+        keys.map { key in
+            let times = (attempts[key] ?? []).filter { now - $0 < window }
+            guard times.count >= limit, let oldest = times.first else { return 0 }
+            return max(0, window - (now - oldest))
+        }.max() ?? 0
     }
 
     private mutating func prune(now: Double) {
         attempts = attempts.filter { _, times in times.contains { now - $0 < window } }
-        while attempts.count > maxAddresses, let oldest = attempts.min(by: { ($0.value.last ?? 0) < ($1.value.last ?? 0) }) {
+        while attempts.count > maxKeys, let oldest = attempts.min(by: { ($0.value.last ?? 0) < ($1.value.last ?? 0) }) {
             attempts[oldest.key] = nil
         }
     }

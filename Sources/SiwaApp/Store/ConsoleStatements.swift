@@ -34,12 +34,16 @@ enum ConsoleStatements {
 
     // MARK: Sessions and the audit trail
 
-    static let createSession = Statement<(hash: String, fingerprint: String, client: String?), Void>(
+    static let createSession = Statement<(hash: String, fingerprint: String, client: String?, operatorID: Int64, name: String), Void>(
         "console_create_session",
-        "INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address) VALUES ($1, $2, $3)",
-        bind: { [$0.hash, $0.fingerprint, $0.client] })
+        """
+        INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address, operator_id, operator)
+        VALUES ($1, $2, $3, $4, $5)
+        """,
+        bind: { [$0.hash, $0.fingerprint, $0.client, String($0.operatorID), $0.name] })
 
     struct StoredSession: Equatable {
+        var operatorName: String
         var fingerprint: String
         var lastSeenAt: Double
         var endedAt: Double?
@@ -49,14 +53,14 @@ enum ConsoleStatements {
     static let findSession = Statement<String, StoredSession>(
         "console_find_session",
         """
-        SELECT token_fingerprint, extract(epoch FROM last_seen_at)::float8 AS seen,
+        SELECT operator, token_fingerprint, extract(epoch FROM last_seen_at)::float8 AS seen,
                extract(epoch FROM ended_at)::float8 AS ended, extract(epoch FROM pg_catalog.now())::float8 AS now
         FROM siwa.console_sessions WHERE token_hash = $1
         """,
         bind: { [$0] },
         decode: { row throws(PostgresError) in
             StoredSession(
-                fingerprint: try row.text("token_fingerprint"), lastSeenAt: try row.double("seen"),
+                operatorName: try row.text("operator"), fingerprint: try row.text("token_fingerprint"), lastSeenAt: try row.double("seen"),
                 endedAt: try row.optionalDouble("ended"), now: try row.double("now"))
         })
 
@@ -72,15 +76,23 @@ enum ConsoleStatements {
         "console_prune_sessions", "DELETE FROM siwa.console_sessions WHERE last_seen_at < pg_catalog.now() - interval '30 days'",
         bind: { _ in [] })
 
-    static let recordAction = Statement<(fingerprint: String?, client: String?, action: String, target: String?), Void>(
+    struct Action {
+        var operatorName: String?
+        var fingerprint: String?
+        var client: String?
+        var action: String
+        var target: String?
+    }
+
+    static let recordAction = Statement<Action, Void>(
         "console_record_action",
-        "INSERT INTO siwa.operator_actions (token_fingerprint, client_address, action, target) VALUES ($1, $2, $3, $4)",
-        bind: { [$0.fingerprint, $0.client, $0.action, $0.target] })
+        "INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target) VALUES ($1, $2, $3, $4, $5)",
+        bind: { [$0.operatorName, $0.fingerprint, $0.client, $0.action, $0.target] })
 
     static let actions = listing(
-        "console_actions", ["id", "at", "token_fingerprint", "client_address", "action", "target"],
+        "console_actions", ["id", "at", "operator", "token_fingerprint", "client_address", "action", "target"],
         """
-        SELECT id, \(utc("at", as: "at")), token_fingerprint, client_address, action, target
+        SELECT id, \(utc("at", as: "at")), operator, token_fingerprint, client_address, action, target
         FROM siwa.operator_actions WHERE id < $1 ORDER BY id DESC LIMIT $2
         """, bind: { (p: (before: Int64, limit: Int)) in [String(p.before), String(p.limit)] })
 

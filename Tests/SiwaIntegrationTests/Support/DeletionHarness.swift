@@ -38,7 +38,7 @@ final class DeletionHarness: Sendable {
     init(
         roles: Application.Roles = .all, conninfo: String? = nil, maxAttempts: Int = 12,
         retryBaseDelay: Double = 0.2, apiConcurrency: Int = 16, reconcileEvery: Int? = nil, jwksURL: String? = nil,
-        forwardURL: String? = nil, authLibraries: AuthLibraryConfiguration? = nil
+        forwardURL: String? = nil, authLibraries: AuthLibraryConfiguration? = nil, trustedProxies: TrustedProxies = .none
     ) throws {
         fake = try S.fake()
         let conninfo = try conninfo ?? TestDatabase.create()
@@ -70,6 +70,7 @@ final class DeletionHarness: Sendable {
         config.maxAttempts = maxAttempts
         config.apiTokenFile = apiTokenFile
         config.apiConcurrency = apiConcurrency
+        config.trustedProxies = trustedProxies
         if let reconcileEvery { config.reconcileEvery = reconcileEvery }
         if let authLibraries { config.authLibraries = authLibraries }
         if let forwardURL {
