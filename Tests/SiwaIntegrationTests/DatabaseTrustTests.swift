@@ -159,4 +159,54 @@ struct DatabaseTrustTests {
         #expect(try TestDatabase.query(url, "SELECT key_id FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == "k2")
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.revocations").scalar == "0")
     }
+
+    @Test("a database of the previous version gets the same guarantees from migrate: grants, check, trigger, adopted tokens dated")
+    func upgradeEnforces() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        // The previous version's state: its grants, no check (a row waiting without a token), the
+        // trigger without `ignored` rows, an adopted token dated -infinity.
+        _ = try TestDatabase.query(
+            url,
+            """
+            ALTER TABLE siwa.revocations DROP CONSTRAINT revocations_token_check;
+            GRANT INSERT ON siwa.revocations TO siwa_worker;
+            GRANT INSERT (apple_sub, client_id, key_id, ciphertext, reason) ON siwa.revocations TO siwa_api;
+            INSERT INTO siwa.revocations (apple_sub, client_id, reason) VALUES ('000739.old.0001', 'app', 'exchange-failed');
+            DROP TRIGGER events_only_signed_facts ON siwa.events;
+            CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
+                FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
+                                   OR NEW.claims ? 'source')
+                EXECUTE FUNCTION siwa.refuse_unsigned_event();
+            INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, source, updated_at)
+            VALUES ('000739.old.0002', 'app', 'k', '\\x00', '-infinity', 'authjs', now() - interval '1 day');
+            COMMENT ON COLUMN siwa.apple_tokens.signed_in_at IS NULL;
+            """)
+        try Migrator.migrate(conninfo: url, force: true)
+        #expect(
+            try TestDatabase.query(url, "SELECT status || ':' || (finished_at IS NOT NULL)::text FROM siwa.revocations").scalar
+                == "no_token:true")
+        #expect(
+            try TestDatabase.query(
+                url,
+                """
+                SELECT has_table_privilege('siwa_worker', 'siwa.revocations', 'INSERT')
+                    OR has_any_column_privilege('siwa_api', 'siwa.revocations', 'INSERT')
+                """
+            ).scalar == "f")
+        #expect(
+            try TestDatabase.query(
+                url, "SELECT signed_in_at = updated_at FROM siwa.apple_tokens WHERE apple_sub = '000739.old.0002'"
+            ).scalar == "t")
+        let receiver = try PostgresConnection(conninfo: login["siwa_receiver"]!)
+        #expect(
+            Self.outcome(
+                receiver,
+                "INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims) VALUES ('u1', 'app', 's', 'account-delete', now(), 'ignored', '{}')"
+            ) == "error 42501")
+        #expect(
+            throws: PostgresError.self,
+            performing: {
+                _ = try TestDatabase.query(url, "INSERT INTO siwa.revocations (apple_sub, client_id, reason) VALUES ('s', 'app', 'x')")
+            })
+    }
 }
