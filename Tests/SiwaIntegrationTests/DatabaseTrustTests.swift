@@ -130,15 +130,15 @@ struct DatabaseTrustTests {
         #expect(Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, now())", [sub]) == "deleted")
     }
 
-    @Test("a notification of an unknown type dated up to an hour after iat (as Apple may): 200 ignored, stored dated now")
+    @Test("a notification of an unknown type dated up to an hour after iat (as Apple may), received as siwa_receiver: 200 ignored, dated now")
     func receiverDatesIgnoredRowsNow() throws {
-        try TestHarness.with(roles: .receive) { h in
-            let later = Int64(Date().timeIntervalSince1970 * 1000) + 30 * 60 * 1000
-            let reply = try h.post(token: try h.token(type: "made-up-type", sub: "000739.later.0001", eventTimeMillis: later))
-            #expect(reply.status == 200 && reply.code == "ignored", "\(reply.status) \(reply.body)")
-            #expect(
-                try TestDatabase.query(h.conninfo, "SELECT event_time <= now() FROM siwa.events WHERE sub = '000739.later.0001'").scalar == "t")
-        }
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let h = try TestHarness(conninfo: login["siwa_receiver"]!, roles: .receive)
+        defer { h.stop() }
+        let later = Int64(Date().timeIntervalSince1970 * 1000) + 30 * 60 * 1000
+        let reply = try h.post(token: try h.token(type: "made-up-type", sub: "000739.later.0001", eventTimeMillis: later))
+        #expect(reply.status == 200 && reply.code == "ignored", "\(reply.status) \(reply.body)")
+        #expect(try TestDatabase.query(url, "SELECT event_time <= now() FROM siwa.events WHERE sub = '000739.later.0001'").scalar == "t")
     }
 
     @Test("a row held past the sign-in's lock wait: the fresh grant is stored all the same, nothing queued for revocation")
