@@ -257,6 +257,62 @@ CREATE INDEX IF NOT EXISTS revocations_due_idx ON siwa.revocations (next_attempt
 CREATE INDEX IF NOT EXISTS revocations_sub_idx ON siwa.revocations (apple_sub);
 -- The keys of the tokens still waiting here, encrypted (start-up key check, `rekey`).
 CREATE INDEX IF NOT EXISTS revocations_key_id ON siwa.revocations (key_id) WHERE ciphertext IS NOT NULL;
+-- A revocation still to do at Apple holds the token it revokes: none is born, claimed or marked
+-- done without one (a row without a token would be "revoked" without a call: faked evidence).
+-- `done` (erased after Apple's answer) and `no_token` carry none. Rows of an earlier version
+-- that waited without a token had nothing to revoke: `no_token`, once, before the check.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'siwa.revocations'::regclass
+                   AND conname = 'revocations_token_check') THEN
+        UPDATE siwa.revocations SET status = 'no_token', finished_at = coalesce(finished_at, now()),
+            last_error = 'no token stored'
+        WHERE status NOT IN ('done', 'no_token') AND (ciphertext IS NULL OR key_id IS NULL);
+        ALTER TABLE siwa.revocations ADD CONSTRAINT revocations_token_check
+            CHECK (status IN ('done', 'no_token') OR (ciphertext IS NOT NULL AND key_id IS NOT NULL));
+    END IF;
+END
+$$;
+
+-- Only these functions (and store_apple_token's stale sign-in) insert revocations: no role may
+-- write a row of its own choosing (another user's, one born `done`). The API queues a token Apple
+-- issued that it could not keep; the worker moves the tokens of the users an in-app deletion
+-- takes (`DeletionStatements.moveTokensToRevocation`).
+CREATE OR REPLACE FUNCTION siwa.queue_revocation(apple_sub text, client_id text, key_id text, ciphertext bytea)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
+    VALUES (queue_revocation.apple_sub, queue_revocation.client_id, queue_revocation.key_id, queue_revocation.ciphertext,
+            'exchange-failed')
+$$;
+REVOKE ALL ON FUNCTION siwa.queue_revocation(text, text, text, bytea) FROM PUBLIC;
+
+-- In-app deletions taking effect (arrays: the users, each deletion's time in ms, the app that
+-- asked): each user's tokens signed in at or before the deletion move, still encrypted, into
+-- siwa.revocations; a user with none gets one `no_token` row. A token adopted from an auth
+-- library goes whenever it was adopted: the deletion removes, in the same transaction, the
+-- library's identity that held it. (Tokens found by `= ANY (ARRAY[d.sub])`: a probe per user.)
+CREATE OR REPLACE FUNCTION siwa.move_tokens_to_revocation(subs text[], at_ms bigint[], client_ids text[])
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH d AS (
+        SELECT * FROM unnest(move_tokens_to_revocation.subs, move_tokens_to_revocation.at_ms,
+                             move_tokens_to_revocation.client_ids) AS u(sub, at_ms, client_id)
+    ), moved AS (
+        DELETE FROM siwa.apple_tokens t USING d
+        WHERE t.apple_sub = ANY (ARRAY[d.sub])
+          AND (coalesce(t.signed_in_at, t.created_at) <= timestamptz 'epoch' + d.at_ms * interval '1 millisecond'
+               OR t.source IS NOT NULL)
+        RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext
+    ), queued AS (
+        INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
+        SELECT apple_sub, client_id, key_id, ciphertext, 'in-app-deletion' FROM moved
+    )
+    INSERT INTO siwa.revocations (apple_sub, client_id, reason, status, finished_at)
+    SELECT d.sub, d.client_id, 'in-app-deletion', 'no_token', now() FROM d
+    WHERE NOT EXISTS (SELECT FROM moved m WHERE m.apple_sub = d.sub)
+$$;
+REVOKE ALL ON FUNCTION siwa.move_tokens_to_revocation(text[], bigint[], text[]) FROM PUBLIC;
 
 -- After a verified sign-in (POST /apple/tokens, POST /apple/refresh-tokens): stores the encrypted
 -- refresh token and records the sign-in as an event of the outbox (type 'sign-in', applied by the
@@ -265,7 +321,16 @@ CREATE INDEX IF NOT EXISTS revocations_key_id ON siwa.revocations (key_id) WHERE
 -- deletion (a code exchanged late) is not stored: its token is queued for revocation and the
 -- answer is 'deleted'. Returns 'created' (no account yet), 'updated', or 'deleted'. A new token
 -- is a new grant: reconciliation first validates it one interval after it was stored.
--- The account row is locked first: the worker applying a deletion serializes with it.
+-- `signed_in_at` is Apple's (the id_token's auth_time, else iat, verified by the API: it decides
+-- whether a code exchanged late is older than a deletion), but never later than this database's
+-- clock: whoever holds the API's role cannot date a sign-in after deletions still to come, which
+-- would then never undo it. Only a deletion that can take effect counts (not an `ignored` row).
+-- The account row is locked first: the worker applying a deletion serializes with it. A worker
+-- batch holding the row past the caller's lock_timeout does not cost the fresh grant (the API
+-- would revoke a token it could not store): the sign-in is then decided without the lock. That
+-- batch's deletions were committed before it began, so the check below sees them; a deletion
+-- queued later is applied by a batch that waits for the row, hence after this commits, and takes
+-- the token.
 DROP FUNCTION IF EXISTS siwa.store_apple_token(text, text, text, bytea, text, boolean);
 CREATE OR REPLACE FUNCTION siwa.store_apple_token(apple_sub text, client_id text, key_id text, ciphertext bytea,
                                                   email text, is_private_email boolean, signed_in_at timestamptz)
@@ -274,17 +339,24 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     acct record;
     existed boolean;
+    signed_at timestamptz := least(store_apple_token.signed_in_at, clock_timestamp());
 BEGIN
-    SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
-    WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
-    existed := FOUND;
+    BEGIN
+        SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
+        WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
+        existed := FOUND;
+    EXCEPTION WHEN lock_not_available THEN
+        SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
+        WHERE a.apple_sub = store_apple_token.apple_sub;
+        existed := FOUND;
+    END;
     -- Not newer than a deletion of this user: the deleted account's grant, also when the user came
     -- back since (the account is active again) or the deletion is still to be applied (found by
     -- its event: an index probe of events_dedupe_key).
-    IF (existed AND acct.status = 'deleted' AND store_apple_token.signed_in_at <= acct.status_event_time)
+    IF (existed AND acct.status = 'deleted' AND signed_at <= acct.status_event_time)
        OR EXISTS (SELECT FROM siwa.events e
                   WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'deletion-requested')
-                    AND e.event_time >= store_apple_token.signed_in_at) THEN
+                    AND e.event_time >= signed_at AND e.status <> 'ignored') THEN
         INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
         VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id,
                 store_apple_token.ciphertext, 'stale-sign-in');
@@ -292,14 +364,14 @@ BEGIN
     END IF;
     INSERT INTO siwa.apple_tokens AS t (apple_sub, client_id, key_id, ciphertext, signed_in_at)
     VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id,
-            store_apple_token.ciphertext, store_apple_token.signed_in_at)
+            store_apple_token.ciphertext, signed_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
             updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
             source = NULL;  -- a sign-in's token, also over one adopted from an auth library
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
-            store_apple_token.signed_in_at, store_apple_token.email, store_apple_token.is_private_email,
+            signed_at, store_apple_token.email, store_apple_token.is_private_email,
             jsonb_build_object('source', 'sign-in'))
     ON CONFLICT DO NOTHING;  -- the same sign-in stored twice is one event
     RETURN CASE WHEN existed AND acct.status <> 'deleted' THEN 'updated' ELSE 'created' END;
@@ -547,14 +619,17 @@ GRANT SELECT, UPDATE, DELETE ON siwa.event_queue TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
 GRANT SELECT, UPDATE ON siwa.sessions TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.apple_tokens TO siwa_worker;
-GRANT SELECT, INSERT, UPDATE ON siwa.revocations TO siwa_worker;
+REVOKE INSERT ON siwa.revocations FROM siwa_worker;  -- rows are born in the functions above
+GRANT SELECT, UPDATE ON siwa.revocations TO siwa_worker;  -- the revoker records Apple's answers
+GRANT EXECUTE ON FUNCTION siwa.move_tokens_to_revocation(text[], bigint[], text[]) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
 -- The API (POST /apple/tokens, /apple/refresh-tokens) stores tokens and queues the revocation of
 -- a token it could not keep; nothing else. The receiver only inserts events.
 GRANT EXECUTE ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean, timestamptz) TO siwa_api;
--- (the columns of a token to revoke: never its status or outcome, so never a faked `done`)
+-- (a token it could not keep, through the function only: never a row without it, nor a status;
+-- the table REVOKE also takes the column grant of earlier versions)
 REVOKE INSERT ON siwa.revocations FROM siwa_api;
-GRANT INSERT (apple_sub, client_id, key_id, ciphertext, reason) ON siwa.revocations TO siwa_api;
+GRANT EXECUTE ON FUNCTION siwa.queue_revocation(text, text, text, bytea) TO siwa_api;
 GRANT SELECT ON siwa.backlog TO siwa_api;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_dashboard, siwa_worker;
@@ -744,6 +819,8 @@ GRANT SELECT, UPDATE ON siwa.reconcile_pace TO siwa_worker;
 --                       consent-revoked of a grant found gone: ReconcileStatements, as siwa_worker)
 --   status              anything but 'pending' or 'ignored' at insert (a 'dead' row `replay` would
 --                       bring back, a 'done' one that blocks the real event as a duplicate)
+--   'ignored'           of a type siwa-notify applies (an account-delete that never enters the
+--                       queue), or dated later than now plus the 60 s clock skew allowed
 -- (`transfer import` writes no event.) Allowed: the owner of siwa.events (hence the definer
 -- functions), a superuser, and, for a reconcile row only, a role with siwa_worker's privileges.
 -- Refused with insufficient_privilege, in the same statement: nothing of the batch is stored.
@@ -754,6 +831,13 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     privileged boolean;
 BEGIN
+    -- A notification of a type siwa-notify does not know, stored for the record (the receiver's
+    -- `ignored` rows: siwa.insert_events dates them no later than now).
+    IF NEW.status = 'ignored' AND NOT NEW.claims ? 'source'
+       AND NEW.type NOT IN ('email-disabled', 'email-enabled', 'consent-revoked', 'account-delete', 'sign-in', 'deletion-requested')
+       AND NEW.event_time <= statement_timestamp() + interval '60 seconds' THEN
+        RETURN NEW;
+    END IF;
     -- SECURITY INVOKER: current_user is the inserting role (the owner inside a definer function).
     SELECT r.rolsuper OR pg_has_role(current_user, c.relowner, 'USAGE') INTO privileged
     FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = 'siwa.events'::regclass;
@@ -771,12 +855,15 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION siwa.refuse_unsigned_event() FROM PUBLIC;
+-- (Created again when its WHEN clause is an earlier version's, without the `ignored` rows.)
 DO $$
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass) THEN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass
+                   AND pg_get_triggerdef(oid) LIKE '%(new.status = ''ignored''::text)%') THEN
+        DROP TRIGGER IF EXISTS events_only_signed_facts ON siwa.events;
         CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
             FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
-                               OR NEW.claims ? 'source')
+                               OR NEW.claims ? 'source' OR NEW.status = 'ignored')
             EXECUTE FUNCTION siwa.refuse_unsigned_event();
     END IF;
 END
@@ -1016,6 +1103,21 @@ CREATE TABLE IF NOT EXISTS siwa.library_tokens (
     CONSTRAINT library_tokens_pkey PRIMARY KEY (apple_sub, client_id)
 );
 GRANT SELECT, INSERT, UPDATE ON siwa.library_tokens TO siwa_worker;
+-- An adopted token is dated when it was adopted (the library held it then; it says no more).
+-- Earlier versions dated it -infinity, so that any older consent-revoked or account-delete
+-- arriving late erased it (and, adopted once, it was never taken again: nothing left for a later
+-- in-app deletion to revoke). Those get the time they were adopted, once (the column's comment
+-- marks it done: no scan on later migrations).
+DO $$
+BEGIN
+    IF col_description('siwa.apple_tokens'::regclass, (SELECT attnum FROM pg_attribute
+            WHERE attrelid = 'siwa.apple_tokens'::regclass AND attname = 'signed_in_at')) IS NULL THEN
+        UPDATE siwa.apple_tokens SET signed_in_at = updated_at WHERE signed_in_at = '-infinity' AND source IS NOT NULL;
+        COMMENT ON COLUMN siwa.apple_tokens.signed_in_at IS
+            'When the grant was made: the sign-in''s time (id_token), or when an auth library''s token was adopted.';
+    END IF;
+END
+$$;
 -- === end of tokens the auth libraries store ===
 
 -- === Maintained counts (issue 29; README "Database") ===
@@ -1146,7 +1248,9 @@ CREATE INDEX IF NOT EXISTS revocations_failed_idx ON siwa.revocations (id) WHERE
 -- indexes with each row's own key), so no statistics can change its shape. (ON CONFLICT names no
 -- target: one would need SELECT on its columns, which the receiver's role does not have.)
 -- SECURITY INVOKER: the caller's own grants apply (siwa_receiver's INSERT of the notification's
--- columns). Returns the `jti` of each new row.
+-- columns). Returns the `jti` of each new row. An `ignored` row (an unknown type, stored for the
+-- record) is dated no later than now: the database refuses one dated later than its clock allows
+-- (events_only_signed_facts), and its claims keep the time Apple sent.
 CREATE OR REPLACE FUNCTION siwa.insert_events(
     text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
 RETURNS SETOF text
@@ -1155,7 +1259,10 @@ BEGIN
     RETURN QUERY
     WITH ins AS (
         INSERT INTO siwa.events AS ev (jti, aud, sub, type, event_time, email, is_private_email, status, claims)
-        SELECT u.j, u.a, u.s, u.t, timestamptz 'epoch' + u.ms * interval '1 millisecond', u.e, u.p, u.st, u.c::jsonb
+        SELECT u.j, u.a, u.s, u.t,
+               CASE WHEN u.st = 'ignored' THEN least(timestamptz 'epoch' + u.ms * interval '1 millisecond', now())
+                    ELSE timestamptz 'epoch' + u.ms * interval '1 millisecond' END,
+               u.e, u.p, u.st, u.c::jsonb
         FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9) AS u(j, a, s, t, ms, e, p, st, c)
         ORDER BY u.s COLLATE "C"
         ON CONFLICT DO NOTHING

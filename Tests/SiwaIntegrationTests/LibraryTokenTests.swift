@@ -146,8 +146,9 @@ struct LibraryTokenTests {
             // has a GitHub account with the same provider id, skipped).
             #expect(try s.sweep() == 2)
             #expect(
-                try s.scalar("SELECT string_agg(source || ':' || signed_in_at::text || ':' || client_id, ',') FROM siwa.apple_tokens")
-                    == "\(target.source):-infinity:\(S.clientID),\(target.source):-infinity:\(S.clientID)")
+                try s.scalar(
+                    "SELECT string_agg(source || ':' || (signed_in_at BETWEEN now() - interval '1 minute' AND now())::text || ':' || client_id, ',') FROM siwa.apple_tokens"
+                ) == "\(target.source):true:\(S.clientID),\(target.source):true:\(S.clientID)")
             #expect(try s.scalar("SELECT count(*) FROM siwa.library_tokens WHERE length(token_hash) = 32") == "2")
             // The user's report says where the token held came from.
             #expect(
@@ -205,6 +206,36 @@ struct LibraryTokenTests {
         try s.db.apply()
         #expect(try s.scalar("SELECT string_agg(status, ',' ORDER BY apple_sub) FROM siwa.revocations") == "no_token,no_token")
         #expect(s.fake.calls.isEmpty)
+    }
+
+    @Test(
+        "an adopted token is dated when adopted: an older consent-revoked arriving late keeps it, a deletion takes it (also one requested before the adoption)"
+    )
+    func adoptedTokenDated() throws {
+        let target = Target.betterAuth
+        let s = try Self.setup(target)
+        defer { s.fake.stop() }
+        let (one, two) = target.subs
+        _ = try s.libraryToken(one)
+        _ = try s.libraryToken(two)
+        // The deletion of `two` is requested before the sweep adopts its token, applied after.
+        _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL)", [two])
+        #expect(try s.sweep(pageSize: 10) == 2)
+        // Apple's consent-revoked of an hour ago (an older grant) arrives now.
+        let hourAgo = Int64(Date().timeIntervalSince1970 * 1000) - 3_600_000
+        #expect(try s.db.event("consent-revoked", sub: one, at: hourAgo, aud: S.clientID))
+        try s.db.apply()
+        #expect(try s.scalar("SELECT source FROM siwa.apple_tokens WHERE apple_sub = $1", [one]) == target.source)
+        #expect(
+            try s.scalar("SELECT status || ':' || (ciphertext IS NOT NULL)::text FROM siwa.revocations WHERE apple_sub = $1", [two])
+                == "pending:true")
+        // A later in-app deletion revokes the token kept.
+        _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL)", [one])
+        try s.db.apply()
+        #expect(
+            try s.scalar("SELECT status || ':' || (ciphertext IS NOT NULL)::text FROM siwa.revocations WHERE apple_sub = $1", [one])
+                == "pending:true")
+        #expect(try s.scalar("SELECT count(*) FROM siwa.apple_tokens") == "0")
     }
 
     @Test("a token that came through siwa-notify's sign-in wins over the library's: never replaced, and the one revoked")

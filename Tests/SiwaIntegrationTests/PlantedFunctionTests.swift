@@ -69,6 +69,19 @@ struct PlantedFunctionTests {
         try TestDatabase.query(guarded(conninfo), sql, parameters).rows.first?[0] ?? nil
     }
 
+    @Test("every function of schema siwa pins its search_path, but the two inlined ones (their names qualified)")
+    func everyFunctionPinned() throws {
+        let conninfo = try TestDatabase.create()
+        let unpinned = try TestDatabase.query(
+            conninfo,
+            """
+            SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'siwa'::regnamespace
+            AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) ORDER BY 1
+            """
+        ).rows.compactMap { $0[0] }
+        #expect(unpinned == ["mask_email", "subject_hash"])
+    }
+
     @Test("the shadows work: a call that needs an implicit cast runs the planted one")
     func shadowsWork() throws {
         let conninfo = try TestDatabase.createEmpty()

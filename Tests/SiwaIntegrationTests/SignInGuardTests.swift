@@ -50,6 +50,27 @@ struct SignInGuardTests {
         #expect(try h.accountStatus(sub) == "deleted")
     }
 
+    @Test("a sign-in refused 409 whose id_token carries transfer_sub maps nobody and forwards no user-migrated")
+    func refusedSignInMapsNobody() throws {
+        let h = try H(forwardURL: "http://127.0.0.1:9/siwa")  // forwarding on; nothing listens: forwards wait
+        defer { h.stop() }
+        let sub = "001234.moved.0002"
+        try h.signIn(sub: sub)
+        _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
+        #expect(try h.eventually { try h.accountStatus(sub) == "deleted" })
+        // A code from before the deletion, carrying the user's identifier from the old team.
+        h.fake.setClock(S.wallClock() - 60)
+        let code = "c." + NotificationSigner.newJTI()
+        var user = DevApple.User(sub: sub, email: "m@privaterelay.appleid.com", isPrivateEmail: true)
+        user.transferSub = "000999.old-team.0002"
+        h.fake.addCode(code, user: user)
+        let reply = try h.exchange(code: code)
+        h.fake.setClock(nil)
+        #expect(reply.status == 409 && reply.error == "account_deleted", "\(reply.status) \(reply.body)")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.transfers") == "0")
+        #expect(try h.scalar("SELECT count(*) FROM siwa.forwards WHERE type = 'user-migrated'") == "0")
+    }
+
     @Test("a deletion requested but not applied yet: a sign-in from before it is refused all the same (409), one after it stored")
     func signInOlderThanAPendingDeletion() throws {
         let h = try H(roles: .receive)  // no worker: the deletion stays queued

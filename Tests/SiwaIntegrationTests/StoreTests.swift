@@ -349,20 +349,20 @@ struct StoreTests {
         let url = try TestDatabase.create()
         let sub = "race.0001"
         _ = try TestDatabase.query(url, "INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
-        // A worker's transaction is deleting the account (at 12:00), not yet committed.
+        // A worker's transaction is deleting the account (a minute ago), not yet committed.
         let worker = try PostgresConnection(conninfo: url)
         _ = try worker.execute("BEGIN")
         _ = try worker.execute(
-            "UPDATE siwa.accounts SET status = 'deleted', status_event_time = '2030-01-01 12:00:00+00' WHERE apple_sub = $1", [sub])
+            "UPDATE siwa.accounts SET status = 'deleted', status_event_time = now() - interval '1 minute' WHERE apple_sub = $1", [sub])
         let answer = Mutex<String?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            // A sign-in at 11:59, stored late.
+            // A sign-in two minutes ago, stored late.
             let result = try? TestDatabase.query(
                 url,
                 """
                 SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true,
-                                              '2030-01-01 11:59:00+00')
+                                              now() - interval '2 minutes')
                 """, [sub]
             ).scalar
             answer.withLock { $0 = result }
@@ -382,7 +382,7 @@ struct StoreTests {
                 == "stale-sign-in:pending")
         // A sign-in after the deletion is the user coming back: stored, and recorded as an event.
         let back = try TestDatabase.query(
-            url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, NULL, NULL, '2030-01-01 12:01:00+00')",
+            url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, NULL, NULL, now())",
             [sub]
         ).scalar
         #expect(back == "created")

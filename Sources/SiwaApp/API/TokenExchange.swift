@@ -190,12 +190,14 @@ public final class TokenExchange: Sendable {
                 // A worker's batch may hold the account row for seconds: wait for it within the
                 // call's budget rather than lose the sign-in to the pool's 2 s lock timeout.
                 try c.execute(AdminStatements.signInLockWait)
+                let stored = try c.row(DeletionStatements.storeToken, signIn)
                 // For 60 days after an app transfer the id_token names the user's identifier from
-                // the old team: that identifier is this user (`siwa.transfers`, as `transfer import`).
-                if let transferSub = claims.transferSub {
+                // the old team: that identifier is this user (`siwa.transfers`, as `transfer import`),
+                // unless the sign-in is refused (in the same transaction as its verdict).
+                if let transferSub = claims.transferSub, stored != nil, stored != .deleted {
                     _ = try c.row(TransferStatements.mapOnSignIn, (transferSub, claims.sub, teamID, clientID, forwarding))
                 }
-                return try c.row(DeletionStatements.storeToken, signIn)
+                return stored
             }
             guard let stored else {
                 return .failure(.error(503, "database_unavailable", retryAfter: 5))
@@ -217,7 +219,7 @@ public final class TokenExchange: Sendable {
         do {
             let sealed = try apple.vault.seal(refreshToken, sub: owner, clientID: clientID)
             _ = try pool.withConnection(timeout: .seconds(5)) { c in
-                try c.affected(DeletionStatements.queueRevocation, (owner, clientID, sealed, "exchange-failed"))
+                try c.affected(DeletionStatements.queueRevocation, (owner, clientID, sealed))
             }
             logger.info("refresh token not kept; queued for revocation at Apple", metadata: ["client_id": "\(clientID)"])
         } catch {

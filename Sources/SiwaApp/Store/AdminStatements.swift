@@ -15,7 +15,8 @@ enum AdminStatements {
 
     /// Storing a sign-in (`siwa.store_apple_token`) waits up to 15 s for the account's row lock
     /// (a worker's batch applying that user's events holds it) instead of the pool's 2 s, within
-    /// the API call's budget: past that, 503 and the token is queued for revocation.
+    /// the API call's budget: past that, the function decides without the lock (schema.sql says
+    /// why that is safe) rather than fail and have the fresh grant revoked.
     static let signInLockWait = "SET LOCAL lock_timeout = 15000; SET LOCAL statement_timeout = 20000"
 
     static func begin(statementTimeoutMilliseconds: Int, lockTimeoutMilliseconds: Int) -> String {

@@ -43,11 +43,12 @@ enum DeletionStatements {
         decode: { row throws(PostgresError) in try row.value("stored", as: TokenStored.self) })
 
     /// A token Apple issued that siwa-notify could not keep (the exchange failed after Apple
-    /// redeemed the code): revoked at Apple in the background, durably.
-    static let queueRevocation = Statement<(sub: String, clientID: String, token: StoredToken, reason: String), Void>(
+    /// redeemed the code): revoked at Apple in the background, durably (`siwa.queue_revocation`:
+    /// the API's role writes no revocation row itself).
+    static let queueRevocation = Statement<(sub: String, clientID: String, token: StoredToken), Void>(
         "queue_revocation",
-        "INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason) VALUES ($1, $2, $3, $4::bytea, $5)",
-        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext), $0.reason] })
+        "SELECT siwa.queue_revocation($1, $2, $3, $4::bytea)",
+        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext)] })
 
     /// `siwa.request_deletion(sub, aud)`: returns how many deletions were queued (1).
     static let request = Statement<(sub: String, clientID: String?), Int>(
@@ -63,28 +64,13 @@ enum DeletionStatements {
         var clientID: String
     }
 
-    /// In-app deletions taking effect: the users' tokens signed in at or before the deletion move,
-    /// still encrypted, into `siwa.revocations`; a user with none gets one `no_token` row. (Tokens
-    /// found by `= ANY (ARRAY[d.sub])`: a probe per user, see `WorkerStatements`.)
+    /// In-app deletions taking effect: the users' tokens signed in at or before the deletion (and
+    /// those adopted from an auth library) move, still encrypted, into `siwa.revocations`; a user
+    /// with none gets one `no_token` row (`siwa.move_tokens_to_revocation`: the worker's role
+    /// inserts no revocation row itself).
     static let moveTokensToRevocation = Statement<[Deletion], Void>(
         "move_tokens_to_revocation",
-        """
-        WITH d AS (
-            SELECT * FROM ROWS FROM (pg_catalog.unnest($1::text[]),
-                pg_catalog.unnest($2::bigint[]),
-                pg_catalog.unnest($3::text[])) AS u(sub, at_ms, client_id)
-        ), moved AS (
-            DELETE FROM siwa.apple_tokens t USING d
-            WHERE t.apple_sub = ANY (ARRAY[d.sub]) AND coalesce(t.signed_in_at, t.created_at) <= \(SQLEncoding.timestamp(millis: "d.at_ms"))
-            RETURNING t.apple_sub, t.client_id, t.key_id, t.ciphertext
-        ), queued AS (
-            INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
-            SELECT apple_sub, client_id, key_id, ciphertext, 'in-app-deletion' FROM moved
-        )
-        INSERT INTO siwa.revocations (apple_sub, client_id, reason, status, finished_at)
-        SELECT d.sub, d.client_id, 'in-app-deletion', 'no_token', pg_catalog.now() FROM d
-        WHERE NOT EXISTS (SELECT FROM moved m WHERE m.apple_sub = d.sub)
-        """,
+        "SELECT siwa.move_tokens_to_revocation($1::text[], $2::bigint[], $3::text[])",
         bind: { rows in
             [
                 SQLEncoding.array(rows.map(\.sub)), SQLEncoding.array(rows.map { $0.atMillis }),

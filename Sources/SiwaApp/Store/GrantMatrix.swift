@@ -11,7 +11,7 @@ public enum GrantMatrix {
     /// between siwa's roles (none); `ATTRIBUTE` a role attribute (LOGIN, SUPERUSER, ...: none).
     public static let expected: Set<String> = [
         "siwa_api USAGE schema siwa", "siwa_api EXECUTE store_apple_token", "siwa_api EXECUTE map_transfer",
-        "siwa_api INSERT revocations(apple_sub,ciphertext,client_id,key_id,reason)", "siwa_api SELECT backlog",
+        "siwa_api EXECUTE queue_revocation", "siwa_api SELECT backlog",
         "siwa_dashboard USAGE schema siwa", "siwa_dashboard EXECUTE subject_hash",
         "siwa_dashboard SELECT account_status_summary", "siwa_dashboard SELECT app_account_status_summary",
         "siwa_dashboard SELECT backlog", "siwa_dashboard SELECT dead_forwards", "siwa_dashboard SELECT operator_actions",
@@ -32,7 +32,7 @@ public enum GrantMatrix {
         "siwa_worker SELECT forwards", "siwa_worker INSERT forwards", "siwa_worker UPDATE forwards",
         "siwa_worker DELETE forwards", "siwa_worker SELECT forward_backlog", "siwa_worker SELECT dead_forwards",
         "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
-        "siwa_worker SELECT revocations", "siwa_worker INSERT revocations", "siwa_worker UPDATE revocations",
+        "siwa_worker SELECT revocations", "siwa_worker UPDATE revocations", "siwa_worker EXECUTE move_tokens_to_revocation",
         "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
         // Revocation proof and the user report.
         "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",

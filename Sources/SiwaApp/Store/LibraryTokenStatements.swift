@@ -77,9 +77,12 @@ enum LibraryTokenStatements {
         var hash: [UInt8]
     }
 
-    /// Stores sealed library tokens for client id `$5` (`source` the library, `signed_in_at`
-    /// `-infinity`: the library does not say when, and a deletion applied to the library takes
-    /// its token whenever it was adopted). A row from siwa-notify's own sign-in is left as it is
+    /// Stores sealed library tokens for client id `$5` (`source` the library). `signed_in_at` is
+    /// the adoption's time: the library held the grant then and says no more. Dated earlier, an
+    /// older consent-revoked arriving late would erase a grant newer than it, never adopted again
+    /// (adopted once), and leave nothing for a later in-app deletion; an in-app deletion takes an
+    /// adopted token whenever it was adopted (`siwa.move_tokens_to_revocation`: it removes the
+    /// library's identity that held it). A row from siwa-notify's own sign-in is left as it is
     /// (also one stored since the read); one adopted before is replaced (the library holds a newer
     /// token) and validated again from scratch. Returns how many were stored.
     static let adopt = Statement<(rows: [Sealed], clientID: String, source: String), Int>(
@@ -92,7 +95,7 @@ enum LibraryTokenStatements {
                 pg_catalog.unnest($4::text[])) AS u(sub, key_id, ciphertext, hash)
         ), stored AS (
             INSERT INTO siwa.apple_tokens AS t (apple_sub, client_id, key_id, ciphertext, signed_in_at, source)
-            SELECT u.sub, $5, u.key_id, pg_catalog.decode(u.ciphertext, 'hex'), '-infinity', $6 FROM u
+            SELECT u.sub, $5, u.key_id, pg_catalog.decode(u.ciphertext, 'hex'), pg_catalog.now(), $6 FROM u
             ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
                 SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
                     source = excluded.source, updated_at = pg_catalog.now(), validated_at = NULL, next_validation_at = NULL,
