@@ -49,14 +49,10 @@ public enum SigV4 {
 
     /// The headers to add to the request: `X-Amz-Date`, `X-Amz-Security-Token` for temporary
     /// credentials, and `Authorization`.
-    public struct Signed: Sendable, Equatable {
+    public struct Signed: Sendable {
         public var headers: [(String, String)]
         public var authorization: String
         public var signedHeaders: String
-
-        public static func == (a: Signed, b: Signed) -> Bool {
-            a.authorization == b.authorization && a.headers.map { $0.0 + ":" + $0.1 } == b.headers.map { $0.0 + ":" + $0.1 }
-        }
     }
 
     /// Signs `request` for `region` / `service` at `amzDate` (`YYYYMMDDTHHMMSSZ`).

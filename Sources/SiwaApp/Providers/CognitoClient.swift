@@ -55,6 +55,8 @@ public final class CognitoClient: Sendable {
     ///   - url: the API's base; the region's endpoint when nil (`https://`, or `http://` to a
     ///     loopback host for a local emulator).
     ///   - clock: Unix seconds, for the signature's date (tests give one).
+    /// - Throws: an unusable `url`, as a `ConfigurationError` whose `variable` is `url`: the
+    ///   caller that read it from a variable names that variable.
     public init(
         region: String, userPoolID: String, credentials: SigV4.Credentials, url: String? = nil, options: Options = Options(),
         logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
