@@ -1,0 +1,88 @@
+import Testing
+
+@testable import SiwaCore
+
+/// Cognito's answers classified: done, a user it does not know, later, or refused with what to fix.
+@Suite struct CognitoAnswerTests {
+    func classify(_ status: Int, _ body: String, headers: [String: String] = [:]) -> CognitoResult<[UInt8]> {
+        CognitoAnswer.classify(status: status, headers: headers, body: Array(body.utf8))
+    }
+
+    func error(_ type: String) -> String { #"{"__type":"\#(type)","message":"User SignInWithApple_001 is secret"}"# }
+
+    @Test("a 2xx is done with its body")
+    func done() {
+        #expect(classify(200, "{}") == .done(Array("{}".utf8)))
+        #expect(classify(204, "") == .done([]))
+    }
+
+    @Test("UserNotFoundException is a user Cognito does not know, with or without a namespace")
+    func userNotFound() {
+        #expect(classify(400, error("UserNotFoundException")) == .userNotFound)
+        #expect(classify(400, error("com.amazonaws.cognito.identity.idp.model#UserNotFoundException")) == .userNotFound)
+        #expect(classify(400, "", headers: ["x-amzn-errortype": "UserNotFoundException:http://internal.amazon.com/"]) == .userNotFound)
+    }
+
+    @Test("throttling, 429, 5xx and Cognito's internal error are retried, honouring Retry-After")
+    func retryLater() {
+        #expect(
+            classify(400, error("TooManyRequestsException"), headers: ["retry-after": "7"])
+                == .retryLater(CognitoFailure(status: 400, reason: "TooManyRequestsException", retryAfter: 7)))
+        #expect(classify(429, "") == .retryLater(CognitoFailure(status: 429, reason: "http_429")))
+        #expect(classify(503, "<html>", headers: ["retry-after": "soon"]) == .retryLater(CognitoFailure(status: 503, reason: "http_503")))
+        #expect(classify(500, error("InternalErrorException")) == .retryLater(CognitoFailure(status: 500, reason: "InternalErrorException")))
+        #expect(classify(400, error("ThrottlingException")) == .retryLater(CognitoFailure(status: 400, reason: "ThrottlingException")))
+    }
+
+    @Test(
+        "refusals say what to fix: the credential, the permission, the pool, or the request",
+        arguments: [
+            ("UnrecognizedClientException", CognitoBlame.credential), ("InvalidSignatureException", .credential),
+            ("ExpiredTokenException", .credential), ("MissingAuthenticationTokenException", .credential),
+            ("AccessDeniedException", .permission), ("NotAuthorizedException", .permission),
+            ("ResourceNotFoundException", .userPool), ("InvalidParameterException", .request),
+        ])
+    func refused(type: String, blame: CognitoBlame) {
+        #expect(classify(400, error(type)) == .refused(CognitoFailure(status: 400, reason: type, blame: blame)))
+    }
+
+    @Test("a 403 without a type is a permission; any other 4xx without one a refused request")
+    func untypedRefusals() {
+        #expect(classify(403, "") == .refused(CognitoFailure(status: 403, reason: "http_403", blame: .permission)))
+        #expect(classify(404, "not json") == .refused(CognitoFailure(status: 404, reason: "http_404", blame: .request)))
+    }
+
+    @Test("a failure's description holds the type and status, never Cognito's message")
+    func descriptionHasNoMessage() {
+        guard case .refused(let failure) = classify(400, error("InvalidParameterException")) else {
+            Issue.record("not refused")
+            return
+        }
+        #expect("\(failure)" == "InvalidParameterException (HTTP 400) [request]")
+    }
+
+    @Test("the endpoint, the federated username and the base URL's host and path")
+    func addresses() {
+        #expect(Cognito.endpoint(region: "eu-west-1") == "https://cognito-idp.eu-west-1.amazonaws.com/")
+        #expect(Cognito.federatedUsername(sub: "001.ab.2") == "SignInWithApple_001.ab.2")
+        #expect(Cognito.hostAndPath(of: "https://cognito-idp.eu-west-1.amazonaws.com/")! == ("cognito-idp.eu-west-1.amazonaws.com", "/"))
+        #expect(Cognito.hostAndPath(of: "http://127.0.0.1:5000")! == ("127.0.0.1:5000", "/"))
+        #expect(Cognito.hostAndPath(of: "http://localhost:5000/cognito/")! == ("localhost:5000", "/cognito/"))
+        #expect(Cognito.hostAndPath(of: "http://cognito.example.com/") == nil)
+        #expect(Cognito.problem(withURL: "http://cognito.example.com/") != nil)
+        #expect(Cognito.problem(withURL: "file:///etc/passwd") != nil)
+        #expect(Cognito.problem(withURL: "https://user@cognito.example.com/") != nil)
+    }
+
+    @Test("the identities attribute: which providers, and whether it holds the Apple identity of a sub")
+    func identities() {
+        let value =
+            #"[{"userId":"001.ab.2","providerName":"SignInWithApple","providerType":"SignInWithApple","primary":false},{"userId":"g1","providerName":"Google"}]"#
+        #expect(Cognito.identities(value, contain: "001.ab.2"))
+        #expect(!Cognito.identities(value, contain: "g1"))
+        #expect(!Cognito.identities(value, contain: "001.ab.3"))
+        #expect(Cognito.providers(in: value).map(\.provider) == ["SignInWithApple", "Google"])
+        #expect(Cognito.providers(in: "not json").isEmpty)
+        #expect(!Cognito.identities("{}", contain: "001.ab.2"))
+    }
+}
