@@ -94,7 +94,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
         // The runtime room without sockets or a database: a manual clock, fake connections.
-        .testTarget(name: "SiwaRuntimeTests", dependencies: ["SiwaRuntime", "SiwaCore"]),
+        .testTarget(
+            name: "SiwaRuntimeTests", dependencies: ["SiwaRuntime", "SiwaCore", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -99,7 +99,7 @@ public final class Application: Sendable {
             let running = try compose(into: group)
             state.withLock { $0 = .running(running) }
         } catch {
-            group.stop(budget: Double(configuration.shutdownTimeout))
+            group.stop(budget: .seconds(configuration.shutdownTimeout))
             throw error
         }
     }
@@ -114,7 +114,7 @@ public final class Application: Sendable {
             return p
         }
         guard case .running(let r) = previous else { return }
-        r.services.stop(budget: Double(configuration.shutdownTimeout))
+        r.services.stop(budget: .seconds(configuration.shutdownTimeout))
         logger.info("stopped")
     }
 

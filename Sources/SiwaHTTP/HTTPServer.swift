@@ -118,7 +118,7 @@ public final class HTTPServer: Sendable {
         }
         // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next
         // turn, which nothing signals: give them one.
-        StopSignal().wait(for: .milliseconds(50))
+        WakeSignal().wait(for: .milliseconds(50))
         MHD_stop_daemon(current)
         daemon.withLock { $0 = .stopped }
         return .stopped
@@ -167,7 +167,7 @@ final class ServerContext: Sendable {
     let connections = Mutex<[UInt: Tracked]>([:])
     let suspended = SuspendedConnections()
     /// The sweeper's thread and what stops it, while it runs.
-    private let sweeper = Mutex<(thread: LoopThread, stopping: StopSignal)?>(nil)
+    private let sweeper = Mutex<(thread: LoopThread, stopping: WakeSignal)?>(nil)
 
     /// A request completed: wakes a shutdown waiting for the last one.
     func requestCompleted() {
@@ -233,7 +233,7 @@ final class ServerContext: Sendable {
     /// (the polling thread then closes it). Entries leave the table in the CLOSED notification,
     /// under the same lock, before libmicrohttpd closes the descriptor, so a reused fd is never hit.
     func startSweeper() {
-        let stopping = StopSignal()
+        let stopping = WakeSignal()
         let thread = LoopThread(name: "siwa-http-sweeper") { [self] in
             while !stopping.wait(for: .milliseconds(200)) {
                 let limit = UInt64(requestTimeout.inSeconds * 1e9)

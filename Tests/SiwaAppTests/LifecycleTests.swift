@@ -1,12 +1,13 @@
 import Foundation
 import Logging
+import SiwaCore
 import SiwaRuntime
 import Synchronization
 import Testing
 
 @testable import SiwaApp
 
-/// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `StopSignal` in-process: order, the shared
+/// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `WakeSignal` in-process: order, the shared
 /// shutdown budget, a failed start, and that stopping never waits for an interval.
 @Suite("Lifecycle in-process")
 struct LifecycleTests {
@@ -18,7 +19,7 @@ struct LifecycleTests {
         private let deadlines = Mutex<[UInt64]>([])
 
         func record(_ entry: String) { entries.withLock { $0.append(entry) } }
-        func record(deadline: ShutdownDeadline) { deadlines.withLock { $0.append(deadline.uptimeNanoseconds) } }
+        func record(deadline: Deadline) { deadlines.withLock { $0.append(deadline.uptimeNanoseconds) } }
         var all: [String] { entries.withLock { $0 } }
         var stopDeadlines: [UInt64] { deadlines.withLock { $0 } }
     }
@@ -51,7 +52,7 @@ struct LifecycleTests {
         let group = ServiceGroup(logger: Self.logger)
         for name in ["database", "writer", "listener"] { try group.start(Self.service(name, journal)) }
         #expect(group.started == ["database", "writer", "listener"])
-        group.stop(budget: 10)
+        group.stop(budget: .seconds(10))
         #expect(
             journal.all == [
                 "start database", "start writer", "start listener",
@@ -59,7 +60,7 @@ struct LifecycleTests {
                 "stop listener", "stop writer", "stop database",
             ])
         #expect(group.started.isEmpty)
-        group.stop(budget: 10)  // a second stop has nothing left to stop
+        group.stop(budget: .seconds(10))  // a second stop has nothing left to stop
         #expect(journal.all.count == 9)
     }
 
@@ -77,7 +78,7 @@ struct LifecycleTests {
                 }))
         try group.start(Self.service("slow", journal, stopTakes: 0.2))
         try group.start(Self.service("last", journal))
-        group.stop(budget: 30)
+        group.stop(budget: .seconds(30))
         let deadlines = journal.stopDeadlines
         #expect(deadlines.count == 3)
         #expect(Set(deadlines).count == 1, "each service got its own deadline")
@@ -95,7 +96,7 @@ struct LifecycleTests {
         try group.start(Self.service("writer", journal))
         #expect(throws: StartFailed.self) { try group.start(Self.service("listener", journal, failStart: true)) }
         #expect(group.started == ["database", "writer"])
-        group.stop(budget: 10)
+        group.stop(budget: .seconds(10))
         #expect(
             journal.all == [
                 "start database", "start writer", "start listener",
@@ -111,7 +112,7 @@ struct LifecycleTests {
         task.start()
         let started = Date()
         // A deadline far shorter than the interval: stop must not wait for the interval to pass.
-        task.stop(deadline: ShutdownDeadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(secondsFromNow: 60))
         #expect(Date().timeIntervalSince(started) < 60, "stop waited for the deadline")
         let ran = runs.load(ordering: .relaxed)
         #expect(ran == 0)
@@ -121,7 +122,7 @@ struct LifecycleTests {
     func periodicTaskRuns() throws {
         let runs = Atomic<Int>(0)
         let sawStop = Atomic<Bool>(false)
-        let enough = StopSignal()
+        let enough = WakeSignal()
         let task = PeriodicTask(name: "fast", interval: .milliseconds(10)) { stopping in
             if runs.add(1, ordering: .relaxed).newValue == 3 { enough.stop() }
             // A long run ends early once stopping: this waits for the stop, not 30 s.
@@ -132,7 +133,7 @@ struct LifecycleTests {
         task.start()
         #expect(enough.wait(timeout: 60), "the body did not run three times")
         let started = Date()
-        task.stop(deadline: ShutdownDeadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(secondsFromNow: 60))
         #expect(Date().timeIntervalSince(started) < 25)
         let woken = sawStop.load(ordering: .relaxed)
         let ran = runs.load(ordering: .relaxed)
@@ -140,9 +141,9 @@ struct LifecycleTests {
         #expect(ran == 3)
     }
 
-    @Test("StopSignal: wait returns true at once once stopped, false at its timeout otherwise")
+    @Test("WakeSignal: wait returns true at once once stopped, false at its timeout otherwise")
     func stopSignal() {
-        let signal = StopSignal()
+        let signal = WakeSignal()
         #expect(!signal.isStopped)
         #expect(!signal.wait(timeout: 0.01))
         let waiter = Thread { signal.stop() }

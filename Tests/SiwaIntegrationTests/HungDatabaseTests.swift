@@ -127,7 +127,7 @@ struct HungDatabaseTests {
             let until = Date().addingTimeInterval(6)
             // Threads of their own: Dispatch's pool is shared with the server in this process.
             let clients = (0..<6).map { client in
-                let done = StopSignal()
+                let done = WakeSignal()
                 Thread {
                     while Date() < until { timed(client % 2 == 0 ? "/readyz" : "/metrics") }
                     done.stop()

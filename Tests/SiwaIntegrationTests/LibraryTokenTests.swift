@@ -77,7 +77,7 @@ struct LibraryTokenTests {
             let revoker = Revoker(
                 conninfo: db.workerURL, apple: credentials(), options: options, logger: TestHarness.logger(into: logs), metrics: Metrics())
             revoker.start()
-            defer { revoker.stop(deadline: ShutdownDeadline(secondsFromNow: 5)) }
+            defer { revoker.stop(deadline: Deadline(secondsFromNow: 5)) }
             return try eventually(timeout: 20, condition)
         }
 
@@ -161,7 +161,7 @@ struct LibraryTokenTests {
                 try s.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND claims->>'source' = 'reconcile'", [one]) == "1"
                     && s.scalar("SELECT validated_at IS NOT NULL FROM siwa.apple_tokens WHERE apple_sub = $1", [two]) == "t"
             }
-            reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+            reconciler.stop(deadline: Deadline(secondsFromNow: 5))
             #expect(found, "\(target)")
             // The worker applies it to the library: the user's sessions before it end; the other's stay.
             let sessions = s.schema.sessions

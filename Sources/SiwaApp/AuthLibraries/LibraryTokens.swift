@@ -112,7 +112,7 @@ public final class LibraryTokenSweep: Service {
 
     public func start() { loop.start() }
     public func prepareToStop() { loop.prepareToStop() }
-    public func stop(deadline: ShutdownDeadline) { loop.stop(deadline: deadline) }
+    public func stop(deadline: Deadline) { loop.stop(deadline: deadline) }
 
     /// One page of `schema` after `cursor`, in its own transaction: how many were adopted, and
     /// the cursor of the next page (nil: the pass is over).

@@ -16,7 +16,6 @@ import Synchronization
 /// A thread and a database connection of its own; never holds a transaction across the call to
 /// Apple; shares nothing with the receiver or the worker, so it never delays notifications.
 public final class Reconciler: Service {
-    public let name = "reconciler"
 
     public struct Options: Sendable {
         /// Seconds a claimed token stays leased after its own slot (another process skips it
@@ -56,20 +55,9 @@ public final class Reconciler: Service {
         public var errors = 0
     }
 
-    private let conninfo: String
-    private let interval: Double
-    private let apple: AppleAPICredentials
-    private let options: Options
-    private let logger: Logger
-    private let metrics: Metrics
-    private let schedule: ReconcileSchedule
-    private let counters = Mutex(Counts())
-    /// The threads that call Apple, each call at its slot.
-    private let calls: CallExecutor<Void>
-    /// Answers of finished calls, waiting for the loop's next round (a finished call wakes it).
-    private let answers = CallInbox<ReconcileStatements.Claimed, Validation>()
-    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
-    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, Pace>!
+    private let loop: CallLoop<ReconcileStatements.Claimed, Validation>
+    private let steps: Steps
+    public var name: String { loop.name }
 
     /// What Apple said about one token (counted when it came).
     enum Validation: Sendable {
@@ -86,173 +74,168 @@ public final class Reconciler: Service {
         }
     }
 
-    /// The loop's state, on its thread.
-    struct Pace {
-        var tokens = 0
-        /// When the tokens were last counted; nil: count them on the next claim.
-        var counted: Deadline?
-        /// The claimed tokens, each queued for its slot; the answers, valid ones held for a
-        /// group commit (kept across a lost connection).
-        var rounds: CallRounds<ReconcileStatements.Claimed, Validation>
-    }
-
     public init(
         conninfo: String, interval: Double, apple: AppleAPICredentials, options: Options = Options(), logger: Logger,
         metrics: Metrics
     ) {
-        self.conninfo = conninfo
-        self.interval = interval
-        self.apple = apple
-        self.options = options
-        self.logger = logger
-        self.metrics = metrics
-        schedule = ReconcileSchedule(
-            interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
-            batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin)
-        calls = CallExecutor(limit: options.callsInFlight, name: "siwa-reconcile")
-        loop = ConnectedLoop(
-            name: name, threadName: "siwa-reconciler",
-            // An outage is waited out longer than a worker's reconnect: nothing here is urgent.
-            backoff: ReconnectBackoff(first: .seconds(2), maximum: .seconds(30)),
-            body: .init(
-                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler") },
-                makeState: { [interval, options, logger] in
-                    logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(interval)))"])
-                    return Pace(
-                        rounds: CallRounds(
-                            callsInFlight: options.callsInFlight, batchSize: options.maximumBatch, poll: options.idleWait, refill: .whenEmpty))
-                },
-                round: { [self] c, pace in try round(on: c, &pace) },
-                failed: { [logger] error, pace, _ in
-                    pace.rounds.dropQueued()  // their leases run out; valid answers are kept
-                    logger.warning("reconciliation: database unavailable, will retry", metadata: ["error": "\(error)"])
-                },
-                finish: { [self] c, pace in
-                    // A validation in flight gets its timeout to answer; what answered is recorded.
-                    var connection = c
-                    _ = try? pace.rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) {
-                        let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler")
-                        connection = c
-                        try record(&$0, on: c)
-                    }
-                }))
+        let steps = Steps(interval: interval, apple: apple, options: options, logger: logger, metrics: metrics)
+        var settings = CallLoop<ReconcileStatements.Claimed, Validation>.Settings(
+            name: "reconciler", thread: "siwa-reconciler", calls: "siwa-reconcile", callsInFlight: options.callsInFlight,
+            poll: options.idleWait, stopGrace: options.stopGrace)
+        settings.batchSize = options.maximumBatch
+        settings.refill = .whenEmpty
+        // An outage is waited out longer than a worker's reconnect: nothing here is urgent.
+        settings.backoff = ReconnectBackoff(first: .seconds(2), maximum: .seconds(30))
+        self.steps = steps
+        loop = CallLoop(
+            settings, logger: logger,
+            connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify reconciler") },
+            claim: { c, limit, rounds in try steps.claim(limit, on: c, &rounds) },
+            whenIdle: { c in try steps.lookAgain(on: c) },
+            call: steps.validate, record: steps.record)
     }
 
-    public var counts: Counts { counters.withLock { $0 } }
+    public var counts: Counts { steps.counters.withLock { $0 } }
 
-    public func start() { loop.start() }
+    public func start() {
+        steps.logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(steps.interval)))"])
+        loop.start()
+    }
 
     public func prepareToStop() { loop.prepareToStop() }
 
-    public func stop(deadline: ShutdownDeadline) { loop.stop(until: deadline) }
+    /// A validation in flight gets its timeout to answer; what answered is recorded.
+    public func stop(deadline: Deadline) { loop.stop(deadline: deadline) }
+}
 
-    /// One round: records what Apple answered (valid tokens together, at least every
-    /// `flushEvery`); once the batch is done, claims the next due tokens with their slots in the
-    /// shared pace; starts the call of the token whose slot has come.
-    private func round(on c: PostgresConnection, _ pace: inout Pace) throws -> LoopNext {
-        let clock = loop.clock
-        pace.rounds.collect(answers)
-        try record(&pace.rounds, on: c)
-        let limit = pace.rounds.claimLimit
-        var claimed = 0
-        if limit > 0 {
-            if pace.counted.map({ clock.now >= $0.adding(options.recount) }) ?? true {
-                pace.tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
-                pace.counted = clock.now
+extension Reconciler {
+    /// The claims in the shared pace, the calls to Apple and the recording of their answers (the
+    /// loop's steps).
+    final class Steps: Sendable {
+        let interval: Double
+        let apple: AppleAPICredentials
+        let options: Options
+        let logger: Logger
+        let metrics: Metrics
+        let schedule: ReconcileSchedule
+        let counters = Mutex(Counts())
+        let clock: any MonotonicClock = SystemClock.shared
+        /// The token count (hence the pace), and when it was read (nil: read it on the next claim).
+        private let counted = Mutex<(tokens: Int, at: Deadline?)>((0, nil))
+
+        init(interval: Double, apple: AppleAPICredentials, options: Options, logger: Logger, metrics: Metrics) {
+            self.interval = interval
+            self.apple = apple
+            self.options = options
+            self.logger = logger
+            self.metrics = metrics
+            schedule = ReconcileSchedule(
+                interval: interval, minimumSpacing: options.minimumSpacing, maximumSpacing: options.maximumSpacing,
+                batchSpan: options.batchSpan, maximumBatch: options.maximumBatch, leaseMargin: options.leaseMargin)
+        }
+
+        /// Once the batch is done: claims the next due tokens with their slots in the shared pace,
+        /// each queued for its slot.
+        func claim(
+            _ limit: Int, on c: PostgresConnection, _ rounds: inout CallRounds<ReconcileStatements.Claimed, Validation>
+        ) throws -> [ReconcileStatements.Claimed] {
+            var (tokens, at) = counted.withLock { $0 }
+            if at.map({ clock.now >= $0.adding(options.recount) }) ?? true {
+                tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
+                at = clock.now
+                counted.withLock { $0 = (tokens, at) }
             }
-            let spacing = schedule.spacing(tokens: pace.tokens)
+            let spacing = schedule.spacing(tokens: tokens)
             let claim = ReconcileStatements.Claim(
                 spacing: spacing, limit: min(limit, schedule.batchSize(spacing: spacing)), leaseMargin: schedule.leaseMargin)
             let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
                 try c.rows(ReconcileStatements.claim, claim)
             }
             let now = clock.now
-            pace.rounds.queue(rows.map { ($0, now.adding(seconds: $0.slotIn)) })
-            claimed = rows.count
-            if rows.isEmpty {
-                let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait.inSeconds
-                pace.counted = nil  // new tokens may have come: count and schedule them
-                return .wait(until: now.adding(min(.seconds(max(due, 0.05)), options.idleWait)))
+            rounds.queue(rows.map { ($0, now.adding(seconds: $0.slotIn)) })
+            return []
+        }
+
+        /// Nothing was due: look again when the earliest token falls due (at most `idleWait`).
+        func lookAgain(on c: PostgresConnection) throws -> Deadline {
+            let due = (try c.row(ReconcileStatements.earliestDue) ?? nil) ?? options.idleWait.inSeconds
+            counted.withLock { $0.at = nil }  // new tokens may have come: count and schedule them
+            return clock.now.adding(min(.seconds(max(due, 0.05)), options.idleWait))
+        }
+
+        /// Records the answers: a gone grant or a failure at once; valid tokens (each due again one
+        /// interval after it) together, once the batch is done, when stopping, or before the oldest
+        /// would wait past `flushEvery` for the next slot. What is not recorded is kept.
+        func record(on c: PostgresConnection, _ rounds: inout CallRounds<ReconcileStatements.Claimed, Validation>) throws {
+            var pending = rounds.takeAnswers()
+            defer { if !pending.isEmpty { rounds.keep(pending) } }
+            while let index = pending.firstIndex(where: { $0.1.validAt == nil }) {
+                let (token, answer) = pending[index]
+                switch answer {
+                case .gone: try recordGone(token, on: c)
+                case .failed(let delay): try c.affected(ReconcileStatements.recordFailure, (token.sub, token.clientID, delay))
+                case .valid: break
+                }
+                pending.remove(at: index)
+            }
+            let now = clock.now
+            guard let oldest = pending.compactMap({ $0.1.validAt }).min(),
+                rounds.held == 0 || rounds.isStopping || max(rounds.nextQueued ?? now, now) >= oldest.adding(options.flushEvery)
+            else { return }
+            let tokens = pending.map { token, answer in
+                ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.remaining(at: answer.validAt ?? now))
+            }
+            _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+                try c.affected(ReconcileStatements.recordValid, (tokens, interval))
+            }
+            pending.removeAll()
+        }
+
+        /// A grant gone at Apple: a `consent-revoked` queued, unless the token was replaced meanwhile.
+        private func recordGone(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection) throws(PostgresError) {
+            let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
+            let queued = try c.row(ReconcileStatements.recordGone, (claimed.sub, claimed.clientID, claimed.version)) ?? 0
+            if queued > 0 {
+                count(\.gone, "grant_gone")
+                logger.notice("reconciliation: grant gone at Apple, consent-revoked queued", metadata: metadata)
+            } else {
+                // The token was replaced (a new sign-in) while Apple was asked: nothing to queue.
+                metrics.reconcile(outcome: "superseded")
+                logger.info("reconciliation: grant gone at Apple for a token replaced meanwhile, nothing queued", metadata: metadata)
             }
         }
-        pace.rounds.startDue(at: clock.now, on: calls, answersTo: answers, waking: loop.wakeups) { [self] token, _ in
-            validate(token)
-        }
-        return pace.rounds.next(claimed: claimed, limit: limit, at: clock.now)
-    }
 
-    /// Records the answers: a gone grant or a failure at once; valid tokens (each due again one
-    /// interval after it) together, once the batch is done, when stopping, or before the oldest
-    /// would wait past `flushEvery` for the next slot. What is not recorded is kept.
-    private func record(_ rounds: inout CallRounds<ReconcileStatements.Claimed, Validation>, on c: PostgresConnection) throws {
-        var pending = rounds.takeAnswers()
-        defer { if !pending.isEmpty { rounds.keep(pending) } }
-        while let index = pending.firstIndex(where: { $0.1.validAt == nil }) {
-            let (token, answer) = pending[index]
-            switch answer {
-            case .gone: try recordGone(token, on: c)
-            case .failed(let delay): try c.affected(ReconcileStatements.recordFailure, (token.sub, token.clientID, delay))
-            case .valid: break
+        /// One token validated at Apple (on the call thread, no database).
+        func validate(_ claimed: ReconcileStatements.Claimed) -> Validation {
+            let refreshToken: String
+            do {
+                refreshToken = try apple.vault.open(claimed.token, sub: claimed.sub, clientID: claimed.clientID)
+            } catch {
+                count(\.errors, "error")
+                logger.error(
+                    "reconciliation: cannot decrypt a stored token",
+                    metadata: ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)", "error": "\(error)"])
+                return .failed(delay: interval)
             }
-            pending.remove(at: index)
+            let result = apple.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
+            switch result {
+            case .success:
+                count(\.valid, "valid")
+                return .valid(at: clock.now)
+            case .invalidGrant:
+                return .gone
+            case .invalidClient, .rejected, .transient:
+                count(\.errors, "error")
+                var retryAfter: Int?
+                if case .transient(let failure) = result { retryAfter = failure.retryAfter }
+                return .failed(
+                    delay: schedule.retryAt(now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))
+            }
         }
-        let now = loop.clock.now
-        guard let oldest = pending.compactMap({ $0.1.validAt }).min(),
-            rounds.held == 0 || rounds.isStopping || max(rounds.nextQueued ?? now, now) >= oldest.adding(options.flushEvery)
-        else { return }
-        let tokens = pending.map { token, answer in
-            ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.remaining(at: answer.validAt ?? now))
-        }
-        _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
-            try c.affected(ReconcileStatements.recordValid, (tokens, interval))
-        }
-        pending.removeAll()
-    }
 
-    /// A grant gone at Apple: a `consent-revoked` queued, unless the token was replaced meanwhile.
-    private func recordGone(_ claimed: ReconcileStatements.Claimed, on c: PostgresConnection) throws(PostgresError) {
-        let metadata: Logger.Metadata = ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"]
-        let queued = try c.row(ReconcileStatements.recordGone, (claimed.sub, claimed.clientID, claimed.version)) ?? 0
-        if queued > 0 {
-            count(\.gone, "grant_gone")
-            logger.notice("reconciliation: grant gone at Apple, consent-revoked queued", metadata: metadata)
-        } else {
-            // The token was replaced (a new sign-in) while Apple was asked: nothing to queue.
-            metrics.reconcile(outcome: "superseded")
-            logger.info("reconciliation: grant gone at Apple for a token replaced meanwhile, nothing queued", metadata: metadata)
+        private func count(_ field: WritableKeyPath<Counts, Int>, _ outcome: String) {
+            counters.withLock { $0[keyPath: field] += 1 }
+            metrics.reconcile(outcome: outcome)
         }
-    }
-
-    /// One token validated at Apple (on the call thread, no database).
-    private func validate(_ claimed: ReconcileStatements.Claimed) -> Validation {
-        let refreshToken: String
-        do {
-            refreshToken = try apple.vault.open(claimed.token, sub: claimed.sub, clientID: claimed.clientID)
-        } catch {
-            count(\.errors, "error")
-            logger.error(
-                "reconciliation: cannot decrypt a stored token",
-                metadata: ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)", "error": "\(error)"])
-            return .failed(delay: interval)
-        }
-        let result = apple.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
-        switch result {
-        case .success:
-            count(\.valid, "valid")
-            return .valid(at: loop.clock.now)
-        case .invalidGrant:
-            return .gone
-        case .invalidClient, .rejected, .transient:
-            count(\.errors, "error")
-            var retryAfter: Int?
-            if case .transient(let failure) = result { retryAfter = failure.retryAfter }
-            return .failed(
-                delay: schedule.retryAt(now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))
-        }
-    }
-
-    private func count(_ field: WritableKeyPath<Counts, Int>, _ outcome: String) {
-        counters.withLock { $0[keyPath: field] += 1 }
-        metrics.reconcile(outcome: outcome)
     }
 }

@@ -39,17 +39,8 @@ public final class Revoker: Service {
         public init() {}
     }
 
-    public let name = "revoker"
-    private let conninfo: String
-    private let apple: AppleAPICredentials
-    private let options: Options
-    private let logger: Logger
-    private let metrics: Metrics
-    private let calls: CallExecutor<Void>
-    /// Answers of finished calls, waiting for the loop's next round (a finished call wakes it).
-    private let answers = CallInbox<RevocationStatements.Job, Attempt>()
-    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
-    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, CallRounds<RevocationStatements.Job, Attempt>>!
+    private let loop: CallLoop<RevocationStatements.Job, Attempt>
+    public var name: String { loop.name }
 
     enum Outcome {
         /// Finished: Apple refuses the token (`confirmed`), or there was no token to revoke.
@@ -65,22 +56,19 @@ public final class Revoker: Service {
     }
 
     public init(conninfo: String, apple: AppleAPICredentials, options: Options = Options(), logger: Logger, metrics: Metrics) {
-        self.conninfo = conninfo
-        self.apple = apple
-        self.options = options
-        self.logger = logger
-        self.metrics = metrics
-        calls = CallExecutor(limit: options.callsInFlight, name: "siwa-revoke")
-        loop = ConnectedLoop(
-            name: name, threadName: "siwa-revoker",
-            body: .init(
-                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker") },
-                makeState: { [options] in CallRounds(callsInFlight: options.callsInFlight, poll: options.pollInterval) },
-                round: { [self] c, rounds in try round(on: c, &rounds) },
-                failed: { [logger] error, _, wait in
-                    logger.warning("revoker database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait)"])
-                },
-                finish: { [self] c, rounds in finish(c, &rounds) }))
+        let steps = Steps(apple: apple, options: options, logger: logger, metrics: metrics)
+        loop = CallLoop(
+            .init(
+                name: "revoker", thread: "siwa-revoker", calls: "siwa-revoke", callsInFlight: options.callsInFlight,
+                poll: options.pollInterval, stopGrace: options.stopGrace),
+            logger: logger,
+            connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker") },
+            claim: { c, limit, _ in
+                try c.transaction(begin: steps.begin) { c throws(PostgresError) in
+                    try c.rows(RevocationStatements.claim, (limit, options.lease.inSeconds))
+                }
+            },
+            call: steps.revoke, record: steps.record)
     }
 
     public func start() { loop.start() }
@@ -90,191 +78,165 @@ public final class Revoker: Service {
     /// Calls in flight get `stopGrace` to answer, each outcome recorded as it comes; those still
     /// out then, or at the deadline, are abandoned: their leases run out and the next process
     /// claims them again.
-    public func stop(deadline: ShutdownDeadline) {
-        if !loop.stop(until: deadline) {
-            logger.warning("revocations at Apple still running at the end of the shutdown budget; they will be retried")
-        }
-    }
+    public func stop(deadline: Deadline) { loop.stop(deadline: deadline) }
+}
 
-    /// Stopping: claims nothing more; records the outcomes of the calls in flight as they come,
-    /// until `stopGrace` (on a new connection if the loop's broke).
-    private func finish(_ connection: PostgresConnection?, _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>) {
-        var connection = connection
-        do {
-            let left = try rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) {
-                let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify revoker")
-                connection = c
-                try record(&$0, on: c)
+extension Revoker {
+    /// The calls to Apple and the recording of their outcomes (the loop's steps).
+    struct Steps: Sendable {
+        let apple: AppleAPICredentials
+        let options: Options
+        let logger: Logger
+        let metrics: Metrics
+
+        /// The calls to Apple of one attempt (the revoke unless Apple already accepted it, then the
+        /// validation that proves it), no database.
+        func revoke(_ job: RevocationStatements.Job) -> Attempt {
+            guard let stored = job.token else { return Attempt(outcome: .revoked(confirmed: false)) }
+            let kept = job.confirmation
+            if !apple.audiences.isEmpty && !apple.audiences.containsExactly(job.clientID) {
+                return Attempt(
+                    outcome: .failed("unknown_client_id: the token's client id is not in SIWA_AUDIENCES", retryAfter: nil, confirmation: kept))
             }
-            if left > 0 {
-                logger.warning("revocations at Apple still running at the end of the grace; they will be retried", metadata: ["left": "\(left)"])
-            }
-        } catch {
-            logger.warning("revocation outcomes not recorded at stop; they will be retried", metadata: ["error": "\(error)"])
-        }
-        logger.info("revoker stopped")
-    }
-
-    /// Records what answered, claims due jobs for the free call slots and starts their calls.
-    private func round(on c: PostgresConnection, _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>) throws -> LoopNext {
-        rounds.collect(answers)
-        try record(&rounds, on: c)
-        let limit = rounds.claimLimit
-        var claimed: [RevocationStatements.Job] = []
-        if limit > 0 {
-            claimed = try c.transaction(begin: begin) { c throws(PostgresError) in
-                try c.rows(RevocationStatements.claim, (limit, options.lease.inSeconds))
-            }
-        }
-        rounds.start(claimed, on: calls, answersTo: answers, waking: loop.wakeups) { [self] job, _ in revoke(job) }
-        return rounds.next(claimed: claimed.count, limit: limit, at: loop.clock.now)
-    }
-
-    /// The calls to Apple of one attempt (the revoke unless Apple already accepted it, then the
-    /// validation that proves it), no database.
-    private func revoke(_ job: RevocationStatements.Job) -> Attempt {
-        guard let stored = job.token else { return Attempt(outcome: .revoked(confirmed: false)) }
-        let kept = job.confirmation
-        if !apple.audiences.isEmpty && !apple.audiences.containsExactly(job.clientID) {
-            return Attempt(outcome: .failed("unknown_client_id: the token's client id is not in SIWA_AUDIENCES", retryAfter: nil, confirmation: kept))
-        }
-        let token: String
-        do {
-            token = try apple.vault.open(stored, sub: job.sub, clientID: job.clientID)
-        } catch {
-            return Attempt(outcome: .failed("\(error)", retryAfter: nil, confirmation: kept))
-        }
-        var calls: [RevocationStatements.Call] = []
-        if job.confirmation != "pending" {
-            // Wall-clock time: the call's timestamp in its evidence (read by operators), no timeout.
-            let sent = Date().timeIntervalSince1970
-            let result = apple.client.revoke(refreshToken: token, clientID: job.clientID)
-            calls.append(Self.call("revoke", at: sent, result))
-            switch result {
-            case .success: break
-            case .invalidGrant:
-                // Apple refuses the token itself: nothing is left to revoke, and that is the proof.
-                return Attempt(outcome: .revoked(confirmed: true), calls: calls)
-            case .invalidClient:
-                return Attempt(outcome: .failed(Self.invalidClient, retryAfter: nil, confirmation: kept), calls: calls)
-            case .rejected(let failure):
-                return Attempt(outcome: .failed("rejected: \(failure)", retryAfter: nil, confirmation: kept), calls: calls)
-            case .transient(let failure):
-                return Attempt(outcome: .failed("transient: \(failure)", retryAfter: failure.retryAfter, confirmation: kept), calls: calls)
-            }
-        }
-        // Apple said 200, which it says to anything: the same token, validated once, proves it.
-        let sent = Date().timeIntervalSince1970
-        let check = apple.client.validate(refreshToken: token, clientID: job.clientID)
-        calls.append(Self.call("validate", at: sent, check))
-        switch check {
-        case .invalidGrant:
-            return Attempt(outcome: .revoked(confirmed: true), calls: calls)
-        case .success:
-            return Attempt(
-                outcome: .failed(
-                    "unconfirmed: Apple answered the revoke with 200 but the token still works; revoking again", retryAfter: nil,
-                    confirmation: "unconfirmed"),
-                calls: calls)
-        case .invalidClient:
-            return Attempt(outcome: .failed("not proven: validation " + Self.invalidClient, retryAfter: nil, confirmation: "pending"), calls: calls)
-        case .rejected(let failure):
-            return Attempt(outcome: .failed("not proven: validation rejected: \(failure)", retryAfter: nil, confirmation: "pending"), calls: calls)
-        case .transient(let failure):
-            return Attempt(
-                outcome: .failed("not proven: validation transient: \(failure)", retryAfter: failure.retryAfter, confirmation: "pending"),
-                calls: calls)
-        }
-    }
-
-    private static let invalidClient =
-        "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID, the .p8 key)"
-
-    /// A call's evidence: Apple's status and outcome, never the token.
-    private static func call<T>(_ kind: String, at: Double, _ result: AppleCallResult<T>) -> RevocationStatements.Call {
-        switch result {
-        case .success: return .init(kind: kind, at: at, httpStatus: 200, outcome: "success")
-        case .invalidGrant: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_grant")
-        case .invalidClient: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_client")
-        case .rejected(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "rejected", detail: f.description)
-        case .transient(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "transient", detail: f.description)
-        }
-    }
-
-    /// The revoker's transactions: statement and lock timeouts (`Options`).
-    private var begin: String {
-        RevocationStatements.begin(
-            statementTimeoutMilliseconds: Int(options.statementTimeout.inSeconds * 1000),
-            lockTimeoutMilliseconds: Int(options.lockTimeout.inSeconds * 1000))
-    }
-
-    /// Records the outcomes of finished calls, each in a short transaction. An outcome whose row
-    /// another session holds locked (past the lock timeout) is kept for a later round; the others
-    /// are recorded, and the loop goes on claiming.
-    private func record(
-        _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>, on connection: PostgresConnection
-    ) throws(PostgresError) {
-        let done = rounds.takeAnswers()
-        var waiting: [(RevocationStatements.Job, Attempt)] = []
-        defer { if !waiting.isEmpty { rounds.keep(waiting) } }
-        for (index, (job, outcome)) in done.enumerated() {
-            do throws(PostgresError) {
-                let report = try connection.transaction(begin: begin) { c throws(PostgresError) in try record(job, outcome, on: c) }
-                report()
-            } catch  where error.sqlState == RevocationStatements.lockNotAvailable && connection.isHealthy {
-                logger.warning(
-                    "revocation outcome not recorded: another session holds its row locked; kept for the next round",
-                    metadata: ["revocation_id": "\(job.id)", "lock_timeout": "\(options.lockTimeout)"])
-                waiting.append((job, outcome))
+            let token: String
+            do {
+                token = try apple.vault.open(stored, sub: job.sub, clientID: job.clientID)
             } catch {
-                // Not recorded: kept with the rest (the lease keeps the job from running twice meanwhile).
-                waiting.append(contentsOf: done[index...])
-                throw error
+                return Attempt(outcome: .failed("\(error)", retryAfter: nil, confirmation: kept))
+            }
+            var calls: [RevocationStatements.Call] = []
+            if job.confirmation != "pending" {
+                // Wall-clock time: the call's timestamp in its evidence (read by operators), no timeout.
+                let sent = Date().timeIntervalSince1970
+                let result = apple.client.revoke(refreshToken: token, clientID: job.clientID)
+                calls.append(Self.call("revoke", at: sent, result))
+                switch result {
+                case .success: break
+                case .invalidGrant:
+                    // Apple refuses the token itself: nothing is left to revoke, and that is the proof.
+                    return Attempt(outcome: .revoked(confirmed: true), calls: calls)
+                case .invalidClient:
+                    return Attempt(outcome: .failed(Self.invalidClient, retryAfter: nil, confirmation: kept), calls: calls)
+                case .rejected(let failure):
+                    return Attempt(outcome: .failed("rejected: \(failure)", retryAfter: nil, confirmation: kept), calls: calls)
+                case .transient(let failure):
+                    return Attempt(outcome: .failed("transient: \(failure)", retryAfter: failure.retryAfter, confirmation: kept), calls: calls)
+                }
+            }
+            // Apple said 200, which it says to anything: the same token, validated once, proves it.
+            let sent = Date().timeIntervalSince1970
+            let check = apple.client.validate(refreshToken: token, clientID: job.clientID)
+            calls.append(Self.call("validate", at: sent, check))
+            switch check {
+            case .invalidGrant:
+                return Attempt(outcome: .revoked(confirmed: true), calls: calls)
+            case .success:
+                return Attempt(
+                    outcome: .failed(
+                        "unconfirmed: Apple answered the revoke with 200 but the token still works; revoking again", retryAfter: nil,
+                        confirmation: "unconfirmed"),
+                    calls: calls)
+            case .invalidClient:
+                return Attempt(
+                    outcome: .failed("not proven: validation " + Self.invalidClient, retryAfter: nil, confirmation: "pending"), calls: calls)
+            case .rejected(let failure):
+                return Attempt(
+                    outcome: .failed("not proven: validation rejected: \(failure)", retryAfter: nil, confirmation: "pending"), calls: calls)
+            case .transient(let failure):
+                return Attempt(
+                    outcome: .failed("not proven: validation transient: \(failure)", retryAfter: failure.retryAfter, confirmation: "pending"),
+                    calls: calls)
             }
         }
-    }
 
-    /// Writes one outcome in the caller's transaction; returns what to count and log once it committed.
-    private func record(
-        _ job: RevocationStatements.Job, _ attempt: Attempt, on c: PostgresConnection
-    ) throws(PostgresError) -> () -> Void {
-        let subHash = SubjectHash.of(job.sub)
-        if !attempt.calls.isEmpty {
-            try c.affected(RevocationStatements.recordCalls, (job.id, attempt.calls))
-        }
-        switch attempt.outcome {
-        case .revoked(let confirmed):
-            try c.affected(RevocationStatements.markDone, (job.id, confirmed))
-            return { [self] in
-                metrics.revocation(outcome: "revoked")
-                logger.info(
-                    confirmed ? "refresh token revoked at Apple, confirmed (Apple refuses it now)" : "revocation without a token: nothing to revoke",
-                    metadata: [
-                        "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)",
-                    ])
+        private static let invalidClient =
+            "invalid_client: Apple refused the client authentication (check SIWA_TEAM_ID, SIWA_KEY_ID, the .p8 key)"
+
+        /// A call's evidence: Apple's status and outcome, never the token.
+        private static func call<T>(_ kind: String, at: Double, _ result: AppleCallResult<T>) -> RevocationStatements.Call {
+            switch result {
+            case .success: return .init(kind: kind, at: at, httpStatus: 200, outcome: "success")
+            case .invalidGrant: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_grant")
+            case .invalidClient: return .init(kind: kind, at: at, httpStatus: 400, outcome: "invalid_client")
+            case .rejected(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "rejected", detail: f.description)
+            case .transient(let f): return .init(kind: kind, at: at, httpStatus: f.status, outcome: "transient", detail: f.description)
             }
-        case .failed(let message, let retryAfter, let confirmation):
-            let next = options.schedule.next(
-                afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-            let dead = next == .dead
-            let delay: Double
-            if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
-            try c.affected(
-                RevocationStatements.markFailed,
-                .init(id: job.id, dead: dead, error: message, retryInSeconds: delay, confirmation: confirmation))
-            let unconfirmed = confirmation == "unconfirmed" && attempt.calls.last?.kind == "validate"
-            return { [self] in
-                metrics.revocation(outcome: dead ? "dead" : unconfirmed ? "unconfirmed" : "failed")
-                logger.warning(
-                    dead
-                        ? "revocation at Apple dead-lettered"
-                        : unconfirmed
-                            ? "revocation at Apple unconfirmed: the token still works after Apple's 200; revoking again"
-                            : "revocation at Apple failed, will retry",
-                    metadata: [
-                        "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
-                        "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
-                    ])
+        }
+
+        /// The revoker's transactions: statement and lock timeouts (`Options`).
+        var begin: String {
+            RevocationStatements.begin(
+                statementTimeoutMilliseconds: Int(options.statementTimeout.inSeconds * 1000),
+                lockTimeoutMilliseconds: Int(options.lockTimeout.inSeconds * 1000))
+        }
+
+        /// Records the outcomes of finished calls, each in a short transaction. An outcome whose row
+        /// another session holds locked (past the lock timeout) is kept for a later round; the others
+        /// are recorded, and the loop goes on claiming.
+        func record(on connection: PostgresConnection, _ rounds: inout CallRounds<RevocationStatements.Job, Attempt>) throws {
+            let done = rounds.takeAnswers()
+            var waiting: [(RevocationStatements.Job, Attempt)] = []
+            defer { if !waiting.isEmpty { rounds.keep(waiting) } }
+            for (index, (job, outcome)) in done.enumerated() {
+                do throws(PostgresError) {
+                    let report = try connection.transaction(begin: begin) { c throws(PostgresError) in try record(job, outcome, on: c) }
+                    report()
+                } catch  where error.sqlState == RevocationStatements.lockNotAvailable && connection.isHealthy {
+                    logger.warning(
+                        "revocation outcome not recorded: another session holds its row locked; kept for the next round",
+                        metadata: ["revocation_id": "\(job.id)", "lock_timeout": "\(options.lockTimeout)"])
+                    waiting.append((job, outcome))
+                } catch {
+                    // Not recorded: kept with the rest (the lease keeps the job from running twice meanwhile).
+                    waiting.append(contentsOf: done[index...])
+                    throw error
+                }
+            }
+        }
+
+        /// Writes one outcome in the caller's transaction; returns what to count and log once it committed.
+        private func record(
+            _ job: RevocationStatements.Job, _ attempt: Attempt, on c: PostgresConnection
+        ) throws(PostgresError) -> () -> Void {
+            let subHash = SubjectHash.of(job.sub)
+            if !attempt.calls.isEmpty {
+                try c.affected(RevocationStatements.recordCalls, (job.id, attempt.calls))
+            }
+            switch attempt.outcome {
+            case .revoked(let confirmed):
+                try c.affected(RevocationStatements.markDone, (job.id, confirmed))
+                return {
+                    metrics.revocation(outcome: "revoked")
+                    logger.info(
+                        confirmed
+                            ? "refresh token revoked at Apple, confirmed (Apple refuses it now)" : "revocation without a token: nothing to revoke",
+                        metadata: [
+                            "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)", "attempts": "\(job.attempts)",
+                        ])
+                }
+            case .failed(let message, let retryAfter, let confirmation):
+                let next = options.schedule.next(
+                    afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
+                let dead = next == .dead
+                let delay: Double
+                if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
+                try c.affected(
+                    RevocationStatements.markFailed,
+                    .init(id: job.id, dead: dead, error: message, retryInSeconds: delay, confirmation: confirmation))
+                let unconfirmed = confirmation == "unconfirmed" && attempt.calls.last?.kind == "validate"
+                return {
+                    metrics.revocation(outcome: dead ? "dead" : unconfirmed ? "unconfirmed" : "failed")
+                    logger.warning(
+                        dead
+                            ? "revocation at Apple dead-lettered"
+                            : unconfirmed
+                                ? "revocation at Apple unconfirmed: the token still works after Apple's 200; revoking again"
+                                : "revocation at Apple failed, will retry",
+                        metadata: [
+                            "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
+                            "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
+                        ])
+                }
             }
         }
     }
