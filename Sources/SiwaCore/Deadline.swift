@@ -6,7 +6,7 @@ import Dispatch
 /// time (`Date`) or with a duration in seconds.
 ///
 /// The arithmetic is pure and saturating: every function takes the current time as an argument.
-/// The clock is read in the runtime room (`SiwaRuntime.MonotonicClock`), which adds `now`.
+/// The clock is read by `SiwaClock.MonotonicClock`, which adds `now`.
 public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let uptimeNanoseconds: UInt64
 
