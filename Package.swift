@@ -61,7 +61,7 @@ let package = Package(
 
         // Development tools: the fake Apple (`dev-apple`) and the notification signer (`simulate`).
         // Used by the CLI and the tests, never by the product library.
-        .target(name: "SiwaDevTools", dependencies: ["SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaFetch"]),
+        .target(name: "SiwaDevTools", dependencies: ["SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaFetch", "SiwaRuntime"]),
 
         // The one executable.
         .executableTarget(

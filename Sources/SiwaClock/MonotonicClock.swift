@@ -11,7 +11,7 @@ public protocol MonotonicClock: Sendable {
     func wait(on condition: Condition, until deadline: Deadline)
 }
 
-/// The process's monotonic clock (`CLOCK_MONOTONIC`, the base `DispatchTime` uses on Linux):
+/// The process's monotonic clock (`CLOCK_MONOTONIC`):
 /// the only place the time is read. Wall-clock time (`Date`) is for timestamps others read,
 /// never for a timeout, a pace or a budget.
 public struct SystemClock: MonotonicClock {

@@ -1,6 +1,4 @@
-import Dispatch
-
-/// A moment on the monotonic clock (`DispatchTime.uptimeNanoseconds`) by which something must be
+/// A moment on the monotonic clock (nanoseconds of `CLOCK_MONOTONIC`) by which something must be
 /// done: a request's commit timeout, a key wait, the shutdown budget, a pool checkout. The one
 /// type for every timeout and budget of the receive path, so none is mixed up with wall-clock
 /// time (`Date`) or with a duration in seconds.
@@ -47,11 +45,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
     /// True once `now` is at or after the deadline.
     public func hasPassed(at now: Deadline) -> Bool { now >= self }
-
-    /// For `DispatchGroup.wait(timeout:)` and `DispatchSemaphore.wait(timeout:)`.
-    public var dispatchTime: DispatchTime {
-        self == .never ? .distantFuture : DispatchTime(uptimeNanoseconds: uptimeNanoseconds)
-    }
 
     public static func < (a: Deadline, b: Deadline) -> Bool { a.uptimeNanoseconds < b.uptimeNanoseconds }
 

@@ -1,5 +1,4 @@
 import CMicroHTTPD
-import Dispatch
 import Foundation
 import SiwaCore
 import SiwaRuntime
