@@ -202,7 +202,7 @@ public final class Application: Sendable {
         // Stopped right before the admin listener (services stop in reverse): code exchanges in
         // flight (waiting on Apple) finish and are answered while the listener and the admin pool
         // are still up; new API calls get 503 busy meanwhile.
-        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(timeout: deadline.remaining) }))
+        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(until: deadline) }))
 
         // 4. Public listener.
         var publicListener: ListenerService?
@@ -330,7 +330,7 @@ public final class Application: Sendable {
             ClosureService(
                 "console", start: {},
                 stop: { deadline in
-                    console.drain(timeout: deadline.remaining)
+                    console.drain(until: deadline)
                     pool.close()
                 }))
         // The hourly charts' rollup, counted in the background (a page never waits on it).

@@ -39,14 +39,6 @@ extension Deadline {
         self = Deadline.now.adding(duration)
     }
 
-    /// `seconds` from now on the system clock (negative or NaN: now; too large: `never`).
-    public init(secondsFromNow seconds: Double) {
-        self = Deadline.now.adding(seconds: seconds)
-    }
-
     /// Time left on the system clock (zero once passed).
     public var timeLeft: Duration { timeLeft(at: .now) }
-
-    /// Seconds left on the system clock (0 once passed).
-    public var remaining: Double { remaining(at: .now) }
 }

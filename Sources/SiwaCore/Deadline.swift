@@ -15,14 +15,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
     /// Never reached.
     public static let never = Deadline(uptimeNanoseconds: .max)
 
-    /// This deadline moved `seconds` later (negative or NaN: unchanged), saturating at `never`.
-    public func adding(seconds: Double) -> Deadline {
-        guard seconds > 0 else { return self }
-        let nanos = seconds * 1e9
-        guard nanos < Double(UInt64.max - uptimeNanoseconds) else { return .never }
-        return Deadline(uptimeNanoseconds: uptimeNanoseconds + UInt64(nanos))
-    }
-
     /// This deadline moved `duration` later (negative: unchanged), saturating at `never`.
     public func adding(_ duration: Duration) -> Deadline {
         guard duration > .zero else { return self }
@@ -36,11 +28,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
     /// Time left at `now` (zero once passed).
     public func timeLeft(at now: Deadline) -> Duration {
         now >= self ? .zero : .nanoseconds(Int64(clamping: uptimeNanoseconds - now.uptimeNanoseconds))
-    }
-
-    /// Seconds left at `now` (0 once passed).
-    public func remaining(at now: Deadline) -> Double {
-        now >= self ? 0 : Double(uptimeNanoseconds - now.uptimeNanoseconds) / 1e9
     }
 
     /// True once `now` is at or after the deadline.

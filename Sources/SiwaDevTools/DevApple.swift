@@ -263,7 +263,7 @@ public final class DevApple: Sendable {
             return state.hung
         }
         for responder in hung { responder.respond(.json(503, #"{"error":"shutting_down"}"#)) }
-        server.shutdown(grace: 1)
+        server.shutdown(grace: .seconds(1))
     }
 
     /// nil when `token` is a client secret Apple would accept for `clientID` at `now`; else the reason.
@@ -392,7 +392,7 @@ extension DevApple {
             if case .delay(let seconds) = answer, let final {
                 // A thread of its own: the answer comes late whatever else the process waits on.
                 _ = LoopThread(name: "dev-apple-late") {
-                    WakeSignal().wait(until: Deadline.now.adding(seconds: seconds))
+                    WakeSignal().wait(until: Deadline.now.adding(.seconds(seconds)))
                     responder.respond(final)
                 }
             } else if let final {

@@ -60,7 +60,7 @@ public final class HTTPServer: Sendable {
 
     /// How long answered connections get to leave libmicrohttpd's suspended list after the
     /// shutdown deadline (they need a turn of their polling thread).
-    public static let releaseBudget = 2.0
+    public static let releaseBudget: Duration = .seconds(2)
 
     public var state: State {
         daemon.withLock { lifecycle in
@@ -75,8 +75,8 @@ public final class HTTPServer: Sendable {
 
     /// `shutdown(deadline:)` with a budget in seconds.
     @discardableResult
-    public func shutdown(grace: Double = 10) -> State {
-        shutdown(deadline: Deadline(secondsFromNow: grace))
+    public func shutdown(grace: Duration = .seconds(10)) -> State {
+        shutdown(deadline: Deadline.now.adding(grace))
     }
 
     /// Stops admitting requests (those arriving from now on are answered `503 shutting_down` at
@@ -103,7 +103,7 @@ public final class HTTPServer: Sendable {
         // threads a moment to send it. A handler thread that was about to suspend when the
         // registry stopped may add itself after an `answerAll`: answer again until none is left.
         context.suspended.stop()
-        let released = Deadline.now.adding(seconds: Self.releaseBudget)
+        let released = Deadline.now.adding(Self.releaseBudget)
         while context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty {
             context.suspended.answerAll(SuspendedConnections.shutdownResponse)
             if released.hasPassed(at: .now) { break }
@@ -124,7 +124,7 @@ public final class HTTPServer: Sendable {
     }
 
     deinit {
-        shutdown(grace: 0)
+        shutdown(grace: .zero)
     }
 }
 

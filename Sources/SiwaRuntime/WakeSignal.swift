@@ -50,10 +50,4 @@ public final class WakeSignal: @unchecked Sendable {
     public func wait(for duration: Duration) -> Bool {
         wait(until: clock.now.adding(duration))
     }
-
-    /// Waits up to `seconds` (see `wait(until:)`).
-    @discardableResult
-    public func wait(timeout seconds: Double) -> Bool {
-        wait(until: clock.now.adding(seconds: seconds))
-    }
 }

@@ -66,12 +66,12 @@ struct HTTPServerShutdownTests {
         #expect(server.state == .running)
         let fd = try Self.send(port: server.port)
         #expect(handler.arrived.wait(timeout: .now() + 30) == .success, "the request never reached the handler")
-        #expect(server.shutdown(grace: 0.1) == .stopped)
+        #expect(server.shutdown(grace: .milliseconds(100)) == .stopped)
         let answer = Self.readAll(fd)
         #expect(answer.hasPrefix("HTTP/1.1 503"))
         #expect(answer.contains(#"{"error":"shutting_down"}"#))
         #expect(server.state == .stopped)
-        #expect(server.shutdown(grace: 10) == .stopped)
+        #expect(server.shutdown(grace: .seconds(10)) == .stopped)
         // The handler's late answer goes nowhere.
         handler.responders.withLock { $0.forEach { $0.respond(.json(200, "{}")) } }
     }
@@ -147,7 +147,7 @@ struct HTTPServerShutdownTests {
             }
             // Under load before the shutdown (a positive sign, not a pause).
             #expect(waitUntil { handler.handled.load(ordering: .relaxed) >= 20 }, "cycle \(cycle): 20 requests never handled")
-            let state = server.shutdown(grace: cycle % 2 == 0 ? 2 : 0)
+            let state = server.shutdown(grace: .seconds(cycle % 2 == 0 ? 2 : 0))
             stop.store(true, ordering: .relaxed)
             clients.wait()
             #expect(state == .stopped, "cycle \(cycle)")
@@ -171,7 +171,7 @@ struct HTTPServerShutdownTests {
         // The first request holds the shutdown (its handler has not answered) for up to 30 s.
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            server.shutdown(grace: 30)
+            server.shutdown(grace: .seconds(30))
             done.signal()
         }
         #expect(waitUntil { server.state != .running }, "the shutdown never began")

@@ -74,7 +74,7 @@ struct LifecycleTests {
                 "first", start: {},
                 stop: { deadline in
                     journal.record(deadline: deadline)
-                    remaining.withLock { $0.append(deadline.remaining) }
+                    remaining.withLock { $0.append(deadline.timeLeft.inSeconds) }
                 }))
         try group.start(Self.service("slow", journal, stopTakes: 0.2))
         try group.start(Self.service("last", journal))
@@ -112,7 +112,7 @@ struct LifecycleTests {
         task.start()
         let started = Date()
         // A deadline far shorter than the interval: stop must not wait for the interval to pass.
-        task.stop(deadline: Deadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(after: .seconds(60)))
         #expect(Date().timeIntervalSince(started) < 60, "stop waited for the deadline")
         let ran = runs.load(ordering: .relaxed)
         #expect(ran == 0)
@@ -127,13 +127,13 @@ struct LifecycleTests {
             if runs.add(1, ordering: .relaxed).newValue == 3 { enough.stop() }
             // A long run ends early once stopping: this waits for the stop, not 30 s.
             if runs.load(ordering: .relaxed) == 3 {
-                sawStop.store(stopping.wait(timeout: 30), ordering: .relaxed)
+                sawStop.store(stopping.wait(for: .seconds(30)), ordering: .relaxed)
             }
         }
         task.start()
-        #expect(enough.wait(timeout: 60), "the body did not run three times")
+        #expect(enough.wait(for: .seconds(60)), "the body did not run three times")
         let started = Date()
-        task.stop(deadline: Deadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(after: .seconds(60)))
         #expect(Date().timeIntervalSince(started) < 25)
         let woken = sawStop.load(ordering: .relaxed)
         let ran = runs.load(ordering: .relaxed)
@@ -145,12 +145,12 @@ struct LifecycleTests {
     func stopSignal() {
         let signal = WakeSignal()
         #expect(!signal.isStopped)
-        #expect(!signal.wait(timeout: 0.01))
+        #expect(!signal.wait(for: .milliseconds(10)))
         let waiter = Thread { signal.stop() }
         waiter.start()
-        #expect(signal.wait(timeout: 30))
+        #expect(signal.wait(for: .seconds(30)))
         #expect(signal.isStopped)
-        #expect(signal.wait(timeout: 30))  // stays stopped
+        #expect(signal.wait(for: .seconds(30)))  // stays stopped
         signal.stop()
         #expect(signal.isStopped)
     }
@@ -161,12 +161,12 @@ struct LifecycleTests {
         // A wake with nobody waiting is remembered: the next wait returns at once.
         signal.wake()
         let started = Date()
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(started) < 25)
         // ... and consumed: the next wait runs to its (short) timeout, never less (a lower bound
         // only: a loaded machine makes it longer, never shorter).
         let consumed = Date()
-        #expect(!signal.wait(timeout: 0.2))
+        #expect(!signal.wait(for: .milliseconds(200)))
         #expect(Date().timeIntervalSince(consumed) >= 0.19, "the wake was not consumed")
         // A wake from another thread ends a long wait.
         let waker = Thread {
@@ -175,15 +175,15 @@ struct LifecycleTests {
         }
         waker.start()
         let woken = Date()
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(woken) < 25)
         // Stop ends every wait from then on.
         #expect(!signal.isStopped)
         signal.stop()
         #expect(signal.isStopped)
         let stopped = Date()
-        signal.wait(timeout: 30)
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(stopped) < 25)
     }
 }

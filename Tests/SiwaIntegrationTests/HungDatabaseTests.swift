@@ -138,7 +138,7 @@ struct HungDatabaseTests {
                 timed("/healthz")
                 Thread.sleep(forTimeInterval: 0.05)
             }
-            #expect(clients.allSatisfy { $0.wait(timeout: 30) }, "admin clients still blocked 30 s after the hang window")
+            #expect(clients.allSatisfy { $0.wait(for: .seconds(30)) }, "admin clients still blocked 30 s after the hang window")
             let hang = Date().timeIntervalSince(frozenAt)
             processes.thaw()
 

@@ -612,7 +612,7 @@ struct InAppDeletionTests {
             }.start()
             return done
         }
-        #expect(clients.allSatisfy { $0.wait(timeout: 60) })
+        #expect(clients.allSatisfy { $0.wait(for: .seconds(60)) })
         #expect(accepted.load(ordering: .relaxed) == 1000)
         #expect(
             try h.eventually(30) {

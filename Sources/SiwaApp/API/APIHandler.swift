@@ -139,9 +139,9 @@ public final class APIHandler: Sendable {
         }
     }
 
-    /// Refuses new calls and lets those in flight answer, within `seconds`.
-    func drain(timeout seconds: Double) {
-        if !executor.drain(until: Deadline(secondsFromNow: seconds)) {
+    /// Refuses new calls and lets those in flight answer, until `deadline`.
+    func drain(until deadline: Deadline) {
+        if !executor.drain(until: deadline) {
             logger.warning("API calls still running at the end of the shutdown budget")
         }
     }

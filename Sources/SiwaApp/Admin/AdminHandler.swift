@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 import SiwaHTTP
 import SiwaPostgres
 import Synchronization
@@ -53,9 +54,9 @@ public final class AdminHandler: HTTPHandler {
         draining.store(true, ordering: .relaxed)
     }
 
-    /// API calls in flight answer before the listener closes (within `seconds`).
-    public func drainAPI(timeout seconds: Double) {
-        api?.drain(timeout: seconds)
+    /// API calls in flight answer before the listener closes (until `deadline`).
+    public func drainAPI(until deadline: Deadline) {
+        api?.drain(until: deadline)
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {

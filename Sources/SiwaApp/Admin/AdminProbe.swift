@@ -107,7 +107,7 @@ public final class AdminProbe: Service {
     /// Never waits.
     public func snapshot() -> (reading: Reading, ageSeconds: Double)? {
         guard let last = shared.state.withLock({ $0.snapshot }) else { return nil }
-        return (last.reading, clock.now.remaining(at: last.at))  // from its end until now
+        return (last.reading, clock.now.timeLeft(at: last.at).inSeconds)  // from its end until now
     }
 
     /// Calls `answer` (from another thread, exactly once) with a round that started after this

@@ -84,7 +84,7 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
                         }
                         progress.retries += 1
                         let delay = retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-                        let until = clock.now.adding(seconds: delay)
+                        let until = clock.now.adding(.seconds(delay))
                         // Throttled: the whole pace waits, not only this call.
                         if retryAfter != nil || reason.hasPrefix("http_429") { rounds.hold(until: until) }
                         rounds.queue([(Attempt(item: attempt.item, failures: failures), until)])

@@ -152,7 +152,7 @@ extension Reconciler {
                 try c.rows(ReconcileStatements.claim, claim)
             }
             let now = clock.now
-            rounds.queue(rows.map { ($0, now.adding(seconds: $0.slotIn)) })
+            rounds.queue(rows.map { ($0, now.adding(.seconds($0.slotIn))) })
             return []
         }
 
@@ -183,7 +183,7 @@ extension Reconciler {
                 rounds.held == 0 || rounds.isStopping || max(rounds.nextQueued ?? now, now) >= oldest.adding(options.flushEvery)
             else { return }
             let tokens = pending.map { token, answer in
-                ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.remaining(at: answer.validAt ?? now))
+                ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.timeLeft(at: answer.validAt ?? now).inSeconds)
             }
             _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
                 try c.affected(ReconcileStatements.recordValid, (tokens, interval))

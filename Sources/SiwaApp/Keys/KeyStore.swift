@@ -183,7 +183,7 @@ public final class KeyStore: Sendable {
         }
         let done = WakeSignal()
         let outcome = Mutex<FetchResult>(.timedOut)
-        wait(forFetch: fetch.id, timeout: nil) { result in
+        wait(forFetch: fetch.id, until: .never) { result in
             outcome.withLock { $0 = result }
             done.stop()
         }
@@ -231,7 +231,7 @@ public final class KeyStore: Sendable {
         var lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt)
         if case .wait(let ticket) = lookup {
             let done = WakeSignal()
-            wait(ticket, timeout: fetchTimeout + 1) { done.stop() }
+            wait(ticket, until: Deadline.now.adding(.seconds(fetchTimeout + 1))) { done.stop() }
             done.wait(until: .never)
             lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt, mayWait: false)
         }
@@ -242,16 +242,16 @@ public final class KeyStore: Sendable {
     }
 
     /// Calls `then` (from another thread) once the ticket's fetch has completed, or after
-    /// `timeout` seconds, whichever comes first; exactly once. Then check again with `mayWait: false`.
-    public func wait(_ ticket: Ticket, timeout: Double, then: @escaping @Sendable () -> Void) {
-        wait(forFetch: ticket.fetchID, timeout: timeout) { _ in then() }
+    /// `deadline`, whichever comes first; exactly once. Then check again with `mayWait: false`.
+    public func wait(_ ticket: Ticket, until deadline: Deadline, then: @escaping @Sendable () -> Void) {
+        wait(forFetch: ticket.fetchID, until: deadline) { _ in then() }
     }
 
     // MARK: - Fetching
 
-    private func wait(forFetch id: UInt64, timeout: Double?, notify: @escaping @Sendable (FetchResult) -> Void) {
+    private func wait(forFetch id: UInt64, until deadline: Deadline, notify: @escaping @Sendable (FetchResult) -> Void) {
         guard completion(of: id) == nil else { return notify(completion(of: id)!) }
-        waiters.add(.fetch(id), until: timeout.map { Deadline.now.adding(seconds: $0) } ?? .never, answer: notify)
+        waiters.add(.fetch(id), until: deadline, answer: notify)
         // It may have completed meanwhile, its waiters answered before this one was added.
         if let result = completion(of: id) { waiters.answer(result) { $0.answered(byFetch: id) } }
     }
@@ -274,7 +274,7 @@ public final class KeyStore: Sendable {
         case .startFetch(let fetch):
             run(fetch)
         case .scheduleTimer(let at):
-            waiters.add(.timer, until: Deadline.now.adding(seconds: at - clock())) { [weak self] _ in
+            waiters.add(.timer, until: Deadline.now.adding(.seconds(at - clock()))) { [weak self] _ in
                 guard let self else { return }
                 let now = clock()
                 perform(state.withLock { $0.policy.timerFired(now: now) })

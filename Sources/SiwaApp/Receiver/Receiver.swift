@@ -63,7 +63,7 @@ public final class Receiver: HTTPHandler {
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         process(
-            request.body, arrivedAt: keys.now(), deadline: Deadline.now.adding(seconds: commitTimeout), mayWait: true,
+            request.body, arrivedAt: keys.now(), deadline: Deadline.now.adding(.seconds(commitTimeout)), mayWait: true,
             requestID: nextRequestID(), responder: responder)
     }
 
@@ -95,7 +95,7 @@ public final class Receiver: HTTPHandler {
             }
         } catch {
             if let ticket {
-                keys.wait(ticket, timeout: min(keyWaitLimit, deadline.remaining)) { [self] in
+                keys.wait(ticket, until: min(Deadline.now.adding(.seconds(keyWaitLimit)), deadline)) { [self] in
                     process(body, arrivedAt: arrivedAt, deadline: deadline, mayWait: false, requestID: requestID, responder: responder)
                 }
                 return
