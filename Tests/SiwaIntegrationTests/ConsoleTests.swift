@@ -109,6 +109,11 @@ struct ConsoleTests {
         #expect(session.count == 64)
         // Only the hash is stored; the API token appears nowhere.
         #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE token_hash = $1", [session]) == "0")
+        // The hash pinned, computed by the database: SHA-256 of the cookie under its purpose prefix.
+        #expect(
+            try harness.scalar(
+                "SELECT count(*) FROM siwa.console_sessions WHERE token_hash = encode(sha256(convert_to('console-session:' || $1, 'UTF8')), 'hex')",
+                [session]) == "1", "the session is not stored as the hash of its cookie")
         #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE ended_at IS NULL") == "1")
         let actions = try harness.query("SELECT action, coalesce(token_fingerprint, ''), client_address FROM siwa.operator_actions ORDER BY id")
             .rows.map { $0.map { $0 ?? "" } }
