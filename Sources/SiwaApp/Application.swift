@@ -211,7 +211,7 @@ public final class Application: Sendable {
                 gate: RequestGate(path: config.path, maxBody: config.maxBody),
                 verifier: NotificationVerifier(policy: Self.verificationPolicy(config)),
                 keys: keys, writer: writer, logger: logger, metrics: metrics,
-                commitTimeout: Double(config.commitTimeout))
+                commitTimeout: .seconds(config.commitTimeout))
             let listener = ListenerService(
                 name: "public listener",
                 configuration: listenerConfiguration(config.listen, threads: config.httpThreads),

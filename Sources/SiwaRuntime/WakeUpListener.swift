@@ -31,7 +31,7 @@ public final class WakeUpListener: Service {
                 },
                 makeState: {},
                 round: { connection, _ in
-                    if try !connection.waitForNotifications(timeout: checkInterval.inSeconds).isEmpty { target.wake() }
+                    if try !connection.waitForNotifications(timeout: checkInterval).isEmpty { target.wake() }
                     return .again
                 },
                 failed: { error, _, _ in

@@ -145,7 +145,7 @@ struct ReceiverFixture {
 
     init(
         sink: MemorySink = MemorySink(), now: Int64 = Self.now, retryAfterSeconds: Int = 7,
-        commitTimeout: Double = 5, maxBody: Int = 65536, keyRefreshInterval: Double = 10
+        commitTimeout: Duration = .seconds(5), maxBody: Int = 65536, keyRefreshInterval: Double = 10
     ) throws {
         directory = try TemporaryDirectory()
         let file = directory.path + "/keys.json"
