@@ -33,12 +33,12 @@ let package = Package(
         .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
         .target(name: "SiwaPostgres", dependencies: ["CPostgres", "SiwaCore", "SiwaClock"]),
 
-        // The one monotonic clock and the waits on it, below the database wrapper and the runtime room.
+        // The one monotonic clock and the waits on it, below the database wrapper and the runtime.
         .target(name: "SiwaClock", dependencies: ["SiwaCore"]),
 
-        // The runtime room: services and their shutdown budget, the connected loop and the
-        // lease -> call -> record engine every background loop is built from (re-exports
-        // SiwaClock: the clock and the waits with deadlines).
+        // The runtime: services and their shutdown budget, the connected loop and the call loop
+        // (lease -> call -> record) every background loop is built from (re-exports SiwaClock:
+        // the clock and the waits with deadlines).
         .target(
             name: "SiwaRuntime",
             dependencies: ["SiwaCore", "SiwaClock", "SiwaPostgres", .product(name: "Logging", package: "swift-log")]),
@@ -61,7 +61,7 @@ let package = Package(
 
         // Development tools: the fake Apple (`dev-apple`) and the notification signer (`simulate`).
         // Used by the CLI and the tests, never by the product library.
-        .target(name: "SiwaDevTools", dependencies: ["SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaFetch"]),
+        .target(name: "SiwaDevTools", dependencies: ["SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaFetch", "SiwaRuntime"]),
 
         // The one executable.
         .executableTarget(
@@ -93,8 +93,9 @@ let package = Package(
                 "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaHTTP", "SiwaCrypto", "SiwaPostgres", "SiwaRuntime",
                 .product(name: "Logging", package: "swift-log"),
             ]),
-        // The runtime room without sockets or a database: a manual clock, fake connections.
-        .testTarget(name: "SiwaRuntimeTests", dependencies: ["SiwaRuntime", "SiwaCore"]),
+        // The runtime without sockets or a database: a manual clock, fake connections.
+        .testTarget(
+            name: "SiwaRuntimeTests", dependencies: ["SiwaRuntime", "SiwaCore", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -101,7 +101,7 @@ public final class Application: Sendable {
             let running = try compose(into: group)
             state.withLock { $0 = .running(running) }
         } catch {
-            group.stop(budget: Double(configuration.shutdownTimeout))
+            group.stop(budget: .seconds(configuration.shutdownTimeout))
             throw error
         }
     }
@@ -116,7 +116,7 @@ public final class Application: Sendable {
             return p
         }
         guard case .running(let r) = previous else { return }
-        r.services.stop(budget: Double(configuration.shutdownTimeout))
+        r.services.stop(budget: .seconds(configuration.shutdownTimeout))
         logger.info("stopped")
     }
 
@@ -206,7 +206,7 @@ public final class Application: Sendable {
         // Stopped right before the admin listener (services stop in reverse): code exchanges in
         // flight (waiting on Apple) finish and are answered while the listener and the admin pool
         // are still up; new API calls get 503 busy meanwhile.
-        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(timeout: deadline.remaining) }))
+        try group.start(ClosureService("API calls", start: {}, stop: { deadline in admin.drainAPI(until: deadline) }))
 
         // 4. Public listener.
         var publicListener: ListenerService?
@@ -215,7 +215,7 @@ public final class Application: Sendable {
                 gate: RequestGate(path: config.path, maxBody: config.maxBody),
                 verifier: NotificationVerifier(policy: Self.verificationPolicy(config)),
                 keys: keys, writer: writer, logger: logger, metrics: metrics,
-                commitTimeout: Double(config.commitTimeout))
+                commitTimeout: .seconds(config.commitTimeout))
             let listener = ListenerService(
                 name: "public listener",
                 configuration: listenerConfiguration(config.listen, threads: config.httpThreads),
@@ -357,7 +357,7 @@ public final class Application: Sendable {
             ClosureService(
                 "console", start: {},
                 stop: { deadline in
-                    console.drain(timeout: deadline.remaining)
+                    console.drain(until: deadline)
                     pool.close()
                 }))
         // The hourly charts' rollup, counted in the background (a page never waits on it).

@@ -11,7 +11,7 @@ public protocol MonotonicClock: Sendable {
     func wait(on condition: Condition, until deadline: Deadline)
 }
 
-/// The process's monotonic clock (`CLOCK_MONOTONIC`, the base `DispatchTime` uses on Linux):
+/// The process's monotonic clock (`CLOCK_MONOTONIC`):
 /// the only place the time is read. Wall-clock time (`Date`) is for timestamps others read,
 /// never for a timeout, a pace or a budget.
 public struct SystemClock: MonotonicClock {
@@ -39,14 +39,6 @@ extension Deadline {
         self = Deadline.now.adding(duration)
     }
 
-    /// `seconds` from now on the system clock (negative or NaN: now; too large: `never`).
-    public init(secondsFromNow seconds: Double) {
-        self = Deadline.now.adding(seconds: seconds)
-    }
-
     /// Time left on the system clock (zero once passed).
     public var timeLeft: Duration { timeLeft(at: .now) }
-
-    /// Seconds left on the system clock (0 once passed).
-    public var remaining: Double { remaining(at: .now) }
 }

@@ -1,12 +1,10 @@
-import Dispatch
-
-/// A moment on the monotonic clock (`DispatchTime.uptimeNanoseconds`) by which something must be
+/// A moment on the monotonic clock (nanoseconds of `CLOCK_MONOTONIC`) by which something must be
 /// done: a request's commit timeout, a key wait, the shutdown budget, a pool checkout. The one
 /// type for every timeout and budget of the receive path, so none is mixed up with wall-clock
 /// time (`Date`) or with a duration in seconds.
 ///
 /// The arithmetic is pure and saturating: every function takes the current time as an argument.
-/// The clock is read in the runtime room (`SiwaRuntime.MonotonicClock`), which adds `now`.
+/// The clock is read by `SiwaClock.MonotonicClock`, which adds `now`.
 public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible {
     public let uptimeNanoseconds: UInt64
 
@@ -16,14 +14,6 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
 
     /// Never reached.
     public static let never = Deadline(uptimeNanoseconds: .max)
-
-    /// This deadline moved `seconds` later (negative or NaN: unchanged), saturating at `never`.
-    public func adding(seconds: Double) -> Deadline {
-        guard seconds > 0 else { return self }
-        let nanos = seconds * 1e9
-        guard nanos < Double(UInt64.max - uptimeNanoseconds) else { return .never }
-        return Deadline(uptimeNanoseconds: uptimeNanoseconds + UInt64(nanos))
-    }
 
     /// This deadline moved `duration` later (negative: unchanged), saturating at `never`.
     public func adding(_ duration: Duration) -> Deadline {
@@ -40,18 +30,8 @@ public struct Deadline: Sendable, Hashable, Comparable, CustomStringConvertible 
         now >= self ? .zero : .nanoseconds(Int64(clamping: uptimeNanoseconds - now.uptimeNanoseconds))
     }
 
-    /// Seconds left at `now` (0 once passed).
-    public func remaining(at now: Deadline) -> Double {
-        now >= self ? 0 : Double(uptimeNanoseconds - now.uptimeNanoseconds) / 1e9
-    }
-
     /// True once `now` is at or after the deadline.
     public func hasPassed(at now: Deadline) -> Bool { now >= self }
-
-    /// For `DispatchGroup.wait(timeout:)` and `DispatchSemaphore.wait(timeout:)`.
-    public var dispatchTime: DispatchTime {
-        self == .never ? .distantFuture : DispatchTime(uptimeNanoseconds: uptimeNanoseconds)
-    }
 
     public static func < (a: Deadline, b: Deadline) -> Bool { a.uptimeNanoseconds < b.uptimeNanoseconds }
 

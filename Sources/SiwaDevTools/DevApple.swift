@@ -2,6 +2,7 @@ import Foundation
 import SiwaCore
 import SiwaCrypto
 import SiwaHTTP
+import SiwaRuntime
 import Synchronization
 
 /// A loopback stand-in for Apple's REST API: `POST /auth/token` (authorization-code exchange,
@@ -262,7 +263,7 @@ public final class DevApple: Sendable {
             return state.hung
         }
         for responder in hung { responder.respond(.json(503, #"{"error":"shutting_down"}"#)) }
-        server.shutdown(grace: 1)
+        server.shutdown(grace: .seconds(1))
     }
 
     /// nil when `token` is a client secret Apple would accept for `clientID` at `now`; else the reason.
@@ -389,7 +390,11 @@ extension DevApple {
             }
             configuration.onCall?(recorded)
             if case .delay(let seconds) = answer, let final {
-                DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { responder.respond(final) }
+                // A thread of its own: the answer comes late whatever else the process waits on.
+                _ = LoopThread(name: "dev-apple-late") {
+                    WakeSignal().wait(until: Deadline.now.adding(.seconds(seconds)))
+                    responder.respond(final)
+                }
             } else if let final {
                 responder.respond(final)
             }

@@ -1,5 +1,4 @@
 import CMicroHTTPD
-import Dispatch
 import Foundation
 import SiwaCore
 import SiwaRuntime
@@ -61,7 +60,7 @@ public final class HTTPServer: Sendable {
 
     /// How long answered connections get to leave libmicrohttpd's suspended list after the
     /// shutdown deadline (they need a turn of their polling thread).
-    public static let releaseBudget = 2.0
+    public static let releaseBudget: Duration = .seconds(2)
 
     public var state: State {
         daemon.withLock { lifecycle in
@@ -76,8 +75,8 @@ public final class HTTPServer: Sendable {
 
     /// `shutdown(deadline:)` with a budget in seconds.
     @discardableResult
-    public func shutdown(grace: Double = 10) -> State {
-        shutdown(deadline: Deadline(secondsFromNow: grace))
+    public func shutdown(grace: Duration = .seconds(10)) -> State {
+        shutdown(deadline: Deadline.now.adding(grace))
     }
 
     /// Stops admitting requests (those arriving from now on are answered `503 shutting_down` at
@@ -104,7 +103,7 @@ public final class HTTPServer: Sendable {
         // threads a moment to send it. A handler thread that was about to suspend when the
         // registry stopped may add itself after an `answerAll`: answer again until none is left.
         context.suspended.stop()
-        let released = Deadline.now.adding(seconds: Self.releaseBudget)
+        let released = Deadline.now.adding(Self.releaseBudget)
         while context.inFlight.load(ordering: .relaxed) > 0 || !context.suspended.isEmpty {
             context.suspended.answerAll(SuspendedConnections.shutdownResponse)
             if released.hasPassed(at: .now) { break }
@@ -118,14 +117,14 @@ public final class HTTPServer: Sendable {
         }
         // Resumed connections leave libmicrohttpd's suspended list on its polling threads' next
         // turn, which nothing signals: give them one.
-        StopSignal().wait(for: .milliseconds(50))
+        WakeSignal().wait(for: .milliseconds(50))
         MHD_stop_daemon(current)
         daemon.withLock { $0 = .stopped }
         return .stopped
     }
 
     deinit {
-        shutdown(grace: 0)
+        shutdown(grace: .zero)
     }
 }
 
@@ -167,7 +166,7 @@ final class ServerContext: Sendable {
     let connections = Mutex<[UInt: Tracked]>([:])
     let suspended = SuspendedConnections()
     /// The sweeper's thread and what stops it, while it runs.
-    private let sweeper = Mutex<(thread: LoopThread, stopping: StopSignal)?>(nil)
+    private let sweeper = Mutex<(thread: LoopThread, stopping: WakeSignal)?>(nil)
 
     /// A request completed: wakes a shutdown waiting for the last one.
     func requestCompleted() {
@@ -233,7 +232,7 @@ final class ServerContext: Sendable {
     /// (the polling thread then closes it). Entries leave the table in the CLOSED notification,
     /// under the same lock, before libmicrohttpd closes the descriptor, so a reused fd is never hit.
     func startSweeper() {
-        let stopping = StopSignal()
+        let stopping = WakeSignal()
         let thread = LoopThread(name: "siwa-http-sweeper") { [self] in
             while !stopping.wait(for: .milliseconds(200)) {
                 let limit = UInt64(requestTimeout.inSeconds * 1e9)

@@ -31,7 +31,7 @@ public final class ListenerService: Service {
 
     public func prepareToStop() { onPrepare() }
 
-    public func stop(deadline: ShutdownDeadline) {
+    public func stop(deadline: Deadline) {
         let current = server.withLock { s -> HTTPServer? in
             let c = s
             s = nil

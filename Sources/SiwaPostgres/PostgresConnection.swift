@@ -86,13 +86,13 @@ public final class PostgresConnection {
         try execute("LISTEN \(channel)")
     }
 
-    /// Waits up to `timeout` seconds for NOTIFY messages on channels this connection LISTENs to;
+    /// Waits up to `timeout` for NOTIFY messages on channels this connection LISTENs to;
     /// returns their channel names (empty on timeout). Throws when the connection broke.
-    public func waitForNotifications(timeout: Double) throws(PostgresError) -> [String] {
+    public func waitForNotifications(timeout: Duration) throws(PostgresError) -> [String] {
         guard let conn else { throw PostgresError(code: .connectionLost) }
         var channels = drainNotifications(conn)
         if !channels.isEmpty { return channels }
-        let ready = siwa_pq_wait_readable(conn, Int32(max(0, timeout * 1000)))
+        let ready = siwa_pq_wait_readable(conn, Int32(clamping: max(0, Int64(timeout.inSeconds * 1000))))
         if ready < 0 { throw PostgresError(code: .connectionLost) }
         if ready > 0 {
             if PQconsumeInput(conn) == 0 || PQstatus(conn) != CONNECTION_OK {

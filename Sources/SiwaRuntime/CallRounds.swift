@@ -154,7 +154,7 @@ public struct CallRounds<Item, Answer> {
         if claimed > 0 && claimed == limit && claimLimit > 0 { return .again }
         var until = now.adding(poll)
         if inFlight < callsInFlight, let first = queued.first {
-            let paced = pacer.map { now.adding(seconds: $0.slot(now: now.seconds) - now.seconds) } ?? now
+            let paced = pacer.map { now.adding(.seconds($0.slot(now: now.seconds) - now.seconds)) } ?? now
             until = min(until, max(first.at, paced))
         }
         return .wait(until: until)

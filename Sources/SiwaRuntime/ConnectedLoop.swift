@@ -68,7 +68,7 @@ public final class ConnectedLoop<Connection: LoopConnection, State>: Service, @u
     /// What waits between rounds end on (new work, a finished call) besides their deadline.
     public let wakeups: WakeSignal
     /// Set by `stop`: ends the backoff waits and the loop.
-    private let stopping: StopSignal
+    private let stopping: WakeSignal
     private let thread = Mutex<LoopThread?>(nil)
     public var clock: any MonotonicClock { wakeups.clock }
 
@@ -80,7 +80,7 @@ public final class ConnectedLoop<Connection: LoopConnection, State>: Service, @u
         self.name = name
         self.threadName = threadName
         self.wakeups = wakeups
-        self.stopping = StopSignal(clock: wakeups.clock)
+        self.stopping = WakeSignal(clock: wakeups.clock)
         self.backoff = backoff
         self.body = body
     }
@@ -103,7 +103,7 @@ public final class ConnectedLoop<Connection: LoopConnection, State>: Service, @u
         return thread.withLock { $0 }?.join(until: deadline) ?? true
     }
 
-    public func stop(deadline: ShutdownDeadline) { stop(until: deadline) }
+    public func stop(deadline: Deadline) { stop(until: deadline) }
 
     public var isStopping: Bool { stopping.isStopped }
 

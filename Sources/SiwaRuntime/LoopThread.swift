@@ -4,7 +4,7 @@ import SiwaCore
 /// A named thread running one body, and the latch that says it ended: every background thread
 /// of the process is started here, so each has a name and a way to be waited for.
 public final class LoopThread: Sendable {
-    private let ended = StopSignal()
+    private let ended = WakeSignal()
 
     /// Starts `body` on a new thread named `name` (shown by `top -H`, `perf`, `gdb`).
     public init(name: String, _ body: @escaping @Sendable () -> Void) {

@@ -8,19 +8,19 @@ import Synchronization
 public final class PeriodicTask: Service {
     public let name: String
     private let interval: Duration
-    private let body: @Sendable (_ stopping: StopSignal) -> Void
-    private let stopping: StopSignal
+    private let body: @Sendable (_ stopping: WakeSignal) -> Void
+    private let stopping: WakeSignal
     private let thread = Mutex<LoopThread?>(nil)
 
     /// `body` gets the stop signal, to end a long run early.
     public init(
         name: String, interval: Duration, clock: any MonotonicClock = SystemClock.shared,
-        _ body: @escaping @Sendable (_ stopping: StopSignal) -> Void
+        _ body: @escaping @Sendable (_ stopping: WakeSignal) -> Void
     ) {
         self.name = name
         self.interval = interval
         self.body = body
-        stopping = StopSignal(clock: clock)
+        stopping = WakeSignal(clock: clock)
     }
 
     public func start() {
@@ -32,7 +32,7 @@ public final class PeriodicTask: Service {
         thread.withLock { $0 = started }
     }
 
-    public func stop(deadline: ShutdownDeadline) {
+    public func stop(deadline: Deadline) {
         stopping.stop()
         thread.withLock { $0 }?.join(until: deadline)
     }

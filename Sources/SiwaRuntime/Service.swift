@@ -11,27 +11,37 @@ public protocol Service: AnyObject, Sendable {
     var name: String { get }
     func start() throws
     func prepareToStop()
-    func stop(deadline: ShutdownDeadline)
+    /// `deadline`: the end of the graceful-shutdown budget (`SIWA_SHUTDOWN_TIMEOUT`), or of
+    /// the part of it `stopBudget` leaves this service.
+    func stop(deadline: Deadline)
+    /// What part of the shutdown budget `ServiceGroup` gives this service's stop.
+    var stopBudget: StopBudget { get }
 }
 
 extension Service {
     public func prepareToStop() {}
+    public var stopBudget: StopBudget { .whatIsLeft }
 }
 
-/// The end of the graceful-shutdown budget (`SIWA_SHUTDOWN_TIMEOUT`), shared by every service.
-public typealias ShutdownDeadline = Deadline
+/// What part of what is left of the shutdown budget a service's stop may use.
+public enum StopBudget: Sendable, Equatable {
+    case whatIsLeft
+    /// Half: the services stopped after it (the listeners answering what is in flight, the
+    /// writer) keep time of their own, however long its calls or its batch take.
+    case halfOfWhatIsLeft
+}
 
 /// A service made of closures, for parts that are a thread and a stop call.
 public final class ClosureService: Service {
     public let name: String
     private let onStart: @Sendable () throws -> Void
     private let onPrepare: @Sendable () -> Void
-    private let onStop: @Sendable (ShutdownDeadline) -> Void
+    private let onStop: @Sendable (Deadline) -> Void
 
     public init(
         _ name: String, start: @escaping @Sendable () throws -> Void,
         prepareToStop: @escaping @Sendable () -> Void = {},
-        stop: @escaping @Sendable (ShutdownDeadline) -> Void
+        stop: @escaping @Sendable (Deadline) -> Void
     ) {
         self.name = name
         onStart = start
@@ -41,5 +51,5 @@ public final class ClosureService: Service {
 
     public func start() throws { try onStart() }
     public func prepareToStop() { onPrepare() }
-    public func stop(deadline: ShutdownDeadline) { onStop(deadline) }
+    public func stop(deadline: Deadline) { onStop(deadline) }
 }

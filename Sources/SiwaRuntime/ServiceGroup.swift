@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaClock
+import SiwaCore
 import Synchronization
 
 /// Services started in order and stopped in reverse, under one shutdown budget: first every
@@ -25,23 +26,30 @@ public final class ServiceGroup: Sendable {
     /// The services started so far, in start order.
     public var started: [String] { services.withLock { $0.map(\.name) } }
 
-    /// Stops every started service, last started first, within `budget` seconds in all.
-    public func stop(budget: Double) {
+    /// Stops every started service, last started first, within `budget` in all. Each gets what
+    /// is left of it, or half of that (`StopBudget`).
+    public func stop(budget: Duration, clock: any MonotonicClock = SystemClock.shared) {
         let all = services.withLock { s -> [any Service] in
             let current = s
             s = []
             return current
         }
-        let deadline = ShutdownDeadline(secondsFromNow: budget)
+        let deadline = clock.now.adding(budget)
         for service in all { service.prepareToStop() }
         for service in all.reversed() {
-            let before = deadline.remaining
-            service.stop(deadline: deadline)
+            let started = clock.now
+            service.stop(deadline: Self.deadline(for: service.stopBudget, within: deadline, at: started))
+            let took = clock.now.timeLeft(at: started)  // the time from `started` to now
             logger.debug(
-                "service stopped",
-                metadata: [
-                    "service": "\(service.name)", "seconds": "\(String(format: "%.3f", before - deadline.remaining))",
-                ])
+                "service stopped", metadata: ["service": "\(service.name)", "seconds": "\(String(format: "%.3f", took.inSeconds))"])
+        }
+    }
+
+    /// The end of a service's stop: the end of the budget, or halfway to it.
+    static func deadline(for share: StopBudget, within deadline: Deadline, at now: Deadline) -> Deadline {
+        switch share {
+        case .whatIsLeft: return deadline
+        case .halfOfWhatIsLeft: return now.adding(deadline.timeLeft(at: now) / 2)
         }
     }
 }

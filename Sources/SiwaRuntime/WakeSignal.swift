@@ -4,7 +4,7 @@ import SiwaCore
 /// Wakes a waiting thread early: `wake()` (e.g. a NOTIFY arrived) or `stop()` (shutdown) end a
 /// wait at once; otherwise it returns at its deadline (the poll that finds retries falling due).
 /// A wake with nobody waiting is remembered for the next wait. Used without `wake()` it is a
-/// one-way stop flag that threads wait on (`StopSignal`).
+/// one-way stop flag that threads wait on.
 public final class WakeSignal: @unchecked Sendable {
     // @unchecked: `pending` and `stopped` are only touched with `condition` locked.
     private let condition = Condition()
@@ -50,13 +50,4 @@ public final class WakeSignal: @unchecked Sendable {
     public func wait(for duration: Duration) -> Bool {
         wait(until: clock.now.adding(duration))
     }
-
-    /// Waits up to `seconds` (see `wait(until:)`).
-    @discardableResult
-    public func wait(timeout seconds: Double) -> Bool {
-        wait(until: clock.now.adding(seconds: seconds))
-    }
 }
-
-/// A `WakeSignal` used only as a stop flag: `stop()` ends every wait at once.
-public typealias StopSignal = WakeSignal

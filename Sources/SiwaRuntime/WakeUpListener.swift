@@ -31,7 +31,7 @@ public final class WakeUpListener: Service {
                 },
                 makeState: {},
                 round: { connection, _ in
-                    if try !connection.waitForNotifications(timeout: checkInterval.inSeconds).isEmpty { target.wake() }
+                    if try !connection.waitForNotifications(timeout: checkInterval).isEmpty { target.wake() }
                     return .again
                 },
                 failed: { error, _, _ in
@@ -44,7 +44,7 @@ public final class WakeUpListener: Service {
     public func prepareToStop() { loop.prepareToStop() }
 
     /// A round ends within `checkInterval`: the wait is bounded by that, not by the whole budget.
-    public func stop(deadline: ShutdownDeadline) {
+    public func stop(deadline: Deadline) {
         loop.stop(until: min(deadline, loop.clock.now.adding(checkInterval + .milliseconds(500))))
     }
 }

@@ -156,7 +156,10 @@ struct ConsoleUnitTests {
         #expect(svg.contains("Received &lt;per&gt; minute") && !svg.contains("<b>x</b>") && svg.contains("&lt;b&gt;x&lt;/b&gt;"))
         #expect(svg.contains("class=\"s2\""))
         #expect(svg.components(separatedBy: "<rect").count == 2, "one bar for the one non-zero value")
-        #expect(svg.contains(">00:00</text>") || svg.contains(":00</text>"), "time labels on the x axis")
+        // The buckets start at 08:00 UTC (1.8e9 s is a whole hour): a label every 10 minutes.
+        let labels = ["08:00", "08:10", "08:20", "08:30", "08:40", "08:50"]
+        #expect(labels.allSatisfy { svg.contains(">\($0)</text>") }, "time labels on the x axis: \(svg)")
+        #expect(svg.components(separatedBy: "text-anchor=\"middle\"").count == labels.count + 1, "six time labels")
         #expect(ConsoleChart.color(of: "email-disabled") == 0 && ConsoleChart.color(of: "account-delete") == 3)
     }
 

@@ -65,13 +65,13 @@ struct HTTPServerShutdownTests {
         let server = try HTTPServer(configuration: HTTPServerConfiguration(port: 0, threads: 2), handler: handler)
         #expect(server.state == .running)
         let fd = try Self.send(port: server.port)
-        handler.arrived.wait()
-        #expect(server.shutdown(grace: 0.1) == .stopped)
+        #expect(handler.arrived.wait(timeout: .now() + 30) == .success, "the request never reached the handler")
+        #expect(server.shutdown(grace: .milliseconds(100)) == .stopped)
         let answer = Self.readAll(fd)
         #expect(answer.hasPrefix("HTTP/1.1 503"))
         #expect(answer.contains(#"{"error":"shutting_down"}"#))
         #expect(server.state == .stopped)
-        #expect(server.shutdown(grace: 10) == .stopped)
+        #expect(server.shutdown(grace: .seconds(10)) == .stopped)
         // The handler's late answer goes nowhere.
         handler.responders.withLock { $0.forEach { $0.respond(.json(200, "{}")) } }
     }
@@ -146,8 +146,8 @@ struct HTTPServerShutdownTests {
                 }
             }
             // Under load before the shutdown (a positive sign, not a pause).
-            while handler.handled.load(ordering: .relaxed) < 20 { usleep(1000) }
-            let state = server.shutdown(grace: cycle % 2 == 0 ? 2 : 0)
+            #expect(waitUntil { handler.handled.load(ordering: .relaxed) >= 20 }, "cycle \(cycle): 20 requests never handled")
+            let state = server.shutdown(grace: .seconds(cycle % 2 == 0 ? 2 : 0))
             stop.store(true, ordering: .relaxed)
             clients.wait()
             #expect(state == .stopped, "cycle \(cycle)")
@@ -167,14 +167,14 @@ struct HTTPServerShutdownTests {
         let handler = SilentHandler()
         let server = try HTTPServer(configuration: HTTPServerConfiguration(port: 0, threads: 2), handler: handler)
         let first = try Self.send(port: server.port)
-        handler.arrived.wait()
+        #expect(handler.arrived.wait(timeout: .now() + 30) == .success, "the request never reached the handler")
         // The first request holds the shutdown (its handler has not answered) for up to 30 s.
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            server.shutdown(grace: 30)
+            server.shutdown(grace: .seconds(30))
             done.signal()
         }
-        while server.state == .running { usleep(1000) }
+        #expect(waitUntil { server.state != .running }, "the shutdown never began")
         let late = Self.readAll(try Self.send(port: server.port))
         #expect(late.hasPrefix("HTTP/1.1 503"))
         #expect(late.contains(#"{"error":"shutting_down"}"#))
@@ -182,7 +182,7 @@ struct HTTPServerShutdownTests {
         // The first one is still served: answered, it lets the shutdown finish.
         handler.responders.withLock { $0.first?.respond(.json(200, #"{"status":"accepted"}"#)) }
         #expect(Self.readAll(first).hasPrefix("HTTP/1.1 200"))
-        done.wait()
+        #expect(done.wait(timeout: .now() + 60) == .success, "the shutdown did not finish")
         #expect(server.state == .stopped)
     }
 }

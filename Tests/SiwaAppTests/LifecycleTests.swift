@@ -1,12 +1,13 @@
 import Foundation
 import Logging
+import SiwaCore
 import SiwaRuntime
 import Synchronization
 import Testing
 
 @testable import SiwaApp
 
-/// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `StopSignal` in-process: order, the shared
+/// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `WakeSignal` in-process: order, the shared
 /// shutdown budget, a failed start, and that stopping never waits for an interval.
 @Suite("Lifecycle in-process")
 struct LifecycleTests {
@@ -18,7 +19,7 @@ struct LifecycleTests {
         private let deadlines = Mutex<[UInt64]>([])
 
         func record(_ entry: String) { entries.withLock { $0.append(entry) } }
-        func record(deadline: ShutdownDeadline) { deadlines.withLock { $0.append(deadline.uptimeNanoseconds) } }
+        func record(deadline: Deadline) { deadlines.withLock { $0.append(deadline.uptimeNanoseconds) } }
         var all: [String] { entries.withLock { $0 } }
         var stopDeadlines: [UInt64] { deadlines.withLock { $0 } }
     }
@@ -51,7 +52,7 @@ struct LifecycleTests {
         let group = ServiceGroup(logger: Self.logger)
         for name in ["database", "writer", "listener"] { try group.start(Self.service(name, journal)) }
         #expect(group.started == ["database", "writer", "listener"])
-        group.stop(budget: 10)
+        group.stop(budget: .seconds(10))
         #expect(
             journal.all == [
                 "start database", "start writer", "start listener",
@@ -59,7 +60,7 @@ struct LifecycleTests {
                 "stop listener", "stop writer", "stop database",
             ])
         #expect(group.started.isEmpty)
-        group.stop(budget: 10)  // a second stop has nothing left to stop
+        group.stop(budget: .seconds(10))  // a second stop has nothing left to stop
         #expect(journal.all.count == 9)
     }
 
@@ -73,11 +74,11 @@ struct LifecycleTests {
                 "first", start: {},
                 stop: { deadline in
                     journal.record(deadline: deadline)
-                    remaining.withLock { $0.append(deadline.remaining) }
+                    remaining.withLock { $0.append(deadline.timeLeft.inSeconds) }
                 }))
         try group.start(Self.service("slow", journal, stopTakes: 0.2))
         try group.start(Self.service("last", journal))
-        group.stop(budget: 30)
+        group.stop(budget: .seconds(30))
         let deadlines = journal.stopDeadlines
         #expect(deadlines.count == 3)
         #expect(Set(deadlines).count == 1, "each service got its own deadline")
@@ -95,7 +96,7 @@ struct LifecycleTests {
         try group.start(Self.service("writer", journal))
         #expect(throws: StartFailed.self) { try group.start(Self.service("listener", journal, failStart: true)) }
         #expect(group.started == ["database", "writer"])
-        group.stop(budget: 10)
+        group.stop(budget: .seconds(10))
         #expect(
             journal.all == [
                 "start database", "start writer", "start listener",
@@ -111,7 +112,7 @@ struct LifecycleTests {
         task.start()
         let started = Date()
         // A deadline far shorter than the interval: stop must not wait for the interval to pass.
-        task.stop(deadline: ShutdownDeadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(after: .seconds(60)))
         #expect(Date().timeIntervalSince(started) < 60, "stop waited for the deadline")
         let ran = runs.load(ordering: .relaxed)
         #expect(ran == 0)
@@ -121,18 +122,18 @@ struct LifecycleTests {
     func periodicTaskRuns() throws {
         let runs = Atomic<Int>(0)
         let sawStop = Atomic<Bool>(false)
-        let enough = StopSignal()
+        let enough = WakeSignal()
         let task = PeriodicTask(name: "fast", interval: .milliseconds(10)) { stopping in
             if runs.add(1, ordering: .relaxed).newValue == 3 { enough.stop() }
             // A long run ends early once stopping: this waits for the stop, not 30 s.
             if runs.load(ordering: .relaxed) == 3 {
-                sawStop.store(stopping.wait(timeout: 30), ordering: .relaxed)
+                sawStop.store(stopping.wait(for: .seconds(30)), ordering: .relaxed)
             }
         }
         task.start()
-        #expect(enough.wait(timeout: 60), "the body did not run three times")
+        #expect(enough.wait(for: .seconds(60)), "the body did not run three times")
         let started = Date()
-        task.stop(deadline: ShutdownDeadline(secondsFromNow: 60))
+        task.stop(deadline: Deadline(after: .seconds(60)))
         #expect(Date().timeIntervalSince(started) < 25)
         let woken = sawStop.load(ordering: .relaxed)
         let ran = runs.load(ordering: .relaxed)
@@ -140,16 +141,16 @@ struct LifecycleTests {
         #expect(ran == 3)
     }
 
-    @Test("StopSignal: wait returns true at once once stopped, false at its timeout otherwise")
+    @Test("WakeSignal: wait returns true at once once stopped, false at its timeout otherwise")
     func stopSignal() {
-        let signal = StopSignal()
+        let signal = WakeSignal()
         #expect(!signal.isStopped)
-        #expect(!signal.wait(timeout: 0.01))
+        #expect(!signal.wait(for: .milliseconds(10)))
         let waiter = Thread { signal.stop() }
         waiter.start()
-        #expect(signal.wait(timeout: 30))
+        #expect(signal.wait(for: .seconds(30)))
         #expect(signal.isStopped)
-        #expect(signal.wait(timeout: 30))  // stays stopped
+        #expect(signal.wait(for: .seconds(30)))  // stays stopped
         signal.stop()
         #expect(signal.isStopped)
     }
@@ -160,12 +161,12 @@ struct LifecycleTests {
         // A wake with nobody waiting is remembered: the next wait returns at once.
         signal.wake()
         let started = Date()
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(started) < 25)
         // ... and consumed: the next wait runs to its (short) timeout, never less (a lower bound
         // only: a loaded machine makes it longer, never shorter).
         let consumed = Date()
-        #expect(!signal.wait(timeout: 0.2))
+        #expect(!signal.wait(for: .milliseconds(200)))
         #expect(Date().timeIntervalSince(consumed) >= 0.19, "the wake was not consumed")
         // A wake from another thread ends a long wait.
         let waker = Thread {
@@ -174,15 +175,15 @@ struct LifecycleTests {
         }
         waker.start()
         let woken = Date()
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(woken) < 25)
         // Stop ends every wait from then on.
         #expect(!signal.isStopped)
         signal.stop()
         #expect(signal.isStopped)
         let stopped = Date()
-        signal.wait(timeout: 30)
-        signal.wait(timeout: 30)
+        signal.wait(for: .seconds(30))
+        signal.wait(for: .seconds(30))
         #expect(Date().timeIntervalSince(stopped) < 25)
     }
 }

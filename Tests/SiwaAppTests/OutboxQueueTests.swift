@@ -14,7 +14,7 @@ struct OutboxQueueTests {
     static let t0 = Deadline(uptimeNanoseconds: 1_000_000_000_000)
 
     static func item(_ id: Int, expiresIn seconds: Double = 5) -> Item {
-        Item(id: id, deadline: t0.adding(seconds: seconds))
+        Item(id: id, deadline: t0.adding(.seconds(seconds)))
     }
 
     static func ids(_ next: OutboxQueue<Item>.Next) -> [Int]? {
@@ -126,11 +126,11 @@ struct OutboxQueueTests {
         var q = OutboxQueue<Item>(maxBatch: 10, maxQueue: 10)
         #expect(q.expire(now: Self.t0).sleepUntil == .never)
         #expect(q.submit(Self.item(1, expiresIn: 5)) == .queued(wakeWriter: false, wakeTimer: true))
-        #expect(q.expire(now: Self.t0).sleepUntil == Self.t0.adding(seconds: 5))
+        #expect(q.expire(now: Self.t0).sleepUntil == Self.t0.adding(.seconds(5)))
         #expect(q.submit(Self.item(2, expiresIn: 5.5)) == .queued(wakeWriter: false, wakeTimer: false))
         // One that waited for a key fetch arrives late with an earlier deadline: wakes the timer.
         #expect(q.submit(Self.item(3, expiresIn: 1)) == .queued(wakeWriter: false, wakeTimer: true))
-        #expect(q.expire(now: Self.t0).sleepUntil == Self.t0.adding(seconds: 1))
+        #expect(q.expire(now: Self.t0).sleepUntil == Self.t0.adding(.seconds(1)))
     }
 
     @Test("past their deadline, queued items and items of a batch the database does not answer expire once")
@@ -141,17 +141,17 @@ struct OutboxQueueTests {
         #expect(Self.ids(q.takeBatch(writer: 0)) == [1, 2])  // the database hangs on this batch
         _ = q.submit(Self.item(3, expiresIn: 2))
         _ = q.submit(Self.item(4, expiresIn: 9))
-        var e = q.expire(now: Self.t0.adding(seconds: 2))
+        var e = q.expire(now: Self.t0.adding(.seconds(2)))
         #expect(e.expired.map(\.id).sorted() == [1, 3])
-        #expect(e.sleepUntil == Self.t0.adding(seconds: 3))
+        #expect(e.sleepUntil == Self.t0.adding(.seconds(3)))
         #expect(q.inFlight[0]?.map(\.id) == [2])
-        e = q.expire(now: Self.t0.adding(seconds: 2))
+        e = q.expire(now: Self.t0.adding(.seconds(2)))
         #expect(e.expired.isEmpty, "each expires once")
-        e = q.expire(now: Self.t0.adding(seconds: 10))
+        e = q.expire(now: Self.t0.adding(.seconds(10)))
         #expect(e.expired.map(\.id).sorted() == [2, 4])
         #expect(e.sleepUntil == .never)
         q.stop()
-        #expect(q.expire(now: Self.t0.adding(seconds: 10)).sleepUntil == nil, "stopped and empty: the timer ends")
+        #expect(q.expire(now: Self.t0.adding(.seconds(10))).sleepUntil == nil, "stopped and empty: the timer ends")
     }
 
     @Test("shutdown out of time: everything queued or in flight is abandoned, once")

@@ -39,8 +39,8 @@ struct ReceiverTests {
         #expect(submitted.notification.event.type == .consentRevoked)
         #expect(submitted.notification.event.eventTimeMillis == F.now * 1000)
         // The deadline is arrival + the commit timeout (5 s).
-        #expect(submitted.deadline >= before.adding(seconds: 5))
-        #expect(submitted.deadline <= Deadline.now.adding(seconds: 5))
+        #expect(submitted.deadline >= before.adding(.seconds(5)))
+        #expect(submitted.deadline <= Deadline.now.adding(.seconds(5)))
 
         sink.complete(.committed(.accepted))
         #expect(answer.status == 200)

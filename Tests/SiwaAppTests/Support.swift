@@ -5,6 +5,7 @@ import SiwaCrypto
 import SiwaDevTools
 import SiwaHTTP
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 @testable import SiwaApp
@@ -144,7 +145,7 @@ struct ReceiverFixture {
 
     init(
         sink: MemorySink = MemorySink(), now: Int64 = Self.now, retryAfterSeconds: Int = 7,
-        commitTimeout: Double = 5, maxBody: Int = 65536, keyRefreshInterval: Double = 10
+        commitTimeout: Duration = .seconds(5), maxBody: Int = 65536, keyRefreshInterval: Double = 10
     ) throws {
         directory = try TemporaryDirectory()
         let file = directory.path + "/keys.json"
@@ -199,4 +200,15 @@ struct ReceiverFixture {
         }
         return answer
     }
+}
+
+/// Waits (real time, `limit` at most) until `condition` holds; false then: a test fails with its
+/// message rather than hang.
+func waitUntil(limit: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
+    let giveUp = Deadline.now.adding(limit)
+    while !condition() {
+        if Deadline.now >= giveUp { return false }
+        sched_yield()
+    }
+    return true
 }

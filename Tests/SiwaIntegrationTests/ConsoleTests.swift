@@ -132,6 +132,11 @@ struct ConsoleTests {
         #expect(session.count == 64)
         // Only hashes are stored; neither token appears anywhere.
         #expect(try harness.scalar("SELECT count(*) FROM siwa.console_sessions WHERE token_hash = $1", [session]) == "0")
+        // The hash pinned, computed by the database: SHA-256 of the cookie under its purpose prefix.
+        #expect(
+            try harness.scalar(
+                "SELECT count(*) FROM siwa.console_sessions WHERE token_hash = encode(sha256(convert_to('console-session:' || $1, 'UTF8')), 'hex')",
+                [session]) == "1", "the session is not stored as the hash of its cookie")
         #expect(try harness.scalar("SELECT operator FROM siwa.console_sessions WHERE ended_at IS NULL") == "alice")
         #expect(
             try harness.scalar("SELECT count(*) FROM siwa.console_operators WHERE token_hash = $1 OR token_hash = $2", [token, harness.apiToken])

@@ -167,7 +167,7 @@ struct FailoverTests {
         let back = eventually(timeout: 20) { sent.withLock { $0.contains { $0.at > promoted && $0.status == 200 } } }
         let firstAfter = sent.withLock { $0.first { $0.at > promoted && $0.status == 200 }?.at }
         stop.store(true, ordering: .relaxed)
-        while senders.contains(where: { !$0.isFinished }) { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(eventually(timeout: 60) { !senders.contains(where: { !$0.isFinished }) }, "sender threads still running 60 s after stop")
         #expect(back)
         let recovery = (firstAfter ?? .distantFuture).timeIntervalSince(promoted)
         #expect(recovery < 10, "first 200 after the promotion: \(recovery) s")

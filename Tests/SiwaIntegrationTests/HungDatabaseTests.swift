@@ -127,7 +127,7 @@ struct HungDatabaseTests {
             let until = Date().addingTimeInterval(6)
             // Threads of their own: Dispatch's pool is shared with the server in this process.
             let clients = (0..<6).map { client in
-                let done = StopSignal()
+                let done = WakeSignal()
                 Thread {
                     while Date() < until { timed(client % 2 == 0 ? "/readyz" : "/metrics") }
                     done.stop()
@@ -138,7 +138,7 @@ struct HungDatabaseTests {
                 timed("/healthz")
                 Thread.sleep(forTimeInterval: 0.05)
             }
-            #expect(clients.allSatisfy { $0.wait(timeout: 30) }, "admin clients still blocked 30 s after the hang window")
+            #expect(clients.allSatisfy { $0.wait(for: .seconds(30)) }, "admin clients still blocked 30 s after the hang window")
             let hang = Date().timeIntervalSince(frozenAt)
             processes.thaw()
 

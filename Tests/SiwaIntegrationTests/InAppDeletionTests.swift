@@ -602,7 +602,7 @@ struct InAppDeletionTests {
         // Four clients, as Apple sends them (the held call times out after 10 s: the 1,000 must be in well before).
         let accepted = Atomic<Int>(0)
         let clients = (0..<4).map { client in
-            let done = StopSignal()
+            let done = WakeSignal()
             Thread {
                 for k in stride(from: client, to: 1000, by: 4) where (try? h.notify(type: "consent-revoked", sub: "001234.crowd.\(k)"))?.status == 200
                 {
@@ -612,7 +612,7 @@ struct InAppDeletionTests {
             }.start()
             return done
         }
-        #expect(clients.allSatisfy { $0.wait(timeout: 60) })
+        #expect(clients.allSatisfy { $0.wait(for: .seconds(60)) })
         #expect(accepted.load(ordering: .relaxed) == 1000)
         #expect(
             try h.eventually(30) {

@@ -144,7 +144,7 @@ struct KeyStoreTests {
             }
             #expect(try Self.check(store, Self.keyA) == .valid)  // not behind the fetch
             let woken = Atomic<Bool>(false)
-            store.wait(ticket, timeout: 5) { woken.store(true, ordering: .relaxed) }
+            store.wait(ticket, until: Deadline(after: .seconds(5))) { woken.store(true, ordering: .relaxed) }
             #expect(eventually(timeout: 5) { woken.load(ordering: .relaxed) })
             guard
                 case .checked(let result) = store.check(

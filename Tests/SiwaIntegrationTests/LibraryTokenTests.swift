@@ -77,7 +77,7 @@ struct LibraryTokenTests {
             let revoker = Revoker(
                 conninfo: db.workerURL, apple: credentials(), options: options, logger: TestHarness.logger(into: logs), metrics: Metrics())
             revoker.start()
-            defer { revoker.stop(deadline: ShutdownDeadline(secondsFromNow: 5)) }
+            defer { revoker.stop(deadline: Deadline(after: .seconds(5))) }
             return try eventually(timeout: 20, condition)
         }
 
@@ -162,7 +162,7 @@ struct LibraryTokenTests {
                 try s.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND claims->>'source' = 'reconcile'", [one]) == "1"
                     && s.scalar("SELECT validated_at IS NOT NULL FROM siwa.apple_tokens WHERE apple_sub = $1", [two]) == "t"
             }
-            reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+            reconciler.stop(deadline: Deadline(after: .seconds(5)))
             #expect(found, "\(target)")
             // The worker applies it to the library: the user's sessions before it end; the other's stay.
             let sessions = s.schema.sessions
@@ -205,6 +205,17 @@ struct LibraryTokenTests {
         _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL), siwa.request_deletion($2, NULL)", [one, two])
         try s.db.apply()
         #expect(try s.scalar("SELECT string_agg(status, ',' ORDER BY apple_sub) FROM siwa.revocations") == "no_token,no_token")
+        // A revoker runs until it has finished a due job queued after these two (without a
+        // token: nothing to call): it has claimed whatever was due, and nothing went to Apple.
+        let sign = try #require(
+            try TestDatabase.query(
+                s.db.url,
+                "INSERT INTO siwa.revocations (apple_sub, client_id, reason) VALUES ('sign.of.a.round', $1, 'in-app-deletion') RETURNING id",
+                [S.clientID]
+            ).scalar)
+        #expect(
+            try s.revoke(logs: LogSink.capturing()) { try s.scalar("SELECT status FROM siwa.revocations WHERE id = $1", [sign]) == "done" },
+            "the revoker never finished the job queued after them")
         #expect(s.fake.calls.isEmpty)
     }
 

@@ -147,7 +147,7 @@ struct ReconcileTests {
         try Self.due(conninfo)
         fake.answerToken(answer)
         reconciler.start()
-        defer { reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5)) }
+        defer { reconciler.stop(deadline: Deadline(after: .seconds(5))) }
         let failed = try eventually(timeout: 10) {
             try Self.value(conninfo, "SELECT validation_failures FROM siwa.apple_tokens") == "1"
         }
@@ -247,8 +247,8 @@ struct ReconcileTests {
         a.start()
         b.start()
         defer {
-            a.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
-            b.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+            a.stop(deadline: Deadline(after: .seconds(5)))
+            b.stop(deadline: Deadline(after: .seconds(5)))
         }
         #expect(eventually(timeout: 30) { Self.validations(fake).count >= 8 })
         Thread.sleep(forTimeInterval: 4)  // a second validation of any token would come now
@@ -279,8 +279,8 @@ struct ReconcileTests {
         a.start()
         b.start()
         Thread.sleep(forTimeInterval: interval * 1.5)
-        a.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
-        b.stop(deadline: ShutdownDeadline(secondsFromNow: 10))
+        a.stop(deadline: Deadline(after: .seconds(10)))
+        b.stop(deadline: Deadline(after: .seconds(10)))
 
         let calls = Self.validations(fake).sorted { $0.at < $1.at }
         let start = try #require(calls.first?.at)
@@ -407,7 +407,7 @@ struct ReconcileTests {
         let queued = try eventually(timeout: 20) {
             try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.events WHERE jti LIKE 'siwa-reconcile-%'") == "1"
         }
-        reconciler.stop(deadline: ShutdownDeadline(secondsFromNow: 5))
+        reconciler.stop(deadline: Deadline(after: .seconds(5)))
         #expect(queued)
         // The user comes back after it (id_token times are whole seconds: the next one).
         Thread.sleep(forTimeInterval: 1.1)

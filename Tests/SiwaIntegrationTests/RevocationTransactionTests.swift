@@ -178,7 +178,7 @@ struct RevocationTransactionTests {
         let first = Self.revoker(h, stopGrace: .seconds(6))
         first.start()
         #expect(h.eventually(15) { h.fake.calls(to: "/auth/revoke").count == 2 })
-        first.stop(deadline: ShutdownDeadline(secondsFromNow: 30))
+        first.stop(deadline: Deadline(after: .seconds(30)))
 
         let evidence = "(SELECT count(*) FROM siwa.revocation_calls c WHERE c.revocation_id = r.id)"
         func rows(_ sql: String) throws -> [[String]] { try h.query(sql).rows.map { $0.map { $0 ?? "" } } }
@@ -192,7 +192,7 @@ struct RevocationTransactionTests {
         _ = try h.query("UPDATE siwa.revocations SET next_attempt_at = now() WHERE status = 'running'")
         let second = Self.revoker(h, stopGrace: .seconds(6))
         second.start()
-        defer { second.stop(deadline: ShutdownDeadline(secondsFromNow: 10)) }
+        defer { second.stop(deadline: Deadline(after: .seconds(10))) }
         #expect(try h.eventually(15) { try h.scalar("SELECT count(*) FROM siwa.revocations WHERE status = 'done'") == "2" })
         let revokes = Dictionary(grouping: h.fake.calls(to: "/auth/revoke"), by: { $0.sub ?? "" }).mapValues(\.count)
         let doneFirst = answered.first?[0] ?? "-", abandoned = leased.first?[0] ?? "-"

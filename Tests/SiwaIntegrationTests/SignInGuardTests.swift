@@ -125,13 +125,15 @@ struct SignInGuardTests {
             let reply = try? h.exchange(code: code)
             answer.value.withLock { $0 = reply.map { ($0.status, $0.error) } ?? (0, "no answer") }
         }
-        // The sign-in is waiting for the row; held 2.5 s more (past the old lock timeout) before the batch commits.
+        // The sign-in waits for the holder's lock (a backend the holder blocks, not any lock
+        // wait), and is still waiting 2.5 s into its statement: past the old 2 s lock timeout.
+        let holderPID = try #require(try holder.execute("SELECT pg_backend_pid()").scalar)
         #expect(
             try h.eventually {
                 try h.scalar(
-                    "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == "t"
-            })
-        Thread.sleep(forTimeInterval: 2.5)
+                    "SELECT count(*) > 0 FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid)) "
+                        + "AND clock_timestamp() - query_start > interval '2.5 seconds'", [holderPID]) == "t"
+            }, "no backend waited 2.5 s for the holder's lock")
         #expect(answer.value.withLock { $0 } == nil, "the sign-in did not wait: \(String(describing: answer.value.withLock { $0 }))")
         try holder.execute("COMMIT")
         #expect(h.eventually(20) { answer.value.withLock { $0 } != nil })

@@ -43,7 +43,7 @@ struct StoreTests {
         writer.start()
         for (i, n) in batch.enumerated() {
             group.enter()
-            let deadline = Deadline(secondsFromNow: 10)
+            let deadline = Deadline(after: .seconds(10))
             _ = writer.submit(n, deadline: deadline) { result in
                 let text: String
                 switch result {
@@ -56,7 +56,7 @@ struct StoreTests {
             }
         }
         group.wait()
-        writer.stop(deadline: Deadline(secondsFromNow: 10))
+        writer.stop(deadline: Deadline(after: .seconds(10)))
         return results.withLock { r in batch.indices.map { r[$0] ?? "none" } }
     }
 

@@ -77,7 +77,10 @@ struct CallRoundsTests {
         rounds.collect(inbox)
         #expect(rounds.inFlight == 0)
         #expect(rounds.takeAnswers().map(\.1).sorted() == ["answer 1", "answer 2", "answer 3"])
-        #expect(!wakeups.wait(until: .never))  // woken (not stopped)
+        // Woken (not stopped): the wait ends at once, long before its bound.
+        let waited = Deadline.now
+        #expect(!wakeups.wait(until: waited.adding(.seconds(30))))
+        #expect(Deadline.now < waited.adding(.seconds(20)), "the answers never woke the loop")
         rounds.start([4], on: executor, answersTo: inbox, waking: wakeups) { item, _ in "answer \(item)" }  // drained: refused
         #expect(rounds.inFlight == 0)
     }
@@ -173,7 +176,7 @@ struct CallRoundsTests {
         let clock = ManualClock()
         let executor = CallExecutor<Void>(limit: 3, name: "test-stop", clock: clock)
         let inbox = CallInbox<Int, String>()
-        let release = (0..<3).map { _ in StopSignal(clock: clock) }
+        let release = (0..<3).map { _ in WakeSignal(clock: clock) }
         let recorded = Mutex<[String]>([])
         let left = Atomic<Int>(-1)
         let stopper = LoopThread(name: "test-finish") {
@@ -236,7 +239,7 @@ struct CallExecutorTests {
     func boundedAndDrained() {
         let clock = ManualClock()
         let executor = CallExecutor(limit: 2, name: "test-calls", clock: clock)
-        let release = StopSignal(clock: clock)
+        let release = WakeSignal(clock: clock)
         let started = Atomic<Int>(0)
         for _ in 0..<2 {
             #expect(

@@ -36,11 +36,15 @@ struct ClockAndSignalTests {
             signal.wait(for: .seconds(10))
             ended.store(true, ordering: .relaxed)
         }
-        while clock.waiters == 0 { LoopThreadYield.now() }
+        #expect(CallRoundsTests.until { clock.waiters == 1 }, "the wait never blocked")
+        // At 9 s the waiter looks at the time again and blocks again: only then is "not ended" a sign.
+        let seen = clock.blockedWaits
         clock.advance(by: .seconds(9))
-        while clock.waiters == 0 && !ended.load(ordering: .relaxed) { LoopThreadYield.now() }
+        #expect(
+            CallRoundsTests.until { clock.blockedWaits > seen || ended.load(ordering: .relaxed) },
+            "the wait neither ended nor blocked again after 9 s")
         let early = ended.load(ordering: .relaxed)
-        #expect(!early)
+        #expect(!early, "a wait of 10 s ended at 9 s")
         clock.advance(by: .seconds(1))
         #expect(thread.join(until: Deadline.now.adding(.seconds(5))))
         let late = ended.load(ordering: .relaxed)

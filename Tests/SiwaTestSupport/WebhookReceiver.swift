@@ -95,7 +95,7 @@ public final class WebhookReceiver: HTTPHandler {
             s = nil
             return current
         }
-        s?.shutdown(grace: 0)
+        s?.shutdown(grace: .seconds(0))
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {

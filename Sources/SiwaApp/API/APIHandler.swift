@@ -11,8 +11,6 @@ import Synchronization
 /// deletion configured (`404 in_app_deletion_off`); then, with the body, a free slot of the API's
 /// own executor (`503 busy` + `Retry-After` beyond `SIWA_API_CONCURRENCY`).
 public final class APIHandler: Sendable {
-    public static let paths: Set<String> = [TokenExchange.path, TokenExchange.handoverPath]
-
     /// The token file, re-read by `reload` (SIGHUP).
     public final class Tokens: Sendable {
         /// The token file cannot be used; names `SIWA_API_TOKEN_FILE`, never a token.
@@ -58,7 +56,7 @@ public final class APIHandler: Sendable {
                 return Array(data)
             }
             var previous = try bytes()
-            let pauses = StopSignal()  // never stopped: each wait ends at its deadline
+            let pauses = WakeSignal()  // never stopped: each wait ends at its deadline
             for _ in 0..<attempts {
                 pauses.wait(for: pause)
                 let again = try bytes()
@@ -130,9 +128,9 @@ public final class APIHandler: Sendable {
         }
     }
 
-    /// Refuses new calls and lets those in flight answer, within `seconds`.
-    func drain(timeout seconds: Double) {
-        if !executor.drain(until: Deadline(secondsFromNow: seconds)) {
+    /// Refuses new calls and lets those in flight answer, until `deadline`.
+    func drain(until deadline: Deadline) {
+        if !executor.drain(until: deadline) {
             logger.warning("API calls still running at the end of the shutdown budget")
         }
     }

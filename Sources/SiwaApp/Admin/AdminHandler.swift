@@ -1,4 +1,5 @@
 import Foundation
+import SiwaCore
 import SiwaHTTP
 import SiwaPostgres
 import Synchronization
@@ -31,6 +32,20 @@ public final class AdminHandler: HTTPHandler {
         self.api = api
     }
 
+    /// What the listener serves at a path.
+    public enum Route: Sendable, Equatable {
+        /// Locked by the API's bearer token (`APIHandler`).
+        case api
+        case health, readiness, metrics, openAPI
+    }
+
+    /// Every path the listener answers besides the console's: the one place it routes (a path
+    /// added here is in `APIRouteLockTests`' loop by construction).
+    public static let routes: [String: Route] = [
+        TokenExchange.path: .api, TokenExchange.handoverPath: .api,
+        "/healthz": .health, "/readyz": .readiness, "/metrics": .metrics, "/openapi.json": .openAPI,
+    ]
+
     /// This listener's OpenAPI 3.1 description (docs/openapi.json, compiled in).
     static let openAPI: [UInt8] = PackageResources.openapi_json
 
@@ -39,9 +54,9 @@ public final class AdminHandler: HTTPHandler {
         draining.store(true, ordering: .relaxed)
     }
 
-    /// API calls in flight answer before the listener closes (within `seconds`).
-    public func drainAPI(timeout seconds: Double) {
-        api?.drain(timeout: seconds)
+    /// API calls in flight answer before the listener closes (until `deadline`).
+    public func drainAPI(until deadline: Deadline) {
+        api?.drain(until: deadline)
     }
 
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {
@@ -50,7 +65,7 @@ public final class AdminHandler: HTTPHandler {
             guard let console else { return .text(404, "not found\n") }
             return console.head(head)
         }
-        if APIHandler.paths.contains(head.path) {
+        if Self.routes[head.path] == .api {
             guard let api else { return APIHandler.error(404, "not_found") }
             return api.head(head)
         }
@@ -69,24 +84,24 @@ public final class AdminHandler: HTTPHandler {
             guard let console else { return responder.respond(.text(404, "not found\n")) }
             return console.handle(request, responder: responder)
         }
-        switch request.head.path {
-        case TokenExchange.path, TokenExchange.handoverPath:
+        switch Self.routes[request.head.path] {
+        case .api:
             if let api {
                 api.handle(request, responder: responder)
             } else {
                 responder.respond(APIHandler.error(404, "not_found"))
             }
-        case "/healthz":
+        case .health:
             responder.respond(.text(200, "ok\n"))
-        case "/openapi.json":
+        case .openAPI:
             responder.respond(HTTPResponse(status: 200, headers: [HTTPHeader("Content-Type", "application/json")], body: Self.openAPI))
-        case "/readyz":
+        case .readiness:
             readiness { ready, why in responder.respond(.text(ready ? 200 : 503, why + "\n")) }
-        case "/metrics":
+        case .metrics:
             gauges { [metrics] gauges in
                 responder.respond(.text(200, metrics.render(gauges: gauges), contentType: "text/plain; version=0.0.4; charset=utf-8"))
             }
-        default:
+        case nil:
             responder.respond(.text(404, "not found\n"))
         }
     }

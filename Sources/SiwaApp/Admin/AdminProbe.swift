@@ -17,9 +17,9 @@ import Synchronization
 /// "the database did not answer"; every request waiting when a round starts is answered by it.
 /// A hung database (SIGSTOP, a dead host without an RST) holds the probe thread, never a
 /// listener thread: requests are answered at their deadline meanwhile, the snapshot ages (its
-/// age is a gauge), and the probe goes on when the database does. Deadlines are kept by a thread
-/// of the probe's own, not by Dispatch: threads blocked elsewhere in the process (on that same
-/// hung database) must not delay them.
+/// age is a gauge), and the probe goes on when the database does (`ConnectedLoop`: a broken
+/// connection is replaced). Deadlines are kept by `DeadlineWaiters`: threads blocked elsewhere
+/// in the process (on that same hung database) never delay them.
 public final class AdminProbe: Service {
     /// What one round found.
     public struct Reading: Sendable, Equatable {
@@ -38,114 +38,91 @@ public final class AdminProbe: Service {
         var value: Double
     }
 
-    private struct Waiter {
-        /// Rounds that start after this one was requested answer it.
-        var after: UInt64
-        var expires: Deadline
-        var answer: @Sendable (Reading) -> Void
-    }
-
     private struct State {
-        var waiters: [UInt64: Waiter] = [:]
-        var nextWaiter: UInt64 = 0
         /// Rounds started so far.
         var started: UInt64 = 0
         /// The last round the database answered, and when it ended.
         var snapshot: (reading: Reading, at: Deadline)?
     }
 
-    public let name = "admin probe"
+    /// The rounds' count and snapshot, shared by the probe's thread and the requests.
+    private final class Shared: Sendable {
+        let state = Mutex(State())
+        /// The requests waiting, each tagged with the rounds started before it: a later one answers it.
+        let waiters = DeadlineWaiters<UInt64, Reading>(name: "siwa-probe-waits", timedOut: Reading(answered: false, backlog: nil))
+
+        /// Counts a round (or an attempt to connect for one) as started; returns its number.
+        func started() -> UInt64 {
+            state.withLock { s in
+                s.started += 1
+                return s.started
+            }
+        }
+    }
+
+    public var name: String { loop.name }
     /// How long a request waits for its round before it is answered without one.
     public let deadline: Duration
     /// Between two rounds run by themselves (the snapshot of `/metrics`).
     public let refreshInterval: Duration
-    private let pool: PostgresPool
-    private let state = Mutex(State())
-    private let signal = WakeSignal()
-    private let deadlines = WakeSignal()
-    /// The round thread and the deadline thread, once started.
-    private let threads = Mutex<(rounds: LoopThread, deadlines: LoopThread)?>(nil)
+    private let shared: Shared
+    private let loop: ConnectedLoop<PostgresConnection, Void>
+    private var clock: any MonotonicClock { loop.clock }
 
     /// - Parameter conninfo: the database; the probe opens one connection of its own.
-    /// Forwarding is on: each round also reads the forwards' backlog.
-    private let forwarding: Bool
-
+    /// - Parameter forwarding: forwarding is on: each round also reads the forwards' backlog.
     public init(conninfo: String, deadline: Duration = .milliseconds(1500), refreshInterval: Duration = .seconds(5), forwarding: Bool = false) {
         self.deadline = deadline
         self.refreshInterval = refreshInterval
-        self.forwarding = forwarding
-        pool = PostgresPool(
-            conninfo: conninfo, size: 1, connectTimeout: 2, applicationName: "siwa-notify admin probe",
-            transactionBegin: AdminStatements.beginProbe)
+        let shared = Shared()
+        self.shared = shared
+        // A round at once (the first snapshot), then one per refresh interval or request.
+        loop = ConnectedLoop(
+            name: "admin probe", threadName: "siwa-admin-probe",
+            body: .init(
+                connect: { try PostgresConnection(conninfo: conninfo, connectTimeout: 2, applicationName: "siwa-notify admin probe") },
+                makeState: {},
+                round: { c, _ in
+                    Self.round(on: c, forwarding: forwarding, shared)
+                    return .wait(until: Deadline.now.adding(refreshInterval))
+                },
+                failed: { _, _, _ in
+                    // No connection: the requests waiting for this attempt are answered without one.
+                    let round = shared.started()
+                    shared.waiters.answer(Reading(answered: false, backlog: nil)) { $0 < round }
+                }))
     }
 
-    public func start() {
-        let rounds = LoopThread(name: "siwa-admin-probe") { [self] in
-            // A round at once (the first snapshot), then one per refresh interval or request.
-            repeat {
-                round()
-            } while !signal.wait(for: refreshInterval)
-        }
-        let timer = LoopThread(name: "siwa-admin-probe-deadlines") { [self] in
-            while true {
-                let next = state.withLock { $0.waiters.values.map(\.expires).min() }
-                let stopped = deadlines.wait(until: next ?? .never)
-                let now = Deadline.now
-                let expired = state.withLock { s -> [Waiter] in
-                    let ids = s.waiters.filter { $0.value.expires <= now }.map(\.key)
-                    return ids.compactMap { s.waiters.removeValue(forKey: $0) }
-                }
-                for waiter in expired { waiter.answer(Reading(answered: false, backlog: nil)) }
-                if stopped { break }
-            }
-        }
-        threads.withLock { $0 = (rounds, timer) }
-    }
+    public func start() { loop.start() }
 
-    public func stop(deadline: ShutdownDeadline) {
-        signal.stop()
-        deadlines.stop()
-        answerAll(Reading(answered: false, backlog: nil))
-        let started = threads.withLock { $0 }
-        started?.deadlines.join(until: deadline)
-        // A round stuck on a hung database is not waited for beyond the deadline.
-        started?.rounds.join(until: deadline)
-        pool.close()
+    /// Answers every request waiting; a round stuck on a hung database is not waited for beyond
+    /// the deadline.
+    public func stop(deadline: Deadline) {
+        loop.prepareToStop()
+        shared.waiters.stop()
+        loop.stop(until: deadline)
     }
 
     /// The last round the database answered and its age in seconds; nil before the first one.
     /// Never waits.
     public func snapshot() -> (reading: Reading, ageSeconds: Double)? {
-        guard let last = state.withLock({ $0.snapshot }) else { return nil }
-        return (last.reading, Deadline.now.remaining(at: last.at))  // from its end until now
+        guard let last = shared.state.withLock({ $0.snapshot }) else { return nil }
+        return (last.reading, clock.now.timeLeft(at: last.at).inSeconds)  // from its end until now
     }
 
     /// Calls `answer` (from another thread, exactly once) with a round that started after this
     /// call, or with `answered: false` after `deadline`.
     public func probe(_ answer: @escaping @Sendable (Reading) -> Void) {
-        let expires = Deadline(after: deadline)
-        state.withLock { s in
-            s.nextWaiter += 1
-            s.waiters[s.nextWaiter] = Waiter(after: s.started, expires: expires, answer: answer)
-        }
-        if signal.isStopped {
-            answerAll(Reading(answered: false, backlog: nil))
-            return
-        }
-        signal.wake()
-        deadlines.wake()
+        shared.waiters.add(shared.state.withLock { $0.started }, until: clock.now.adding(deadline), answer: answer)
+        loop.wakeups.wake()
     }
 
     /// One round; answers every request waiting since before it started.
-    private func round() {
-        let round = state.withLock { s -> UInt64 in
-            s.started += 1
-            return s.started
-        }
+    private static func round(on c: PostgresConnection, forwarding: Bool, _ shared: Shared) {
+        let round = shared.started()
         var result = Reading(answered: false, backlog: nil)
-        let forwarding = self.forwarding
         do {
-            (result.backlog, result.gauges) = try pool.withConnection(timeout: .seconds(1)) { c in
+            (result.backlog, result.gauges) = try c.transaction(begin: AdminStatements.beginProbe) { c throws(PostgresError) in
                 _ = try c.row(OperatorStatements.ping)
                 // The database answered even when the backlog cannot be read (a statement
                 // timeout on a huge outbox, a role without the view): no gauges then.
@@ -156,12 +133,8 @@ public final class AdminProbe: Service {
         } catch {
             result.answered = false
         }
-        let due = state.withLock { s -> [Waiter] in
-            if result.answered { s.snapshot = (result, Deadline.now) }
-            let ids = s.waiters.filter { $0.value.after < round }.map(\.key)
-            return ids.compactMap { s.waiters.removeValue(forKey: $0) }
-        }
-        for waiter in due { waiter.answer(result) }
+        if result.answered { shared.state.withLock { $0.snapshot = (result, Deadline.now) } }
+        shared.waiters.answer(result) { $0 < round }
     }
 
     /// Revocations at Apple by status and, with forwarding on, the forwards' backlog.
@@ -205,13 +178,5 @@ public final class AdminProbe: Service {
     private static func durabilityGauges(on c: PostgresConnection) -> [Gauge] {
         guard let durability = try? DatabaseDurability.read(on: c) else { return [] }
         return durability.gauges.map { Gauge(name: $0.name, help: $0.help, value: $0.value) }
-    }
-
-    private func answerAll(_ result: Reading) {
-        let all = state.withLock { s -> [Waiter] in
-            defer { s.waiters.removeAll() }
-            return Array(s.waiters.values)
-        }
-        for waiter in all { waiter.answer(result) }
     }
 }

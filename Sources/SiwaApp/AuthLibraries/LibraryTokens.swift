@@ -98,11 +98,11 @@ public final class LibraryTokenSweep: Service {
                     progress.adopted += adopted
                     if let next {
                         progress.cursor = next
-                        return .wait(until: clock.now.adding(seconds: options.pagePause))
+                        return .wait(until: clock.now.adding(.seconds(options.pagePause)))
                     }
                     logger.info("library tokens: pass done", metadata: ["target": "\(schema.kind.rawValue)", "adopted": "\(progress.adopted)"])
                     progress = Progress(schema: (progress.schema + 1) % schemas.count)
-                    return progress.schema == 0 ? .wait(until: clock.now.adding(seconds: options.passEvery)) : .again
+                    return progress.schema == 0 ? .wait(until: clock.now.adding(.seconds(options.passEvery))) : .again
                 },
                 failed: { error, _, wait in
                     logger.warning(
@@ -112,7 +112,7 @@ public final class LibraryTokenSweep: Service {
 
     public func start() { loop.start() }
     public func prepareToStop() { loop.prepareToStop() }
-    public func stop(deadline: ShutdownDeadline) { loop.stop(deadline: deadline) }
+    public func stop(deadline: Deadline) { loop.stop(deadline: deadline) }
 
     /// One page of `schema` after `cursor`, in its own transaction: how many were adopted, and
     /// the cursor of the next page (nil: the pass is over).

@@ -62,7 +62,7 @@ public final class ConsoleHandler: Sendable {
     }
 
     /// Pages in flight finish within `seconds` (shutdown).
-    public func drain(timeout seconds: Double) { executor.drain(until: Deadline(secondsFromNow: seconds)) }
+    public func drain(until deadline: Deadline) { executor.drain(until: deadline) }
 
     /// The answer before the body is read (nil: read it).
     public func head(_ head: HTTPRequestHead) -> HTTPResponse? {

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaCore
 import SiwaCrypto
 import SiwaRuntime
 
@@ -108,7 +109,7 @@ public final class EmbeddedPostgres: Service {
     }
 
     /// Stops the cluster (fast shutdown: open transactions roll back, committed data is safe).
-    public func stop(deadline: ShutdownDeadline) {
+    public func stop(deadline: Deadline) {
         stop()
     }
 

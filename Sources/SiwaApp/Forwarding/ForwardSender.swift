@@ -33,111 +33,46 @@ public final class ForwardSender: Service {
         public init() {}
     }
 
-    public let name = "forward sender"
-    private let conninfo: String
-    private let delivery: ForwardDelivery
-    private let schedule: ForwardSchedule
-    private let options: Options
-    private let logger: Logger
-    private let metrics: Metrics
-    /// The sender threads, each with its connection to the receiver kept open between POSTs.
-    private let calls: CallExecutor<FetchSession>
-    private let answers = CallInbox<ClaimedForward, ForwardDelivery.Attempt>()
-    // nonisolated(unsafe): set once, at the end of `init` (its body calls this object's methods).
-    private nonisolated(unsafe) var loop: ConnectedLoop<PostgresConnection, CallRounds<ClaimedForward, ForwardDelivery.Attempt>>!
+    private let loop: CallLoop<ClaimedForward, ForwardDelivery.Attempt>
+    public var name: String { loop.name }
     /// Woken by new forwards (NOTIFY), by answers of the sender threads, and by `stop`.
     public var wakeups: WakeSignal { loop.wakeups }
+    /// The POSTs' half of the shutdown budget: the listeners stop after it.
+    public var stopBudget: StopBudget { loop.stopBudget }
 
     public init(
         conninfo: String, delivery: ForwardDelivery, retryFor: Double, options: Options = Options(), logger: Logger,
         metrics: Metrics
     ) {
-        self.conninfo = conninfo
-        self.delivery = delivery
-        self.schedule = ForwardSchedule(retryFor: retryFor, backoff: options.backoff)
-        self.options = options
-        self.logger = logger
-        self.metrics = metrics
-        calls = CallExecutor(limit: options.concurrency, name: "siwa-forward") { FetchSession() }
-        loop = ConnectedLoop(
-            name: name, threadName: "siwa-forwards",
-            body: .init(
-                connect: { [conninfo] in try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards") },
-                makeState: { [options] in
-                    CallRounds(callsInFlight: options.concurrency, batchSize: options.batchSize, poll: options.pollInterval)
-                },
-                round: { [self] c, rounds in try round(on: c, &rounds) },
-                failed: { [logger] error, _, wait in
-                    logger.warning("forward sender database error, reconnecting", metadata: ["error": "\(error)", "retry_in": "\(wait)"])
-                },
-                finish: { [self] c, rounds in finish(c, &rounds) }))
+        let steps = Steps(
+            schedule: ForwardSchedule(retryFor: retryFor, backoff: options.backoff), lease: options.timeout + .seconds(5),
+            logger: logger, metrics: metrics)
+        var settings = CallLoop<ClaimedForward, ForwardDelivery.Attempt>.Settings(
+            name: "forward sender", thread: "siwa-forwards", calls: "siwa-forward", callsInFlight: options.concurrency,
+            poll: options.pollInterval, stopGrace: options.stopGrace)
+        settings.batchSize = options.batchSize
+        settings.budget = .halfOfWhatIsLeft
+        loop = CallLoop(
+            settings, logger: logger,
+            connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards") },
+            // The answers are recorded in the claim's transaction: one commit a round.
+            claim: { c, limit, rounds in try steps.cycle(&rounds, claimLimit: limit, on: c) },
+            // Each sender thread keeps its connection to the receiver open between POSTs.
+            makeLocal: { FetchSession() },
+            call: { item, session in delivery.send(item.message, session: session) },
+            record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, on: c) })
     }
-
-    /// The lease of a claimed forward: its POST's timeout, and 5 s to record the answer.
-    var lease: Duration { options.timeout + .seconds(5) }
 
     public func start() { loop.start() }
 
     public func prepareToStop() { loop.prepareToStop() }
 
-    /// Stops leasing; waits (at most half of what is left of the budget) for the POSTs in
-    /// flight and records their answers. What is still unanswered then is sent again by
-    /// whoever runs next, once its lease expires.
-    public func stop(deadline: ShutdownDeadline) {
-        let clock = loop.clock
-        if !loop.stop(until: clock.now.adding(deadline.timeLeft(at: clock.now) / 2)) {
-            logger.warning("forwards still in flight at the end of the shutdown budget; they will be sent again")
-        }
-    }
+    /// Stops leasing; waits for the POSTs in flight and records their answers. What is still
+    /// unanswered then is sent again by whoever runs next, once its lease expires.
+    public func stop(deadline: Deadline) { loop.stop(deadline: deadline) }
+}
 
-    /// Records what answered and claims due forwards for the free slots, in one transaction (one
-    /// commit a round), and starts their POSTs.
-    private func round(on c: PostgresConnection, _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>) throws -> LoopNext {
-        rounds.collect(answers)
-        let limit = rounds.claimLimit
-        guard rounds.hasAnswers || limit > 0 else { return .wait(until: loop.clock.now.adding(options.pollInterval)) }
-        let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
-        let items: [ClaimedForward]
-        do {
-            items = try cycle(recorded, claimLimit: limit, on: c)
-        } catch {
-            rounds.keep(recorded.done)
-            throw error
-        }
-        report(recorded)
-        // Each sender thread keeps its connection to the receiver open between POSTs.
-        rounds.start(items, on: calls, answersTo: answers, waking: loop.wakeups) { [delivery] item, session in
-            delivery.send(item.message, session: session)
-        }
-        return rounds.next(claimed: items.count, limit: limit, at: loop.clock.now)
-    }
-
-    /// Stopping: no new POST; those in flight get `stopGrace` to answer, each answer recorded as
-    /// it comes.
-    private func finish(_ connection: PostgresConnection?, _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>) {
-        var connection = connection
-        do {
-            let left = try rounds.finish(grace: options.stopGrace, clock: loop.clock, executor: calls, inbox: answers) { rounds in
-                let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
-                do {
-                    let c = try connection ?? PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify forwards")
-                    connection = c
-                    _ = try cycle(recorded, claimLimit: 0, on: c)
-                } catch {
-                    rounds.keep(recorded.done)
-                    throw error
-                }
-                report(recorded)
-            }
-            if left > 0 {
-                logger.warning("forwards still in flight at the end of the grace; they will be sent again", metadata: ["left": "\(left)"])
-            }
-        } catch {
-            logger.warning("forward answers not recorded at stop; they will be sent again", metadata: ["error": "\(error)"])
-        }
-        logger.info("forward sender stopped")
-    }
-
+extension ForwardSender {
     /// What the sender threads answered, as the outcomes to record and what each one means.
     struct Recorded {
         var done: [(ClaimedForward, ForwardDelivery.Attempt)]
@@ -164,50 +99,78 @@ public final class ForwardSender: Service {
         }
     }
 
-    /// Records the answers and claims up to `claimLimit` due forwards, in one short transaction.
-    private func cycle(_ recorded: Recorded, claimLimit: Int, on c: PostgresConnection) throws(PostgresError) -> [ClaimedForward] {
-        var outcomes = recorded.outcomes
-        // The delivering attempts' latency runs until this commit: measured just before it.
-        let now = loop.clock.now.uptimeNanoseconds
-        for (i, (_, attempt)) in recorded.done.enumerated() where attempt.delivered {
-            outcomes[i].deliveryMillis = Int((now - attempt.startedAt) / 1_000_000)
-        }
-        return try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
-            if !outcomes.isEmpty { try c.affected(ForwardStatements.recordOutcomes, outcomes) }
-            guard claimLimit > 0 else { return [] }
-            return try c.rows(ForwardStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds))
-        }
-    }
+    /// Records the answers and claims the next forwards (the loop's steps).
+    struct Steps: Sendable {
+        let schedule: ForwardSchedule
+        /// The lease of a claimed forward: its POST's timeout, and 5 s to record the answer.
+        let lease: Duration
+        let logger: Logger
+        let metrics: Metrics
+        let clock: any MonotonicClock = SystemClock.shared
 
-    /// Counts and logs answers once they are committed.
-    private func report(_ recorded: Recorded) {
-        let committed = loop.clock.now.uptimeNanoseconds
-        for ((item, attempt), verdict) in zip(recorded.done, recorded.verdicts) {
-            let type = item.message.type.rawValue
-            let subHash = SubjectHash.of(item.message.sub)
-            switch verdict {
-            case nil:
-                metrics.forward(outcome: "delivered", type: type)
-                metrics.observeForwardDelivery(seconds: Double(committed - attempt.startedAt) / 1e9)
-                logger.debug(
-                    "forward delivered",
-                    metadata: ["forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)", "status": "\(attempt.status ?? 0)"])
-            case .retry(let delay):
-                metrics.forward(outcome: "failed", type: type)
-                logger.warning(
-                    "forward failed, will retry",
-                    metadata: [
-                        "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)",
-                        "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")", "retry_in": "\(delay)",
-                    ])
-            case .dead:
-                metrics.forward(outcome: "dead", type: type)
-                logger.error(
-                    "forward dead: retried for SIWA_FORWARD_RETRY_FOR; `siwa-notify replay --forwards` sends it again",
-                    metadata: [
-                        "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)",
-                        "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")",
-                    ])
+        /// Records the answers and claims up to `claimLimit` due forwards, in one short transaction;
+        /// counts and logs the answers once committed. Answers not recorded are kept.
+        func cycle(
+            _ rounds: inout CallRounds<ClaimedForward, ForwardDelivery.Attempt>, claimLimit: Int, on c: PostgresConnection
+        ) throws -> [ClaimedForward] {
+            guard rounds.hasAnswers || claimLimit > 0 else { return [] }
+            let recorded = Recorded(rounds.takeAnswers(), schedule: schedule)
+            do {
+                let claimed = try cycle(recorded, claimLimit: claimLimit, on: c)
+                report(recorded)
+                return claimed
+            } catch {
+                rounds.keep(recorded.done)
+                throw error
+            }
+        }
+
+        private func cycle(_ recorded: Recorded, claimLimit: Int, on c: PostgresConnection) throws(PostgresError) -> [ClaimedForward] {
+            var outcomes = recorded.outcomes
+            // The delivering attempts' latency runs until this commit: measured just before it.
+            let now = clock.now.uptimeNanoseconds
+            for (i, (_, attempt)) in recorded.done.enumerated() where attempt.delivered {
+                outcomes[i].deliveryMillis = Int((now - attempt.startedAt) / 1_000_000)
+            }
+            return try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
+                if !outcomes.isEmpty { try c.affected(ForwardStatements.recordOutcomes, outcomes) }
+                guard claimLimit > 0 else { return [] }
+                return try c.rows(ForwardStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds))
+            }
+        }
+
+        /// Counts and logs answers once they are committed.
+        private func report(_ recorded: Recorded) {
+            let committed = clock.now.uptimeNanoseconds
+            for ((item, attempt), verdict) in zip(recorded.done, recorded.verdicts) {
+                let type = item.message.type.rawValue
+                let subHash = SubjectHash.of(item.message.sub)
+                switch verdict {
+                case nil:
+                    metrics.forward(outcome: "delivered", type: type)
+                    metrics.observeForwardDelivery(seconds: Double(committed - attempt.startedAt) / 1e9)
+                    logger.debug(
+                        "forward delivered",
+                        metadata: [
+                            "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)", "status": "\(attempt.status ?? 0)",
+                        ])
+                case .retry(let delay):
+                    metrics.forward(outcome: "failed", type: type)
+                    logger.warning(
+                        "forward failed, will retry",
+                        metadata: [
+                            "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                            "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")", "retry_in": "\(delay)",
+                        ])
+                case .dead:
+                    metrics.forward(outcome: "dead", type: type)
+                    logger.error(
+                        "forward dead: retried for SIWA_FORWARD_RETRY_FOR; `siwa-notify replay --forwards` sends it again",
+                        metadata: [
+                            "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)",
+                            "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")",
+                        ])
+                }
             }
         }
     }

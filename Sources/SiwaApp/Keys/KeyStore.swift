@@ -10,7 +10,7 @@ import Synchronization
 /// persisted (the last good set survives a restart while Apple is unreachable), refreshed when the
 /// TTL runs out (`Cache-Control: max-age`, else an hour) and when a token names an unknown `kid`.
 ///
-/// Fetches run on a background queue, one at a time, at most one start per `minRefreshInterval`
+/// Fetches run on a thread of their own, one at a time, at most one start per `minRefreshInterval`
 /// (`KeyFetchPolicy` decides; a flood of made-up `kid`s cannot become a flood of fetches), and no
 /// lock is held while one runs: known `kid`s are never delayed. An unknown `kid` is refused (401)
 /// only after a fetch that began after it was first seen (and on every retry until a fetch finds
@@ -52,9 +52,16 @@ public final class KeyStore: Sendable {
         case timedOut
     }
 
-    struct Waiter {
-        var fetchID: UInt64
-        var notify: @Sendable (FetchResult) -> Void
+    /// What a waiter waits for: a fetch (and every earlier one), or a policy timer (answered
+    /// only at its deadline).
+    enum Awaited: Sendable {
+        case fetch(UInt64)
+        case timer
+
+        func answered(byFetch id: UInt64) -> Bool {
+            if case .fetch(let awaited) = self { return awaited <= id }
+            return false
+        }
     }
 
     struct State {
@@ -65,8 +72,6 @@ public final class KeyStore: Sendable {
         var policy: KeyFetchPolicy
         var backoff: KeyRefreshBackoff
         var lastError: KeyStoreError?
-        var waiters: [UInt64: Waiter] = [:]
-        var nextWaiterID: UInt64 = 0
     }
 
     public let url: String
@@ -83,8 +88,8 @@ public final class KeyStore: Sendable {
     private let logger: Logger
     private let metrics: Metrics?
     private let clock: @Sendable () -> Double
-    /// Runs the fetches (one at a time).
-    private let fetchQueue = DispatchQueue(label: "siwa-keys-fetch")
+    /// Who waits for a fetch, and the policy's timers.
+    private let waiters = DeadlineWaiters<Awaited, FetchResult>(name: "siwa-keys-waits", timedOut: .timedOut)
 
     /// Monotonic seconds (the runtime's clock).
     public static let monotonicSeconds: @Sendable () -> Double = { Double(Deadline.now.uptimeNanoseconds) / 1e9 }
@@ -176,14 +181,14 @@ public final class KeyStore: Sendable {
         case .start(let f):
             fetch = f
         }
-        let done = DispatchSemaphore(value: 0)
+        let done = WakeSignal()
         let outcome = Mutex<FetchResult>(.timedOut)
-        wait(forFetch: fetch.id, timeout: nil) { result in
+        wait(forFetch: fetch.id, until: .never) { result in
             outcome.withLock { $0 = result }
-            done.signal()
+            done.stop()
         }
         if case .start(let f) = action { run(f) }
-        done.wait()
+        done.wait(until: .never)
         switch outcome.withLock({ $0 }) {
         case .succeeded: return
         case .failed(let error): throw error
@@ -225,9 +230,9 @@ public final class KeyStore: Sendable {
         let arrivedAt = clock()
         var lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt)
         if case .wait(let ticket) = lookup {
-            let done = DispatchSemaphore(value: 0)
-            wait(ticket, timeout: fetchTimeout + 1) { done.signal() }
-            done.wait()
+            let done = WakeSignal()
+            wait(ticket, until: Deadline.now.adding(.seconds(fetchTimeout + 1))) { done.stop() }
+            done.wait(until: .never)
             lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt, mayWait: false)
         }
         switch lookup {
@@ -237,34 +242,27 @@ public final class KeyStore: Sendable {
     }
 
     /// Calls `then` (from another thread) once the ticket's fetch has completed, or after
-    /// `timeout` seconds, whichever comes first; exactly once. Then check again with `mayWait: false`.
-    public func wait(_ ticket: Ticket, timeout: Double, then: @escaping @Sendable () -> Void) {
-        wait(forFetch: ticket.fetchID, timeout: timeout) { _ in then() }
+    /// `deadline`, whichever comes first; exactly once. Then check again with `mayWait: false`.
+    public func wait(_ ticket: Ticket, until deadline: Deadline, then: @escaping @Sendable () -> Void) {
+        wait(forFetch: ticket.fetchID, until: deadline) { _ in then() }
     }
 
     // MARK: - Fetching
 
-    private func wait(forFetch id: UInt64, timeout: Double?, notify: @escaping @Sendable (FetchResult) -> Void) {
-        let waiterID = state.withLock { s -> UInt64? in
-            // Already completed (it raced us): answer at once.
-            guard s.policy.inFlight?.id == id else { return nil }
-            s.nextWaiterID += 1
-            s.waiters[s.nextWaiterID] = Waiter(fetchID: id, notify: notify)
-            return s.nextWaiterID
-        }
-        guard let waiterID else {
-            let error = state.withLock { s -> KeyStoreError? in
-                s.policy.lastCompletion?.fetch.id == id && s.policy.lastCompletion?.succeeded == true
-                    ? nil
-                    : (s.lastError ?? KeyStoreError(message: "key set fetch failed"))
-            }
-            notify(error.map { .failed($0) } ?? .succeeded)
-            return
-        }
-        guard let timeout else { return }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [weak self] in
-            guard let waiter = self?.state.withLock({ $0.waiters.removeValue(forKey: waiterID) }) else { return }
-            waiter.notify(.timedOut)
+    private func wait(forFetch id: UInt64, until deadline: Deadline, notify: @escaping @Sendable (FetchResult) -> Void) {
+        guard completion(of: id) == nil else { return notify(completion(of: id)!) }
+        waiters.add(.fetch(id), until: deadline, answer: notify)
+        // It may have completed meanwhile, its waiters answered before this one was added.
+        if let result = completion(of: id) { waiters.answer(result) { $0.answered(byFetch: id) } }
+    }
+
+    /// The outcome of fetch `id`; nil while it runs.
+    private func completion(of id: UInt64) -> FetchResult? {
+        state.withLock { s in
+            if s.policy.inFlight?.id == id { return nil }
+            return s.policy.lastCompletion?.fetch.id == id && s.policy.lastCompletion?.succeeded == true
+                ? .succeeded
+                : .failed(s.lastError ?? KeyStoreError(message: "key set fetch failed"))
         }
     }
 
@@ -276,8 +274,7 @@ public final class KeyStore: Sendable {
         case .startFetch(let fetch):
             run(fetch)
         case .scheduleTimer(let at):
-            let delay = max(0, at - clock())
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self] in
+            waiters.add(.timer, until: Deadline.now.adding(.seconds(at - clock()))) { [weak self] _ in
                 guard let self else { return }
                 let now = clock()
                 perform(state.withLock { $0.policy.timerFired(now: now) })
@@ -285,9 +282,10 @@ public final class KeyStore: Sendable {
         }
     }
 
-    /// Runs `fetch` on the fetch queue; stores the keys, wakes its waiters, carries out the follow-up.
+    /// Runs `fetch` on a thread of its own (the policy starts one at a time); stores the keys,
+    /// answers its waiters, carries out the follow-up.
     private func run(_ fetch: KeyFetchPolicy.Fetch) {
-        fetchQueue.async { [self] in
+        _ = LoopThread(name: "siwa-keys-fetch") { [self] in
             var result: FetchResult
             var body: String?
             var loaded: [String: RSAPublicKey] = [:]
@@ -314,16 +312,15 @@ public final class KeyStore: Sendable {
             }
             let now = clock()
             let succeeded = if case .succeeded = result { true } else { false }
-            let (effect, waiters, transition, retryAt) = state.withLock {
-                s -> (KeyFetchPolicy.Effect, [Waiter], KeyRefreshBackoff.Transition, Double?) in
+            let (effect, transition, retryAt) = state.withLock {
+                s -> (KeyFetchPolicy.Effect, KeyRefreshBackoff.Transition, Double?) in
                 let effect = s.policy.fetchCompleted(id: fetch.id, succeeded: succeeded, now: now)
                 s.policy.forget(loaded.keys)
                 let transition = s.backoff.fetchCompleted(succeeded: succeeded, now: now)
-                let ids = s.waiters.filter { $0.value.fetchID <= fetch.id }.map(\.key)
-                return (effect, ids.compactMap { s.waiters.removeValue(forKey: $0) }, transition, s.backoff.retryAt)
+                return (effect, transition, s.backoff.retryAt)
             }
             logOutcome(result, keys: loaded, ttl: ttl, transition: transition, retryIn: retryAt.map { $0 - now })
-            for waiter in waiters { waiter.notify(result) }
+            waiters.answer(result) { $0.answered(byFetch: fetch.id) }
             perform(effect)
             if let body { persistence?.save(body) }
         }

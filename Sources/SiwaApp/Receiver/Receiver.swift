@@ -20,19 +20,19 @@ public final class Receiver: HTTPHandler {
     private let requestCounter = Atomic<UInt64>(0)
     /// Seconds Apple is asked to wait after a 503 (unless the key store says otherwise).
     public let retryAfterSeconds: Int
-    /// Most seconds from a request's arrival to its answer (`SIWA_COMMIT_TIMEOUT`), a key fetch
-    /// it waits for included.
-    public let commitTimeout: Double
+    /// Longest from a request's arrival to its answer (`SIWA_COMMIT_TIMEOUT`), a key fetch it
+    /// waits for included.
+    public let commitTimeout: Duration
     /// Longest a request with an unknown `kid` waits for the key fetch it triggered before it is
     /// answered 503. Default: the commit timeout.
-    public let keyWaitLimit: Double
+    public let keyWaitLimit: Duration
 
     /// - Parameter now: the wall clock tokens are checked against (`iat`, `exp`), in Unix
     ///   seconds. Default: the system clock.
     public init(
         gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: any OutboxSink,
-        logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Double = 5,
-        keyWaitLimit: Double? = nil,
+        logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Duration = .seconds(5),
+        keyWaitLimit: Duration? = nil,
         now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
         self.gate = gate
@@ -63,7 +63,7 @@ public final class Receiver: HTTPHandler {
 
     public func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         process(
-            request.body, arrivedAt: keys.now(), deadline: Deadline.now.adding(seconds: commitTimeout), mayWait: true,
+            request.body, arrivedAt: keys.now(), deadline: Deadline.now.adding(commitTimeout), mayWait: true,
             requestID: nextRequestID(), responder: responder)
     }
 
@@ -95,7 +95,7 @@ public final class Receiver: HTTPHandler {
             }
         } catch {
             if let ticket {
-                keys.wait(ticket, timeout: min(keyWaitLimit, deadline.remaining)) { [self] in
+                keys.wait(ticket, until: min(Deadline.now.adding(keyWaitLimit), deadline)) { [self] in
                     process(body, arrivedAt: arrivedAt, deadline: deadline, mayWait: false, requestID: requestID, responder: responder)
                 }
                 return
@@ -125,7 +125,7 @@ public final class Receiver: HTTPHandler {
             logger.warning(
                 "commit timeout: the database did not answer in time",
                 metadata: [
-                    "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout)",
+                    "request_id": "\(requestID)", "jti": "\(notification.jti)", "commit_timeout": "\(commitTimeout.inSeconds)",
                 ])
             return reject(.databaseUnavailable, requestID: requestID)
         case .unavailable(let detail), .refused(let detail):

@@ -79,7 +79,7 @@ public enum Migrator {
             throw PostgresError(code: .queryFailed, serverMessage: "schema.sql must open with a line BEGIN; and end with a line COMMIT;")
         }
         let deadline = clock.now.adding(options.retryFor)
-        let pause = StopSignal(clock: clock)
+        let pause = WakeSignal(clock: clock)
         var delay = options.backoff
         var attempt = 1
         while true {

@@ -11,7 +11,7 @@ public enum Retention {
     @discardableResult
     public static func prune(
         on connection: PostgresConnection, olderThanDays days: Int, maxBatches: Int = 100,
-        stopping: StopSignal? = nil
+        stopping: WakeSignal? = nil
     ) throws(PostgresError) -> Int {
         var total = 0
         for _ in 0..<maxBatches {
@@ -46,7 +46,7 @@ public enum Retention {
     public static func service(
         conninfo: String, days: Int, interval: Duration, logger: Logger, clock: any MonotonicClock = SystemClock.shared
     ) -> any Service {
-        let stopping = StopSignal(clock: clock)
+        let stopping = WakeSignal(clock: clock)
         let loop = ConnectedLoop<PostgresConnection, Deadline>(
             name: "retention", threadName: "siwa-retention", wakeups: WakeSignal(clock: clock),
             body: .init(
@@ -77,7 +77,7 @@ public enum Retention {
 
     /// One retention pass: old events, then delivered forwards (they follow the events'
     /// retention), then queue rows without work.
-    private static func pass(on connection: PostgresConnection, days: Int, logger: Logger, stopping: StopSignal) throws(PostgresError) {
+    private static func pass(on connection: PostgresConnection, days: Int, logger: Logger, stopping: WakeSignal) throws(PostgresError) {
         let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
         var batches = 0
         while batches < 100, !stopping.isStopped, try pruneForwards(on: connection, olderThanDays: days) == 1000 {

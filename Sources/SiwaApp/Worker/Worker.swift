@@ -93,15 +93,15 @@ public final class Worker: Service {
         for loop in loops { loop.prepareToStop() }
     }
 
+    /// Half of what is left of the shutdown budget: the listeners and the writer stop after the
+    /// worker and need time to answer what is in flight.
+    public var stopBudget: StopBudget { .halfOfWhatIsLeft }
+
     /// Stops after the current batch; waits for it until the deadline (an abandoned batch rolls
     /// back when the process exits: its events are claimed again later).
-    public func stop(deadline: ShutdownDeadline) {
+    public func stop(deadline: Deadline) {
         prepareToStop()
-        // At most half of what is left: the listeners and the writer stop after the worker and
-        // need time to answer what is in flight.
-        let now = wakeups.clock.now
-        let budget = now.adding(deadline.timeLeft(at: now) / 2)
-        for loop in loops where !loop.stop(until: budget) {
+        for loop in loops where !loop.stop(until: deadline) {
             logger.warning("worker batch still running at the end of the shutdown budget; it will roll back")
             break
         }

@@ -30,7 +30,7 @@ final class JWKSServer {
 
     func set(_ change: @Sendable (inout JWKSEndpoint.Behavior) -> Void) { endpoint.behavior.withLock { change(&$0) } }
 
-    func stop() { server.shutdown(grace: 0) }
+    func stop() { server.shutdown(grace: .seconds(0)) }
 }
 
 final class JWKSEndpoint: HTTPHandler {
