@@ -269,7 +269,7 @@ final class FakeCognito: HTTPHandler {
             defer { s = nil }
             return s
         }
-        s?.shutdown(grace: 0)
+        s?.shutdown(grace: .zero)
     }
 
     func head(_ head: HTTPRequestHead) -> HTTPResponse? { head.method == "POST" ? nil : HTTPResponse(status: 405) }
