@@ -205,18 +205,21 @@ struct LibraryTokenTests {
         _ = try TestDatabase.query(s.db.url, "SELECT siwa.request_deletion($1, NULL), siwa.request_deletion($2, NULL)", [one, two])
         try s.db.apply()
         #expect(try s.scalar("SELECT string_agg(status, ',' ORDER BY apple_sub) FROM siwa.revocations") == "no_token,no_token")
-        // A revoker runs until it has finished a due job queued after these two (without a
-        // token: nothing to call): it has claimed whatever was due, and nothing went to Apple.
-        let sign = try #require(
-            try TestDatabase.query(
-                s.db.url,
-                "INSERT INTO siwa.revocations (apple_sub, client_id, reason) VALUES ('sign.of.a.round', $1, 'in-app-deletion') RETURNING id",
-                [S.clientID]
-            ).scalar)
+        // A revoker runs until it has finished a due job queued after these two (another user's
+        // real token: a revocation is born with its token): it has claimed whatever was due, and
+        // Apple heard of that token only.
+        let (signToken, _) = try s.fake.issueTokens(for: .init(sub: "sign.of.a.round"), clientID: S.clientID)
+        let sealed = try s.adoption.vault.seal(signToken, sub: "sign.of.a.round", clientID: S.clientID)
+        _ = try TestDatabase.query(
+            s.db.url, "SELECT siwa.queue_revocation('sign.of.a.round', $1, $2, decode($3, 'hex'))",
+            [S.clientID, sealed.keyID, Hex.encode(sealed.ciphertext)])
+        let sign = try #require(try s.scalar("SELECT id FROM siwa.revocations WHERE apple_sub = 'sign.of.a.round'"))
         #expect(
             try s.revoke(logs: LogSink.capturing()) { try s.scalar("SELECT status FROM siwa.revocations WHERE id = $1", [sign]) == "done" },
             "the revoker never finished the job queued after them")
-        #expect(s.fake.calls.isEmpty)
+        #expect(
+            !s.fake.calls.isEmpty && s.fake.calls.allSatisfy { ($0.form?["token"] ?? $0.form?["refresh_token"]) == signToken },
+            "only the sign's token went to Apple")
     }
 
     @Test(
