@@ -15,6 +15,12 @@ enum AdminAnswers {
         bases.withLock { _ = $0.insert(baseURL) }
     }
 
+    /// `baseURL`'s listener has stopped: its port may next belong to another test's server (a
+    /// fake Apple), whose answers are no admin answers.
+    static func unregister(_ baseURL: String) {
+        _ = bases.withLock { $0.remove(baseURL) }
+    }
+
     /// One answer as the line `scripts/openapi-check responses` reads.
     static func line(method: String, path: String, status: Int, headers: [String: String], body: [UInt8]) -> String {
         let contentType = headers.first { $0.key.lowercased() == "content-type" }?.value ?? ""

@@ -101,6 +101,7 @@ final class DeletionHarness: Sendable {
 
     func stop() {
         app.shutdown()
+        AdminAnswers.unregister(adminURL)
         fake.stop()
         try? FileManager.default.removeItem(atPath: directory)
     }

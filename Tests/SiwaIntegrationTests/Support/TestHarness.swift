@@ -112,6 +112,7 @@ final class TestHarness: Sendable {
 
     func stop() {
         app.shutdown()
+        AdminAnswers.unregister(adminURL)
     }
 
     /// Runs `body` with a started harness and always stops it.
