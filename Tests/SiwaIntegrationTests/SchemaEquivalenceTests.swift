@@ -54,7 +54,9 @@ struct SchemaEquivalenceTests {
         #expect(try Migrator.migrate(conninfo: url) == .applied)
         let upgraded = try SchemaDump.normalized(conninfo: url)
         let missing = fresh.subtracting(upgraded).sorted(), extra = upgraded.subtracting(fresh).sorted()
-        #expect(missing.isEmpty && extra.isEmpty, "\(commit): only in a fresh install:\n\(missing.joined(separator: "\n"))\nonly after the upgrade:\n\(extra.joined(separator: "\n"))")
+        #expect(
+            missing.isEmpty && extra.isEmpty,
+            "\(commit): only in a fresh install:\n\(missing.joined(separator: "\n"))\nonly after the upgrade:\n\(extra.joined(separator: "\n"))")
         // A later deploy migrates again: still the same.
         try Migrator.migrate(conninfo: url, force: true)
         #expect(try SchemaDump.normalized(conninfo: url) == upgraded)
@@ -82,10 +84,10 @@ enum SchemaDump {
     }
 
     static func normalized(conninfo: String) throws -> Set<String> {
-        guard let bin = EmbeddedPostgres.findBinaries() else { throw Failed(description: "pg_dump not found") }
+        guard let pgDump = pgDumpPath() else { throw Failed(description: "pg_dump not found") }
         let process = Process()
         let output = Pipe(), errors = Pipe()
-        process.executableURL = URL(fileURLWithPath: bin + "/pg_dump")
+        process.executableURL = URL(fileURLWithPath: pgDump)
         process.arguments = ["--schema-only", "--schema=siwa", "--no-owner", "--dbname=" + conninfo]
         process.standardOutput = output
         process.standardError = errors
@@ -97,6 +99,16 @@ enum SchemaDump {
             throw Failed(description: "pg_dump failed: " + String(decoding: error, as: UTF8.self))
         }
         return statements(String(decoding: data, as: UTF8.self))
+    }
+
+    /// The newest installed server's pg_dump (it must not be older than the server), else the
+    /// one on PATH.
+    static func pgDumpPath() -> String? {
+        let fm = FileManager.default
+        let root = "/usr/lib/postgresql"
+        let versions = ((try? fm.contentsOfDirectory(atPath: root)) ?? []).compactMap(Int.init).sorted(by: >)
+        let dirs = versions.map { "\(root)/\($0)/bin" } + (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
+        return dirs.map { $0 + "/pg_dump" }.first { fm.isExecutableFile(atPath: $0) }
     }
 
     static func statements(_ dump: String) -> Set<String> {
