@@ -178,7 +178,7 @@ CREATE TABLE IF NOT EXISTS siwa.sessions (
 
 -- ───── Tokens and deletion ─────
 
--- App-initiated deletion (docs "In-app account deletion"): the refresh token of each user and
+-- App-initiated deletion (README "In-app account deletion"): the refresh token of each user and
 -- client id, from the code exchange (`POST /apple/tokens` on the admin listener). Encrypted by
 -- siwa-notify (AES-256-GCM, the key of SIWA_TOKEN_KEY_FILE named by `key_id`; the user and
 -- client id are the additional data); erased on revocation and on Apple's account-delete.
