@@ -15,7 +15,9 @@ struct SchemaEquivalenceTests {
         .appendingPathComponent("Fixtures/schemas")
 
     /// Rows an upgrade step moves or rewrites (app accounts from accounts and their events, the
-    /// queue from the outstanding events, byte-order collation under existing keys).
+    /// queue from the outstanding events, byte-order collation under existing keys, revocations
+    /// waiting without a token, adopted tokens dated -infinity, console sessions without an
+    /// operator), and what each step made of them (`moved`).
     static let rows: [String: String] = [
         "71ff9a9": """
         INSERT INTO siwa.accounts (apple_sub, email, status) VALUES ('old.1', 'o@privaterelay.appleid.com', 'active');
@@ -27,8 +29,26 @@ struct SchemaEquivalenceTests {
         "de5cb11": """
         INSERT INTO siwa.revocations (apple_sub, client_id, reason, status, finished_at)
         VALUES ('old.1', 'com.example.app', 'in-app-deletion', 'no_token', now());
+        INSERT INTO siwa.revocations (apple_sub, client_id, reason) VALUES ('old.2', 'com.example.app', 'in-app-deletion');
         INSERT INTO siwa.sessions (apple_sub, revoked_at) VALUES ('old.1', now());
         """,
+        "3731ab6": """
+        INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, source)
+        VALUES ('old.1', 'com.example.app', 'k1', '\\x00', '-infinity', 'better-auth');
+        INSERT INTO siwa.console_sessions (token_hash, token_fingerprint) VALUES ('h1', 'f1');
+        """,
+    ]
+
+    static let moved: [String: [(query: String, expected: String)]] = [
+        "71ff9a9": [
+            ("SELECT string_agg(id || ':' || status, ',' ORDER BY id) FROM siwa.event_queue", "2:pending"),
+            ("SELECT string_agg(apple_sub || '/' || aud, ',') FROM siwa.app_accounts", "old.1/com.example.app"),
+        ],
+        "de5cb11": [("SELECT status FROM siwa.revocations WHERE apple_sub = 'old.2'", "no_token")],
+        "3731ab6": [
+            ("SELECT (signed_in_at > '-infinity')::text FROM siwa.apple_tokens", "true"),
+            ("SELECT count(*) FROM siwa.console_sessions", "0"),
+        ],
     ]
 
     static func fixtureCommits() throws -> [String] {
@@ -52,6 +72,9 @@ struct SchemaEquivalenceTests {
         try connection.execute(try String(contentsOf: Self.fixtures.appendingPathComponent("schema-\(commit).sql"), encoding: .utf8))
         if let rows = Self.rows[commit] { try connection.execute(rows) }
         #expect(try Migrator.migrate(conninfo: url) == .applied)
+        for (query, expected) in Self.moved[commit] ?? [] {
+            #expect(try connection.execute(query).scalar == expected, "\(commit): \(query)")
+        }
         let upgraded = try SchemaDump.normalized(conninfo: url)
         let missing = fresh.subtracting(upgraded).sorted(), extra = upgraded.subtracting(fresh).sorted()
         #expect(
