@@ -85,6 +85,34 @@ struct SchemaEquivalenceTests {
         #expect(try SchemaDump.normalized(conninfo: url) == upgraded)
     }
 
+    @Test("schema.sql: tables in part 1, changes to them only in part 2, what reads them in part 3, grants in part 4")
+    func layout() throws {
+        let root = Self.fixtures.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("schema.sql"), encoding: .utf8)
+        let rules: [(pattern: String, part: Int)] = [
+            ("CREATE TABLE", 1),
+            ("ADD COLUMN|ALTER COLUMN|DROP (INDEX|TRIGGER|FUNCTION|VIEW|CONSTRAINT)", 2),
+            ("CREATE (UNIQUE )?INDEX|CREATE (OR REPLACE )?(FUNCTION|VIEW)|CREATE TRIGGER", 3),
+            ("^GRANT ", 4),
+        ]
+        var part = 0
+        var misplaced: [String] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            if line.hasPrefix("-- ║ "), let digit = line.dropFirst(5).first?.wholeNumberValue {
+                part = digit
+                continue
+            }
+            let code = line.trimmingCharacters(in: .whitespaces)
+            if code.hasPrefix("--") { continue }
+            for rule in rules where part != rule.part && code.range(of: rule.pattern, options: .regularExpression) != nil {
+                misplaced.append("line \(index + 1), part \(part) (belongs in part \(rule.part)): \(code)")
+            }
+        }
+        #expect(part == 4, "schema.sql has its four part headers")
+        #expect(misplaced.isEmpty, "\(misplaced.joined(separator: "\n"))")
+    }
+
     @Test("the comparison sees a difference: an index the upgrade left behind")
     func detectsADifference() throws {
         let url = try TestDatabase.create()
