@@ -821,6 +821,11 @@ GRANT SELECT, UPDATE ON siwa.reconcile_pace TO siwa_worker;
 --                       bring back, a 'done' one that blocks the real event as a duplicate)
 --   'ignored'           of a type siwa-notify applies (an account-delete that never enters the
 --                       queue), or dated later than now plus the 60 s clock skew allowed
+--   event_time          later than now + 2 h (an account-delete dated in year 3000 would refuse
+--                       every later sign-in of its user): a verified notification's is at most
+--                       iat + 1 h, iat at most the receiver's clock + 60 s; the rest (59 min) is
+--                       the margin for the receiver's clock running ahead of the database's, so a
+--                       verified batch is never refused whole for one row
 -- (`transfer import` writes no event.) Allowed: the owner of siwa.events (hence the definer
 -- functions), a superuser, and, for a reconcile row only, a role with siwa_worker's privileges.
 -- Refused with insufficient_privilege, in the same statement: nothing of the batch is stored.
@@ -844,6 +849,10 @@ BEGIN
     IF coalesce(privileged, false) THEN
         RETURN NEW;
     END IF;
+    IF NEW.event_time > statement_timestamp() + interval '2 hours' THEN
+        RAISE EXCEPTION 'siwa.events: a % event dated more than 2 hours ahead of the database''s clock', NEW.type
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NEW.type NOT IN ('sign-in', 'deletion-requested') AND NEW.status IN ('pending', 'ignored')
        AND NEW.type = 'consent-revoked' AND NEW.claims ->> 'source' = 'reconcile'
        AND pg_has_role(current_user, 'siwa_worker', 'USAGE') THEN
@@ -855,15 +864,18 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION siwa.refuse_unsigned_event() FROM PUBLIC;
--- (Created again when its WHEN clause is an earlier version's, without the `ignored` rows.)
+-- (Created again when its WHEN clause is an earlier version's, without the `ignored` rows or the
+-- far-future ones.)
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass
-                   AND pg_get_triggerdef(oid) LIKE '%(new.status = ''ignored''::text)%') THEN
+                   AND pg_get_triggerdef(oid) LIKE '%(new.status = ''ignored''::text)%'
+                   AND pg_get_triggerdef(oid) LIKE '%(new.event_time > (statement_timestamp() + ''02:00:00''::interval))%') THEN
         DROP TRIGGER IF EXISTS events_only_signed_facts ON siwa.events;
         CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
             FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
-                               OR NEW.claims ? 'source' OR NEW.status = 'ignored')
+                               OR NEW.claims ? 'source' OR NEW.status = 'ignored'
+                               OR NEW.event_time > statement_timestamp() + interval '2 hours')
             EXECUTE FUNCTION siwa.refuse_unsigned_event();
     END IF;
 END

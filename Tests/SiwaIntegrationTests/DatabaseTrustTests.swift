@@ -9,7 +9,7 @@ import Testing
 /// What the database enforces whatever a role's credentials say (README "Grants"): a sign-in is
 /// never dated after the database's clock, no role writes a revocation row of its own, the
 /// receiver's `ignored` rows are unknown types dated no later than now (plus the skew allowed),
-/// and only a deletion that can take effect refuses a sign-in.
+/// its other rows no later than now + 2 h, and only a deletion that can take effect refuses a sign-in.
 @Suite("What the database enforces", .serialized, .needsDatabase)
 struct DatabaseTrustTests {
     /// `SELECT` of one value as the given connection, or the SQLSTATE it failed with.
@@ -141,6 +141,53 @@ struct DatabaseTrustTests {
         #expect(try TestDatabase.query(url, "SELECT event_time <= now() FROM siwa.events WHERE sub = '000739.later.0001'").scalar == "t")
     }
 
+    @Test("the receiver's role stores no event dated over 2 h ahead (a year-3000 deletion); the latest a verified one carries is stored")
+    func farFutureEventsRefused() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let receiver = try PostgresConnection(conninfo: login["siwa_receiver"]!)
+        // Apple's account-delete, pending, through the receiver's own statement (one row per time).
+        func insert(_ eventTimes: [String]) -> String {
+            let times = eventTimes.map { "(extract(epoch FROM \($0)) * 1000)::bigint" }.joined(separator: ", ")
+            let n = eventTimes.count
+            return Self.outcome(
+                receiver,
+                """
+                SELECT count(*) FROM siwa.insert_events(
+                    ARRAY(SELECT 'ff-' || pg_catalog.gen_random_uuid() FROM generate_series(1, \(n))), array_fill('app'::text, ARRAY[\(n)]),
+                    ARRAY(SELECT '000739.future.' || g FROM generate_series(1, \(n)) g), array_fill('account-delete'::text, ARRAY[\(n)]),
+                    ARRAY[\(times)], array_fill(NULL::text, ARRAY[\(n)]), array_fill(NULL::boolean, ARRAY[\(n)]),
+                    array_fill('pending'::text, ARRAY[\(n)]), array_fill('{}'::text, ARRAY[\(n)]))
+                """)
+        }
+        // Dated in year 3000 it would refuse every later sign-in of its user.
+        #expect(insert(["timestamptz '3000-01-01 00:00:00+00'"]) == "error 42501")
+        #expect(insert(["now() + interval '2 hours 1 minute'"]) == "error 42501")
+        // A forged row refuses its whole batch: a verified batch never holds one (below).
+        #expect(insert(["now()", "timestamptz '3000-01-01 00:00:00+00'"]) == "error 42501")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events").scalar == "0")
+        // The latest a verified notification carries (iat at the receiver's clock + 60 s, the event
+        // 1 h after it), with the receiver's clock 58 minutes ahead of the database's: stored.
+        #expect(insert(["now()", "now() + interval '1 hour 60 seconds' + interval '58 minutes'"]) == "2")
+
+        // The receiver refuses a year-3000 event itself, before the database, and stores the
+        // latest it verifies.
+        let h = try TestHarness(conninfo: login["siwa_receiver"]!, roles: .receive)
+        defer { h.stop() }
+        let year3000: Int64 = 32_503_680_000_000
+        let refused = try h.post(token: try h.token(type: "account-delete", sub: "000739.future.3000", eventTimeMillis: year3000))
+        #expect(refused.status == 400 && refused.code == "bad_event_time", "\(refused.status) \(refused.body)")
+        let issued = Int64(Date().timeIntervalSince1970) + VerificationPolicy(audiences: []).clockSkewSeconds - 5
+        let latest = try h.signer.sign(
+            claims: NotificationSigner.claims(
+                audience: TestHarness.audience, type: "account-delete", sub: "000739.future.latest",
+                eventTimeMillis: issued * 1000 + NotificationVerifier.maxEventTimeAfterIssueMillis, now: issued))
+        let stored = try h.post(token: latest)
+        #expect(stored.status == 200 && stored.code == "accepted", "\(stored.status) \(stored.body)")
+        #expect(
+            try TestDatabase.query(url, "SELECT string_agg(sub, ',' ORDER BY sub) FROM siwa.events WHERE sub LIKE '000739.future.%'").scalar
+                == "000739.future.1,000739.future.2,000739.future.latest")
+    }
+
     @Test("a row held past the sign-in's lock wait: the fresh grant is stored all the same, nothing queued for revocation")
     func signInDecidedWithoutTheLock() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
@@ -163,8 +210,8 @@ struct DatabaseTrustTests {
     @Test("a database of the previous version gets the same guarantees from migrate: grants, check, trigger, adopted tokens dated")
     func upgradeEnforces() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
-        // The previous version's state: its grants, no check (a row waiting without a token), the
-        // trigger without `ignored` rows, an adopted token dated -infinity.
+        // The previous versions' state: their grants, no check (a row waiting without a token), the
+        // trigger without far-future rows, an adopted token dated -infinity.
         _ = try TestDatabase.query(
             url,
             """
@@ -175,7 +222,7 @@ struct DatabaseTrustTests {
             DROP TRIGGER events_only_signed_facts ON siwa.events;
             CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
                 FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
-                                   OR NEW.claims ? 'source')
+                                   OR NEW.claims ? 'source' OR NEW.status = 'ignored')
                 EXECUTE FUNCTION siwa.refuse_unsigned_event();
             INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, source, updated_at)
             VALUES ('000739.old.0002', 'app', 'k', '\\x00', '-infinity', 'authjs', now() - interval '1 day');
@@ -202,6 +249,11 @@ struct DatabaseTrustTests {
             Self.outcome(
                 receiver,
                 "INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims) VALUES ('u1', 'app', 's', 'account-delete', now(), 'ignored', '{}')"
+            ) == "error 42501")
+        #expect(
+            Self.outcome(
+                receiver,
+                "INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims) VALUES ('u2', 'app', 's', 'account-delete', timestamptz '3000-01-01 00:00:00+00', '{}')"
             ) == "error 42501")
         #expect(
             throws: PostgresError.self,
