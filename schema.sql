@@ -612,7 +612,21 @@ GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard, siwa_a
 REVOKE INSERT ON siwa.events FROM siwa_receiver;
 GRANT INSERT (jti, aud, sub, type, event_time, email, is_private_email, status, claims) ON siwa.events TO siwa_receiver;
 GRANT SELECT (jti) ON siwa.events TO siwa_receiver;  -- INSERT ... RETURNING jti: which rows were new
-GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
+-- The last good key set is a root of trust (a key planted in it verifies forged notifications and
+-- id_tokens): only the worker's role writes it, a login already trusted with every user's state;
+-- the receiver's, the most exposed, reads it. A set written while the receiver's role still could
+-- is not trusted: forgotten once (the worker fetches it again).
+DO $$
+BEGIN
+    IF has_table_privilege('siwa_receiver', 'siwa.key_sets', 'INSERT')
+       OR has_table_privilege('siwa_receiver', 'siwa.key_sets', 'UPDATE') THEN
+        DELETE FROM siwa.key_sets;  -- possibly the receiver's role's
+    END IF;
+END
+$$;
+REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_receiver;
+GRANT SELECT ON siwa.key_sets TO siwa_receiver;
+GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_worker;
 GRANT SELECT, UPDATE, DELETE ON siwa.events TO siwa_worker;
 -- The claim locks its rows (FOR UPDATE); the retention pass drops rows left without an event.
 GRANT SELECT, UPDATE, DELETE ON siwa.event_queue TO siwa_worker;

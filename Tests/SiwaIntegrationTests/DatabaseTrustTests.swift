@@ -1,6 +1,7 @@
 import Foundation
 import SiwaApp
 import SiwaCore
+import SiwaCrypto
 import SiwaDevTools
 import SiwaPostgres
 import Synchronization
@@ -188,6 +189,44 @@ struct DatabaseTrustTests {
                 == "000739.future.1,000739.future.2,000739.future.latest")
     }
 
+    @Test("the cached key set: the receiver's role cannot plant a key; the worker keeps it; a receiver restarting in an outage verifies with it")
+    func keyCacheWrittenByTheWorkerOnly() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let forger = NotificationSigner(key: try RSAPrivateKey.generate(bits: 2048), kid: "test-key-1")
+        // The worker's process fetches Apple's set and keeps it.
+        let worker = try TestHarness(conninfo: login["siwa_worker"]!, roles: .work)
+        let jwksURL = "file://" + worker.jwksPath
+        let kept = eventually {
+            (try? TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets WHERE url = $1", [jwksURL]).scalar) == "1"
+        }
+        worker.stop()
+        #expect(kept, "the worker did not keep the key set")
+        // With the receiver's password a forger's key is planted in neither a new row nor the kept one.
+        let receiverDB = try PostgresConnection(conninfo: login["siwa_receiver"]!)
+        #expect(
+            Self.outcome(receiverDB, "INSERT INTO siwa.key_sets (url, body) VALUES ('file:///elsewhere', $1) RETURNING url", [forger.jwks])
+                == "error 42501")
+        #expect(Self.outcome(receiverDB, "UPDATE siwa.key_sets SET body = $1 RETURNING url", [forger.jwks]) == "error 42501")
+        #expect(
+            Self.outcome(
+                receiverDB,
+                "INSERT INTO siwa.key_sets (url, body) VALUES ($1, $2) ON CONFLICT (url) DO UPDATE SET body = excluded.body RETURNING url",
+                [jwksURL, forger.jwks]) == "error 42501")
+
+        // Apple unreachable at the receiver's start: the kept set verifies Apple's, not the forger's.
+        try FileManager.default.removeItem(atPath: worker.jwksPath)
+        let h = try TestHarness(conninfo: login["siwa_receiver"]!, roles: .receive, jwksURL: jwksURL)
+        defer { h.stop() }
+        #expect(try h.admin("/readyz").status == 200)
+        let apple = try h.post(token: try h.token(type: "consent-revoked", sub: "000739.keys.0001"))
+        #expect(apple.status == 200 && apple.code == "accepted", "\(apple.status) \(apple.body)")
+        let forged = try h.post(
+            token: try forger.sign(
+                claims: NotificationSigner.claims(audience: TestHarness.audience, type: "account-delete", sub: "000739.keys.0002")))
+        #expect(forged.status == 401 && forged.code == "bad_signature", "\(forged.status) \(forged.body)")
+        #expect(try TestDatabase.query(url, "SELECT string_agg(sub, ',') FROM siwa.events").scalar == "000739.keys.0001")
+    }
+
     @Test("a row held past the sign-in's lock wait: the fresh grant is stored all the same, nothing queued for revocation")
     func signInDecidedWithoutTheLock() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
@@ -211,7 +250,8 @@ struct DatabaseTrustTests {
     func upgradeEnforces() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
         // The previous versions' state: their grants, no check (a row waiting without a token), the
-        // trigger without far-future rows, an adopted token dated -infinity.
+        // trigger without far-future rows, an adopted token dated -infinity, a key set the
+        // receiver's role could write.
         _ = try TestDatabase.query(
             url,
             """
@@ -226,6 +266,9 @@ struct DatabaseTrustTests {
                 EXECUTE FUNCTION siwa.refuse_unsigned_event();
             INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, source, updated_at)
             VALUES ('000739.old.0002', 'app', 'k', '\\x00', '-infinity', 'authjs', now() - interval '1 day');
+            REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_worker;
+            GRANT INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
+            INSERT INTO siwa.key_sets (url, body) VALUES ('file:///planted', '{"keys":[]}');
             COMMENT ON COLUMN siwa.apple_tokens.signed_in_at IS NULL;
             """)
         try Migrator.migrate(conninfo: url, force: true)
@@ -244,6 +287,17 @@ struct DatabaseTrustTests {
             try TestDatabase.query(
                 url, "SELECT signed_in_at = updated_at FROM siwa.apple_tokens WHERE apple_sub = '000739.old.0002'"
             ).scalar == "t")
+        // A key set the receiver's role could have written is forgotten; only the worker's writes one now.
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "0")
+        #expect(
+            try TestDatabase.query(
+                url,
+                """
+                SELECT has_table_privilege('siwa_receiver', 'siwa.key_sets', 'INSERT')
+                    OR has_table_privilege('siwa_receiver', 'siwa.key_sets', 'UPDATE')
+                    OR NOT has_table_privilege('siwa_worker', 'siwa.key_sets', 'INSERT')
+                """
+            ).scalar == "f")
         let receiver = try PostgresConnection(conninfo: login["siwa_receiver"]!)
         #expect(
             Self.outcome(

@@ -20,7 +20,7 @@ public enum GrantMatrix {
         "siwa_receiver USAGE schema siwa",
         "siwa_receiver INSERT events(aud,claims,email,event_time,is_private_email,jti,status,sub,type)",
         "siwa_receiver SELECT events(jti)", "siwa_receiver EXECUTE insert_events", "siwa_receiver SELECT backlog",
-        "siwa_receiver INSERT key_sets", "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
+        "siwa_receiver SELECT key_sets",
         "siwa_worker USAGE schema siwa",
         "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
         "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
@@ -34,6 +34,7 @@ public enum GrantMatrix {
         "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
         "siwa_worker SELECT revocations", "siwa_worker UPDATE revocations", "siwa_worker EXECUTE move_tokens_to_revocation",
         "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
+        "siwa_worker SELECT key_sets", "siwa_worker INSERT key_sets", "siwa_worker UPDATE key_sets",
         // Revocation proof and the user report.
         "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
         "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
