@@ -33,7 +33,7 @@ DO $$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api'] LOOP
+    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api', 'siwa_console'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -1301,5 +1301,27 @@ REVOKE ALL ON FUNCTION siwa.insert_events(text[], text[], text[], text[], bigint
 GRANT EXECUTE ON FUNCTION siwa.insert_events(text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
     TO siwa_receiver;
 -- === end of the receiver's insert ===
+
+-- === The console's role (docs/security.md "Roles") ===
+-- What the operator console (on the admin listener, with the API) does, nothing more: its
+-- sessions, operators' sign-ins and audit trail; its pages' reads; the operators' actions
+-- (replaying dead events, forwards and revocations: their progress columns only; a deletion
+-- through the owner's function). It reads no stored refresh token (of siwa.apple_tokens only when
+-- each is due), and writes no operator nor token hash (`operator add|remove` is the owner's).
+GRANT USAGE ON SCHEMA siwa TO siwa_console;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_sessions TO siwa_console;
+GRANT SELECT (id, name, token_hash), UPDATE (last_sign_in_at) ON siwa.console_operators TO siwa_console;
+GRANT SELECT, INSERT ON siwa.operator_actions TO siwa_console;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_hours TO siwa_console;
+GRANT SELECT, UPDATE ON siwa.console_rollup TO siwa_console;  -- UPDATE: the rollup's FOR UPDATE SKIP LOCKED
+GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts, siwa.sessions, siwa.revocations,
+    siwa.forwards, siwa.key_sets, siwa.reconcile_pace, siwa.counts, siwa.count_changes, siwa.transfers,
+    siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
+GRANT SELECT (next_validation_at) ON siwa.apple_tokens TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, last_error) ON siwa.events TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, last_error, lease_until, retry_since) ON siwa.forwards TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, created_at, last_error) ON siwa.revocations TO siwa_console;
+GRANT EXECUTE ON FUNCTION siwa.subject_hash(text), siwa.user_report(text), siwa.request_deletion(text, text) TO siwa_console;
+-- === end of the console's role ===
 
 COMMIT;
