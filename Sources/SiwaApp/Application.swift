@@ -455,7 +455,8 @@ public final class Application: Sendable {
 
     /// Apple's key set: fetched, else the persisted last good one; the dev key in `--dev`. Only the
     /// worker's role writes the persisted set (docs/security.md "The cached key set"): `work`
-    /// fetches it to keep it fresh for the receivers, which read it.
+    /// fetches it to keep it fresh for the receivers, which read it; `work` alone verifies
+    /// nothing, so its start never waits for the fetch (the refresher makes it at once).
     private func keyStore(pool: PostgresPool) throws -> KeyStore {
         let config = configuration
         var extra: [String: RSAPublicKey] = [:]
@@ -467,6 +468,7 @@ public final class Application: Sendable {
             minRefreshInterval: Double(config.keyRefreshInterval),
             persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, saves: roles.contains(.work), logger: logger),
             logger: logger, metrics: metrics)
+        guard roles.contains(.receive) else { return store }
         do {
             try store.load()
         } catch {
