@@ -166,6 +166,18 @@ struct DatabaseTrustTests {
         // A forged row refuses its whole batch: a verified batch never holds one (below).
         #expect(insert(["now()", "timestamptz '3000-01-01 00:00:00+00'"]) == "error 42501")
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events").scalar == "0")
+        // Refused as dated too far ahead, the worker's reconcile row too.
+        let worker = try PostgresConnection(conninfo: login["siwa_worker"]!)
+        for (c, type, claims) in [(receiver, "account-delete", "{}"), (worker, "consent-revoked", #"{"source":"reconcile","client_id":"app"}"#)] {
+            do {
+                _ = try c.execute(
+                    "INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims) VALUES ('siwa-reconcile-3000', 'app', 's', $1, timestamptz '3000-01-01 00:00:00+00', $2::jsonb)",
+                    [type, claims])
+                Issue.record("a \(type) dated in year 3000 was stored")
+            } catch {
+                #expect(error.sqlState == "42501" && error.serverMessage.contains("more than 2 hours ahead"), "\(type): \(error)")
+            }
+        }
         // The latest a verified notification carries (iat at the receiver's clock + 60 s, the event
         // 1 h after it), with the receiver's clock 58 minutes ahead of the database's: stored.
         #expect(insert(["now()", "now() + interval '1 hour 60 seconds' + interval '58 minutes'"]) == "2")
