@@ -43,7 +43,7 @@ DO $$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api'] LOOP
+    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api', 'siwa_console'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
@@ -474,12 +474,13 @@ DROP INDEX IF EXISTS siwa.events_email_sub_idx;
 -- Outbox: the NOTIFY trigger of earlier shapes (siwa.queue_inserted_events notifies).
 DROP TRIGGER IF EXISTS events_notify ON siwa.events;
 DROP FUNCTION IF EXISTS siwa.notify_new_events();
--- Outbox: events_only_signed_facts of a shape whose WHEN leaves out the `ignored` rows (made
--- again in part 3).
+-- Outbox: events_only_signed_facts of a shape whose WHEN leaves out the `ignored` rows or the
+-- far-future ones (made again in part 3).
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass
-               AND pg_get_triggerdef(oid) NOT LIKE '%(new.status = ''ignored''::text)%') THEN
+               AND (pg_get_triggerdef(oid) NOT LIKE '%(new.status = ''ignored''::text)%'
+                    OR pg_get_triggerdef(oid) NOT LIKE '%(new.event_time > (statement_timestamp() + ''02:00:00''::interval))%')) THEN
         DROP TRIGGER events_only_signed_facts ON siwa.events;
     END IF;
 END
@@ -631,6 +632,17 @@ REVOKE INSERT ON siwa.revocations FROM siwa_api;
 REVOKE SELECT ON siwa.counts, siwa.count_changes FROM siwa_api;
 REVOKE ALL ON siwa.transfers FROM siwa_worker;
 REVOKE ALL ON SEQUENCE siwa.transfers_id_seq FROM siwa_worker;
+-- The key set cache, once writable by the receiver's role: a set that role could have written is
+-- not trusted, so it is forgotten once (the worker fetches it again).
+DO $$
+BEGIN
+    IF has_table_privilege('siwa_receiver', 'siwa.key_sets', 'INSERT')
+       OR has_table_privilege('siwa_receiver', 'siwa.key_sets', 'UPDATE') THEN
+        DELETE FROM siwa.key_sets;  -- possibly the receiver's role's
+    END IF;
+END
+$$;
+REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_receiver;
 
 
 -- ╔══════════════════════════════════════════════════════════════════════════════════════════╗
@@ -809,6 +821,11 @@ $$;
 --                       bring back, a 'done' one that blocks the real event as a duplicate)
 --   'ignored'           of a type siwa-notify applies (an account-delete that never enters the
 --                       queue), or dated later than now plus the 60 s clock skew allowed
+--   event_time          later than now + 2 h (an account-delete dated in year 3000 would refuse
+--                       every later sign-in of its user): a verified notification's is at most
+--                       iat + 1 h, iat at most the receiver's clock + 60 s; the rest (59 min) is
+--                       the margin for the receiver's clock running ahead of the database's, so a
+--                       verified batch is never refused whole for one row
 -- (`transfer import` writes no event.) Allowed: the owner of siwa.events (hence the definer
 -- functions), a superuser, and, for a reconcile row only, a role with siwa_worker's privileges.
 -- Refused with insufficient_privilege, in the same statement: nothing of the batch is stored.
@@ -832,6 +849,10 @@ BEGIN
     IF coalesce(privileged, false) THEN
         RETURN NEW;
     END IF;
+    IF NEW.event_time > statement_timestamp() + interval '2 hours' THEN
+        RAISE EXCEPTION 'siwa.events: a % event dated more than 2 hours ahead of the database''s clock', NEW.type
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF NEW.type NOT IN ('sign-in', 'deletion-requested') AND NEW.status IN ('pending', 'ignored')
        AND NEW.type = 'consent-revoked' AND NEW.claims ->> 'source' = 'reconcile'
        AND pg_has_role(current_user, 'siwa_worker', 'USAGE') THEN
@@ -848,7 +869,8 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'events_only_signed_facts' AND tgrelid = 'siwa.events'::regclass) THEN
         CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
             FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
-                               OR NEW.claims ? 'source' OR NEW.status = 'ignored')
+                               OR NEW.claims ? 'source' OR NEW.status = 'ignored'
+                               OR NEW.event_time > statement_timestamp() + interval '2 hours')
             EXECUTE FUNCTION siwa.refuse_unsigned_event();
     END IF;
 END
@@ -1395,7 +1417,7 @@ $$;
 -- queues revocations through functions; dashboards read views. PUBLIC executes none of siwa's
 -- functions (each is revoked where it is made). The grants table of docs/security.md is
 -- checked against the database by a test.
-GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard, siwa_api;
+GRANT USAGE ON SCHEMA siwa TO siwa_receiver, siwa_worker, siwa_dashboard, siwa_api, siwa_console;
 
 -- Receiver: a notification's own columns only, never its progress (attempts, next_attempt_at,
 -- outcome, ...); which types and statuses it may write: "Only signed facts" in part 3.
@@ -1403,11 +1425,15 @@ GRANT INSERT (jti, aud, sub, type, event_time, email, is_private_email, status, 
 GRANT SELECT (jti) ON siwa.events TO siwa_receiver;  -- INSERT ... RETURNING jti: which rows were new
 GRANT EXECUTE ON FUNCTION siwa.insert_events(text[], text[], text[], text[], bigint[], text[], boolean[], text[], text[])
     TO siwa_receiver;
-GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
+-- The last good key set is a root of trust (a key planted in it verifies forged notifications and
+-- id_tokens): only the worker's role writes it, a login already trusted with every user's state;
+-- the receiver's, the most exposed, reads it.
+GRANT SELECT ON siwa.key_sets TO siwa_receiver;
 GRANT SELECT ON siwa.backlog TO siwa_receiver;  -- the outbox gauges of /metrics
 
 -- Worker. A grant found gone by reconciliation is queued as a consent-revoked event (INSERT).
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.events TO siwa_worker;
+GRANT SELECT, INSERT, UPDATE ON siwa.key_sets TO siwa_worker;
 -- The claim locks its rows (FOR UPDATE); the retention pass drops rows left without an event.
 GRANT SELECT, UPDATE, DELETE ON siwa.event_queue TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE ON siwa.accounts TO siwa_worker;
@@ -1441,5 +1467,25 @@ GRANT EXECUTE ON FUNCTION siwa.user_report(text) TO siwa_dashboard;
 GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.account_status_summary,
     siwa.app_account_status_summary, siwa.forward_backlog, siwa.dead_forwards,
     siwa.revocation_proofs, siwa.unconfirmed_revocations, siwa.operator_actions TO siwa_dashboard;
+
+-- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
+-- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
+-- the operators' actions (replaying dead events, forwards and revocations: their progress
+-- columns only; a deletion through the owner's function). It reads no stored refresh token (of
+-- siwa.apple_tokens only when each is due), and writes no operator nor token hash
+-- (`operator add|remove` is the owner's).
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_sessions TO siwa_console;
+GRANT SELECT (id, name, token_hash), UPDATE (last_sign_in_at) ON siwa.console_operators TO siwa_console;
+GRANT SELECT, INSERT ON siwa.operator_actions TO siwa_console;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_hours TO siwa_console;
+GRANT SELECT, UPDATE ON siwa.console_rollup TO siwa_console;  -- UPDATE: the rollup's FOR UPDATE SKIP LOCKED
+GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts, siwa.sessions, siwa.revocations,
+    siwa.forwards, siwa.key_sets, siwa.reconcile_pace, siwa.counts, siwa.count_changes, siwa.transfers,
+    siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
+GRANT SELECT (next_validation_at) ON siwa.apple_tokens TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, last_error) ON siwa.events TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, last_error, lease_until, retry_since) ON siwa.forwards TO siwa_console;
+GRANT UPDATE (status, attempts, next_attempt_at, created_at, last_error) ON siwa.revocations TO siwa_console;
+GRANT EXECUTE ON FUNCTION siwa.subject_hash(text), siwa.user_report(text), siwa.request_deletion(text, text) TO siwa_console;
 
 COMMIT;
