@@ -575,6 +575,20 @@ REVOKE ALL ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) FROM PUBLIC;
 -- docs/dashboards.md); the account summaries read their table: no index names status or
 -- email_forwarding, so the worker's account updates are HOT (bench/README.md "cost").
 DROP INDEX IF EXISTS siwa.accounts_status_idx;
+-- Room on each page for the new versions of the rows the worker updates (HOT updates need the
+-- new version on the same page): set once, new pages only; an operator's own setting stays.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['accounts', 'app_accounts', 'sessions'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_class WHERE oid = ('siwa.' || t)::regclass
+                       AND array_to_string(reloptions, ',') LIKE '%fillfactor=%') THEN
+            EXECUTE format('ALTER TABLE siwa.%I SET (fillfactor = 90)', t);
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- Events per UTC day, type and status. Filter on `day` (e.g. `WHERE day >= current_date - 7`):
 -- it is the leading column of events_day_type_idx.
