@@ -39,12 +39,14 @@ READERS = {
     "sessions_pkey": "`revoke_sessions` (update by id); the app's session check",
     "sessions_live_idx": "`revoke_sessions` (a user's live sessions)",
     "sessions_sub_idx": "console user page (a user's sessions, newest first); `user_report` (revoked ones)",
+    "events_id_seq": "`siwa.events.id` (its identity)",
     "count_changes": "maintained counts: `status`, /metrics, console",
     "counts": "maintained counts: `status`, /metrics, console",
 }
 
 # The record types per event, in this order (the rest summed under "other").
-ORDER = ["INSERT", "INSERT+INIT", "MULTI_INSERT", "MULTI_INSERT+INIT", "UPDATE", "HOT_UPDATE", "LOCK", "DELETE", "PRUNE",
+ORDER = ["INSERT", "INSERT+INIT", "HEAP_CONFIRM", "MULTI_INSERT", "MULTI_INSERT+INIT", "UPDATE", "UPDATE+INIT", "HOT_UPDATE",
+         "LOCK", "DELETE", "PRUNE", "VISIBLE",
          "INSERT_LEAF", "INSERT_UPPER", "SPLIT_L", "SPLIT_R", "DEDUP", "COMMIT"]
 
 TYPES = ["email-disabled", "email-enabled", "consent-revoked", "account-delete"]
@@ -181,6 +183,29 @@ def receiver_window(n):
     return window("receive", added, before, snapshot())
 
 
+# Readers whose plan depends on the indexes the writes above maintain: what each reads now.
+READS = {
+    "`siwa.account_status_summary`": "SELECT * FROM siwa.account_status_summary",
+    "`siwa.app_account_status_summary`": "SELECT * FROM siwa.app_account_status_summary",
+    "console user page's sessions": "SELECT id, revoked_at FROM siwa.sessions WHERE apple_sub = public.bench_sub(4242, '') "
+                                    "ORDER BY created_at DESC LIMIT 100",
+}
+
+
+def reader_costs():
+    """Each of READS once (EXPLAIN ANALYZE, BUFFERS, warm): its scan, buffers and time."""
+    out = {}
+    for name, sql in READS.items():
+        psql(sql)
+        plan = psql(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) {sql}")
+        scans = sorted(set(re.findall(r"((?:Parallel )?(?:Seq Scan|Index Only Scan|Index Scan Backward|Index Scan|Bitmap Heap Scan)(?: using \S+)? on \S+)", plan)))
+        hit = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
+        ms = re.search(r"Execution Time: ([0-9.]+) ms", plan)
+        out[name] = {"scans": scans, "buffers": (int(hit.group(1)) + int(hit.group(2) or 0)) if hit else None,
+                     "ms": float(ms.group(1)) if ms else None}
+    return out
+
+
 def fmt_types(per_event):
     parts = []
     other = 0.0
@@ -194,9 +219,9 @@ def fmt_types(per_event):
     return ", ".join(parts)
 
 
-def markdown(windows, header):
+def markdown(windows, header, reads):
     """One table per window: each relation's writes per event, WAL bytes and full-page images per
-    event, its reader; then the rows and triggers per event."""
+    event, its reader; then the rows and triggers per event; then what the readers read."""
     out = [header, ""]
     for w in windows:
         t = w["total"]
@@ -212,11 +237,13 @@ def markdown(windows, header):
             out.append(f"| {name} | {fmt_types(r['per_event'])} | {r['bytes_per_event']:,.0f} | {r['fpi_per_event']:.2f} | {r['reader']} |")
         rows = "; ".join(f"`{n}` " + ", ".join(f"{k} {v}" for k, v in d.items() if k != "hot_pct" and v)
                          + (f" (HOT {d['hot_pct']} %)" if d["hot_pct"] is not None else "")
-                         for n, d in sorted(w["tables"].items()))
+                         for n, d in sorted(w["tables"].items()) if any(d[k] for k in ("ins", "upd", "del")))
         out.append("")
         out.append(f"Rows per event: {rows}. Trigger functions per event: "
                    + (", ".join(f"`{f}` {v}" for f, v in sorted(w["triggers"].items())) or "none") + ".")
         out.append("")
+    out.append("Readers (warm, once; the time is the loaded machine's): " + "; ".join(
+        f"{name}: {', '.join(r['scans'])}, {r['buffers']:,} buffers, {r['ms']:.0f} ms" for name, r in reads.items()) + ".")
     return "\n".join(out)
 
 
@@ -250,15 +277,22 @@ def cost():
     windows = [worker_window(t, n, accounts, k) for k, t in enumerate(TYPES)]
     windows.append(receiver_window(receive_n))
     psql_script("ALTER SYSTEM RESET track_functions; SELECT pg_reload_conf();")
+    reads = reader_costs()
+    # The space the fillfactor buys the HOT updates with: heap and index sizes once the windows ran.
+    sizes = dict(line.split("|") for line in psql(
+        "SELECT c.relname || '|' || pg_size_pretty(pg_relation_size(c.oid)) || ' + ' || pg_size_pretty(pg_indexes_size(c.oid)) "
+        "FROM pg_class c WHERE c.relnamespace = 'siwa'::regnamespace AND c.relname IN ('accounts', 'app_accounts', 'sessions') "
+        "ORDER BY 1").splitlines())
     commit = os.popen(f"git -C {HERE} rev-parse --short HEAD 2>/dev/null").read().strip()
     header = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {commit}, {accounts:,} accounts (app account, live "
               f"session each) and {history:,} done events bulk-loaded, a CHECKPOINT before each window; the worker's "
               f"windows drain {n:,} events of one type for users of their own, the receiver's takes {receive_n:,} "
               f"notifications. Per event; counts do not depend on the machine's load.")
-    table = markdown(windows, header)
+    table = markdown(windows, header, reads) + "\n\nHeap + index sizes after the windows: " + "; ".join(
+        f"`{k}` {v}" for k, v in sizes.items()) + "."
     print("\n" + table)
     if os.environ.get("COST_WRITE_README") == "1":
         write_readme(table)
     return {"settings": {"accounts": accounts, "history": history, "n": n, "receive_n": receive_n},
-            "preload": preload, "windows": windows, "markdown": table,
+            "preload": preload, "windows": windows, "reads": reads, "sizes": sizes, "markdown": table,
             "summary": {w["label"]: w["total"] for w in windows}}
