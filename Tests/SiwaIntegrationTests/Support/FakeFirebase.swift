@@ -95,7 +95,7 @@ final class FakeFirebase: HTTPHandler {
     }
 
     var root: String { "http://127.0.0.1:\(boundPort.load(ordering: .relaxed))" }
-    /// `SIWA_FIREBASE_URL` for this fake.
+    /// The API's base URL for this fake.
     var url: String { root + pathPrefix + "/" }
     /// The service account's `token_uri`.
     var tokenURL: String { root + "/token" }
