@@ -39,13 +39,14 @@ struct FirebaseClientTests {
         let fake: FakeFirebase
         let client: FirebaseClient
         let clock: Clock
+        let logs = LogSink.capturing()
 
         init(projectID: String = "siwa-test", signingKey: RSAPrivateKey = FirebaseClientTests.key) throws {
             clock = Clock()
             fake = try FakeFirebase(key: FirebaseClientTests.key, clock: clock.read)
             let credential = try FirebaseCredential(json: FirebaseClientTests.keyFile(key: signingKey, tokenURI: fake.tokenURL))
             client = try FirebaseClient(
-                projectID: projectID, credential: credential, url: fake.url, logger: Logger(label: "firebase-test"), clock: clock.read)
+                projectID: projectID, credential: credential, url: fake.url, logger: TestHarness.logger(into: logs), clock: clock.read)
         }
 
         /// The Apple-only user of `appleSub`, a user with a password and another Apple identity,
@@ -213,6 +214,27 @@ struct FirebaseClientTests {
         #expect(s.client.apply(.endSessions, sub: Self.appleSub) == .done([.signedOut], status: 200))
         #expect(s.fake.snapshot.tokensIssued == 3)
         try s.validate()
+    }
+
+    @Test("the logs name the operation and the outcome, never a sub, a user id, a token or Google's message")
+    func logsCarryNoSecrets() throws {
+        let s = try Setup()
+        defer { s.fake.stop() }
+        s.addUsers()
+        _ = s.client.apply(.endSessions, sub: Self.appleSub)
+        s.fake.inject(FakeFirebase.googleError(400, "INVALID_ARGUMENT : user u-apple is bad"), for: "update")
+        _ = s.client.apply(.unlink, sub: Self.appleSub)
+        s.fake.expireTokens()
+        _ = s.client.apply(.deleteUser, sub: Self.appleSub)
+        _ = s.client.apply(.deleteUser, sub: Self.appleSub)
+        _ = s.client.apply(.endSessions, sub: Self.otherSub)
+        let lines = s.logs.lines
+        #expect(lines.contains { $0.contains("INVALID_ARGUMENT") })
+        #expect(lines.contains { $0.contains("token_refused") })
+        let secrets = [Self.appleSub, Self.otherSub, "u-apple", "u-other", "ya29.", "is bad", "BEGIN PRIVATE KEY"]
+        for line in lines {
+            for secret in secrets { #expect(!line.contains(secret), "\(line)") }
+        }
     }
 
     @Test("check(): passes on the project; blames the project, the role or the credential when Google refuses")
