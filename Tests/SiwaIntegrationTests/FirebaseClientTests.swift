@@ -216,6 +216,20 @@ struct FirebaseClientTests {
         try s.validate()
     }
 
+    @Test("threads that need a token at once wait for one exchange")
+    func oneExchangeAtATime() throws {
+        let s = try Setup()
+        defer { s.fake.stop() }
+        s.addUsers()
+        let outcomes = Mutex<[ProviderOutcome]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let outcome = s.client.apply(.endSessions, sub: Self.appleSub)
+            outcomes.withLock { $0.append(outcome) }
+        }
+        #expect(outcomes.withLock { $0 } == Array(repeating: .done([.signedOut], status: 200), count: 8))
+        #expect(s.fake.snapshot.tokensIssued == 1)
+    }
+
     @Test("the logs name the operation and the outcome, never a sub, a user id, a token or Google's message")
     func logsCarryNoSecrets() throws {
         let s = try Setup()
