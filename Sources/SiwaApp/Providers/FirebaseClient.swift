@@ -121,39 +121,38 @@ public final class FirebaseClient: HostedProviderClient {
     public func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome {
         let user: FirebaseUser
         switch findUser(sub: sub) {
-        case .done(let found, let status):
-            guard let found else { return .userNotFound(status: status) }
-            user = found
-        case .userNotFound(let status): return .userNotFound(status: status)
-        case .retryLater(let failure): return .retryLater(failure)
-        case .tokenRefused(let failure): return tokenRefused(failure)
-        case .refused(let failure): return .refused(failure)
+        case .done(let found?, _): user = found
+        case .done(nil, let status): return .userNotFound(status: status)
+        case let other: return ending(other)
         }
         if effect == .deleteUser && user.appleOnly {
             switch call("delete", Firebase.deleteBody(localID: user.localID)) {
             case .done(_, let status): return .done([.deleted], status: status)
             // Gone since the lookup: what the call was for holds.
             case .userNotFound(let status): return .done([.alreadyDone], status: status)
-            case .retryLater(let failure): return .retryLater(failure)
-            case .tokenRefused(let failure): return tokenRefused(failure)
-            case .refused(let failure): return .refused(failure)
+            case let other: return ending(other)
             }
         }
         let unlink = effect != .endSessions
         switch call("update", Firebase.updateBody(localID: user.localID, now: clock(), unlink: unlink)) {
         case .done(_, let status): return .done(unlink ? [.signedOut, .unlinked] : [.signedOut], status: status)
-        case .userNotFound(let status): return .userNotFound(status: status)
-        case .retryLater(let failure): return .retryLater(failure)
-        case .tokenRefused(let failure): return tokenRefused(failure)
-        case .refused(let failure): return .refused(failure)
+        case let other: return ending(other)
         }
     }
 
-    /// A refused access token was dropped: the call is tried again later with a new one. The
-    /// emulator's fixed bearer cannot be renewed.
-    private func tokenRefused(_ failure: ProviderFailure) -> ProviderOutcome {
-        guard credential != nil else { return .refused(failure) }
-        return .retryLater(ProviderFailure(status: failure.status, reason: failure.reason))
+    /// The outcome of a call that did not apply the effect. A refused access token was dropped:
+    /// the call is tried again later with a new one; the emulator's fixed bearer cannot be
+    /// renewed.
+    private func ending<Value>(_ result: FirebaseCallResult<Value>) -> ProviderOutcome {
+        switch result {
+        case .done(_, let status): return .done([], status: status)
+        case .userNotFound(let status): return .userNotFound(status: status)
+        case .retryLater(let failure): return .retryLater(failure)
+        case .tokenRefused(let failure):
+            guard credential != nil else { return .refused(failure) }
+            return .retryLater(ProviderFailure(status: failure.status, reason: failure.reason))
+        case .refused(let failure): return .refused(failure)
+        }
     }
 
     // MARK: - Operations
