@@ -228,6 +228,7 @@ struct FirebaseClientTests {
         }
         #expect(outcomes.withLock { $0 } == Array(repeating: .done([.signedOut], status: 200), count: 8))
         #expect(s.fake.snapshot.tokensIssued == 1)
+        try s.validate()
     }
 
     @Test("the logs name the operation and the outcome, never a sub, a user id, a token or Google's message")
@@ -249,6 +250,7 @@ struct FirebaseClientTests {
         for line in lines {
             for secret in secrets { #expect(!line.contains(secret), "\(line)") }
         }
+        try s.validate()
     }
 
     @Test("check(): passes on the project; blames the project, the role or the credential when Google refuses")
