@@ -69,13 +69,38 @@ struct FirebaseClientTests {
     static func validate(_ fake: FakeFirebase, sourceLocation: SourceLocation = #_sourceLocation) throws {
         let lines = fake.discoveryLines
         #expect(!lines.isEmpty, "no request recorded", sourceLocation: sourceLocation)
+        let result = try discoveryCheck(lines)
+        #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
+    }
+
+    static func discoveryCheck(_ lines: [String]) throws -> (status: Int32, output: String) {
         let file = NSTemporaryDirectory() + "siwa-discovery-\(UInt64.random(in: 0...UInt64.max)).jsonl"
         try lines.joined().write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let result = try OpenAPITests.python([
+        return try OpenAPITests.python([
             "scripts/discovery-check", "Tests/SiwaIntegrationTests/Fixtures/identitytoolkit-v1.json", file,
         ])
-        #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
+    }
+
+    @Test("the discovery check refuses what the document does not describe: a field, a type, a path, a method")
+    func discoveryCheckRefuses() throws {
+        func line(_ method: String, _ path: String, _ body: String) -> String {
+            JSONValue.object(["method": .string(method), "path": .string(path), "body": .string(body)]).serialized() + "\n"
+        }
+        let good = line("POST", "/v1/projects/p/accounts:update", #"{"localId":"u","validSince":"5","deleteProvider":["apple.com"]}"#)
+        #expect(try Self.discoveryCheck([good]).status == 0)
+        let bad = [
+            line("POST", "/v1/projects/p/accounts:lookup", #"{"federatedUserIds":[]}"#),
+            line("POST", "/v1/projects/p/accounts:update", #"{"localId":"u","validSince":5}"#),
+            line("POST", "/v1/projects/p/accounts:lookup", #"{"federatedUserId":[{"providerId":"apple.com","uid":"x"}]}"#),
+            line("POST", "/v1/projects/p/accounts:revoke", "{}"),
+            line("GET", "/v1/projects/p/accounts:delete", ""),
+        ]
+        for request in bad {
+            let result = try Self.discoveryCheck([good, request])
+            #expect(result.status == 1, "\(request)")
+            #expect(result.output.split(separator: "\n").count == 1, "\(result.output)")
+        }
     }
 
     @Test("consent-revoked: the Apple user found by its federated id gets validSince = now; nobody else changes")
