@@ -246,11 +246,19 @@ struct FirebaseClientTests {
         let s = try Setup()
         defer { s.fake.stop() }
         s.addUsers()
+        // A slow exchange: every thread asks for a token while the first is being obtained.
+        s.fake.change { $0.tokenDelay = .milliseconds(800) }
         let outcomes = Mutex<[ProviderOutcome]>([])
-        DispatchQueue.concurrentPerform(iterations: 8) { _ in
-            let outcome = s.client.apply(.endSessions, sub: Self.appleSub)
-            outcomes.withLock { $0.append(outcome) }
+        let group = DispatchGroup()
+        for _ in 0..<8 {
+            group.enter()
+            Thread.detachNewThread {
+                let outcome = s.client.apply(.endSessions, sub: Self.appleSub)
+                outcomes.withLock { $0.append(outcome) }
+                group.leave()
+            }
         }
+        #expect(group.wait(timeout: .now() + 30) == .success, "the applies did not end within 30 s")
         #expect(outcomes.withLock { $0 } == Array(repeating: .done([.signedOut], status: 200), count: 8))
         #expect(s.fake.snapshot.tokensIssued == 1)
         try s.validate()

@@ -61,6 +61,8 @@ final class FakeFirebase: HTTPHandler {
         var permissionDenied = false
         /// Answered instead of the token endpoint's own answer.
         var tokenAnswer: HTTPResponse?
+        /// How long the token endpoint takes to answer.
+        var tokenDelay: Duration = .zero
     }
 
     let projectID: String
@@ -159,7 +161,10 @@ final class FakeFirebase: HTTPHandler {
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         if request.head.path == "/token" {
-            responder.respond(token(request))
+            let answer = token(request)
+            let delay = state.withLock { $0.tokenDelay }
+            guard delay > .zero else { return responder.respond(answer) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay.inSeconds) { responder.respond(answer) }
             return
         }
         responder.respond(api(request))
