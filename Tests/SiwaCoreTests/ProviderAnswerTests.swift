@@ -109,4 +109,46 @@ import Testing
         #expect(Auth0.user(inSearch: search, sub: "s1")?.userID == "auth0|1")
         #expect(Auth0.user(inSearch: try JSONParser.parse(#"{"users":[],"total":0}"#), sub: "s1") == nil)
     }
+
+    /// A Clerk user with the Apple account `eac_1` of `s1`, its address linked to it, and
+    /// nothing else; `changes` replaces fields (JSON text).
+    func clerkUser(_ changes: [String: String] = [:]) throws -> ClerkUser? {
+        var user: [String: JSONValue] = [
+            "id": .string("user_1"), "password_enabled": .bool(false),
+            "external_accounts": try JSONParser.parse(#"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"}]"#),
+            "email_addresses": try JSONParser.parse(#"[{"id":"idn_1","linked_to":[{"type":"oauth_apple","id":"eac_1"}]}]"#),
+        ]
+        for field in ["phone_numbers", "web3_wallets", "passkeys", "saml_accounts", "enterprise_accounts"] { user[field] = .array([]) }
+        for (field, json) in changes { user[field] = try JSONParser.parse(json) }
+        return Clerk.user(.object(user), sub: "s1")
+    }
+
+    @Test("Clerk: the user of the Apple account; Apple is its only way in unless anything else can sign it in")
+    func clerkUserWaysIn() throws {
+        #expect(try clerkUser() == ClerkUser(userID: "user_1", externalAccountID: "eac_1", appleOnly: true))
+        #expect(try clerkUser(["email_addresses": "[]"])?.appleOnly == true)
+        #expect(try clerkUser(["password_enabled": "true"])?.appleOnly == false)
+        for field in ["phone_numbers", "passkeys", "web3_wallets", "saml_accounts", "enterprise_accounts"] {
+            #expect(try clerkUser([field: #"[{"id":"x"}]"#])?.appleOnly == false, "\(field)")
+        }
+        let twoAccounts = #"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"},{"id":"eac_2","provider":"oauth_google","provider_user_id":"g"}]"#
+        #expect(try clerkUser(["external_accounts": twoAccounts])?.appleOnly == false)
+        // An address verified on its own, or linked to another account, signs in by code or link.
+        #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[]}]"#])?.appleOnly == false)
+        #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[{"type":"oauth_apple","id":"eac_9"}]}]"#])?.appleOnly == false)
+        // Without the password flag, not known to be Apple-only.
+        let noFlag = try JSONParser.parse(#"{"id":"u","external_accounts":[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"}]}"#)
+        #expect(Clerk.user(noFlag, sub: "s1")?.appleOnly == false)
+        // Another Apple identity, or Google's account with that id, is not this one.
+        #expect(try clerkUser(["external_accounts": #"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s2"}]"#]) == nil)
+        #expect(try clerkUser(["external_accounts": #"[{"id":"eac_1","provider":"oauth_google","provider_user_id":"s1"}]"#]) == nil)
+    }
+
+    @Test("Clerk: the error code of its error shape; session ids of a list")
+    func clerkAnswers() throws {
+        #expect(Clerk.errorCode(Array(#"{"errors":[{"message":"m","long_message":"l","code":"resource_not_found"}],"clerk_trace_id":"t"}"#.utf8)) == "resource_not_found")
+        #expect(Clerk.errorCode(Array(#"{"errors":[]}"#.utf8)) == nil)
+        #expect(Clerk.errorCode(Array("404 page not found".utf8)) == nil)
+        #expect(Clerk.sessionIDs(try JSONParser.parse(#"[{"id":"sess_1"},{"id":"sess_2"},{}]"#)) == ["sess_1", "sess_2"])
+    }
 }

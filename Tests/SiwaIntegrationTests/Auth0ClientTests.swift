@@ -115,12 +115,12 @@ struct Auth0ClientTests {
         let tenant = try Self.tenant()
         defer { tenant.fake.stop() }
         let client = try Self.client(tenant)
-        tenant.answer { request in
+        tenant.fake.answer { request in
             request.head.method == "DELETE" && request.head.path.hasSuffix("/identities/apple/\(Self.linkedSub)")
                 ? .json(404, #"{"statusCode":404,"error":"Not Found","message":"The user does not exist.","errorCode":"inexistent_user"}"#) : nil
         }
         #expect(client.apply(.unlink, sub: Self.linkedSub) == .done([.signedOut, .alreadyDone], status: 404))
-        tenant.answer { _ in nil }
+        tenant.fake.answer { _ in nil }
         tenant.remove("apple|\(Self.appleSub)", afterLookup: true)
         #expect(client.apply(.endSessions, sub: Self.appleSub) == .userNotFound(status: 404))
     }
@@ -131,7 +131,7 @@ struct Auth0ClientTests {
         defer { tenant.fake.stop() }
         let client = try Self.client(tenant)
         let limited = #"{"statusCode":429,"error":"Too Many Requests","message":"Global limit has been reached","errorCode":"too_many_requests"}"#
-        tenant.answer { request in
+        tenant.fake.answer { request in
             request.head.path.hasSuffix("/sessions")
                 ? .json(
                     429, limited,
@@ -143,19 +143,19 @@ struct Auth0ClientTests {
         #expect(
             client.apply(.endSessions, sub: Self.appleSub)
                 == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(7))))
-        tenant.answer { request in
+        tenant.fake.answer { request in
             request.head.path.hasSuffix("/sessions") ? .json(429, limited, headers: [HTTPHeader("Retry-After", "3")]) : nil
         }
         #expect(
             client.apply(.endSessions, sub: Self.appleSub)
                 == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(3))))
         // The search's documented 503 (a query that timed out).
-        tenant.answer { request in
+        tenant.fake.answer { request in
             request.head.path == "/api/v2/users"
                 ? .json(503, #"{"statusCode":503,"error":"Service Unavailable","message":"The query exceeded the timeout."}"#) : nil
         }
         #expect(client.apply(.unlink, sub: Self.linkedSub) == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
-        tenant.answer { _ in nil }
+        tenant.fake.answer { _ in nil }
         #expect(tenant.users.values.allSatisfy { $0.signedIn })
         try ProviderOpenAPI.expectValid(tenant.fake.requests, specs: Self.specs)
         tenant.fake.stop()
@@ -186,13 +186,13 @@ struct Auth0ClientTests {
         #expect(first.field("audience") == "https://\(FakeAuth0.domain)/api/v2/")
         #expect(first.field("client_id") == FakeAuth0.clientID)
         // Every token Auth0 gives is refused: the second 401 is the answer, not a loop.
-        tenant.answer { request in
+        tenant.fake.answer { request in
             request.head.path.hasPrefix("/api/v2/")
                 ? .json(401, #"{"statusCode":401,"error":"Unauthorized","message":"Invalid token"}"#) : nil
         }
         #expect(client.check() == .refused(ProviderFailure(status: 401, reason: "http_401", blame: .credential)))
         #expect(client.accessTokensObtained == 4)
-        tenant.answer { _ in nil }
+        tenant.fake.answer { _ in nil }
         try ProviderOpenAPI.expectValid(tenant.fake.requests, specs: Self.specs)
     }
 
@@ -207,9 +207,9 @@ struct Auth0ClientTests {
             domain: "other.eu.auth0.com", clientID: FakeAuth0.clientID, clientSecret: FakeAuth0.secret, url: tenant.fake.url,
             logger: Logger(label: "t"), clock: { tenant.now })
         #expect(otherDomain.check() == .refused(ProviderFailure(status: 403, reason: "access_denied", blame: .tenant)))
-        tenant.answer { _ in .json(429, #"{"error":"too_many_requests","error_description":"Too many requests"}"#) }
+        tenant.fake.answer { _ in .json(429, #"{"error":"too_many_requests","error_description":"Too many requests"}"#) }
         #expect(try Self.client(tenant).check() == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests")))
-        tenant.answer { _ in nil }
+        tenant.fake.answer { _ in nil }
         try ProviderOpenAPI.expectValid(tenant.fake.requests, specs: Self.specs)
         #expect(throws: ConfigurationError.self) {
             try Auth0Client(domain: "t.auth0.com", clientID: "c", clientSecret: "s", url: "http://auth0.example.com", logger: Logger(label: "t"))
@@ -245,17 +245,15 @@ final class FakeAuth0: Sendable {
         var now: Double = 1_800_000_000
         var tokenLifetime: Double = 86_400
         var scopes: Set<String> = ["read:users", "update:users", "delete:users", "delete:sessions", "delete:refresh_tokens"]
-        var override: @Sendable (HTTPRequest) -> HTTPResponse? = { _ in nil }
         var vanishing: String?
     }
 
     let state = Mutex(State())
-    private let server = Mutex<ProviderFake?>(nil)
-    var fake: ProviderFake { server.withLock { $0! } }
+    let fake: ProviderFake
 
     init() throws {
-        let fake = try ProviderFake { [unowned self] request in self.route(request) }
-        server.withLock { $0 = fake }
+        fake = try ProviderFake()
+        fake.route { [unowned self] request in self.route(request) }
     }
 
     var now: Double {
@@ -277,8 +275,6 @@ final class FakeAuth0: Sendable {
         state.withLock { $0.users[id] = User(id: id, identities: identities.map { Identity(provider: $0.0, userID: $0.1) }) }
     }
 
-    /// Answers matching requests with `answer` (nil: the tenant's own answer).
-    func answer(_ answer: @escaping @Sendable (HTTPRequest) -> HTTPResponse?) { state.withLock { $0.override = answer } }
 
     /// Deletes the user as soon as it has been read (another admin deleting it meanwhile).
     func remove(_ id: String, afterLookup: Bool) { state.withLock { $0.vanishing = id } }
@@ -307,7 +303,6 @@ final class FakeAuth0: Sendable {
 
     private func route(_ request: HTTPRequest) -> HTTPResponse {
         let head = request.head
-        if let answer = state.withLock({ $0.override })(request) { return answer }
         return state.withLock { state in
             if head.path == "/oauth/token" { return token(request, &state) }
             guard let bearer = head.authorization, bearer.hasPrefix("Bearer "), let expiry = state.tokens[String(bearer.dropFirst(7))] else {

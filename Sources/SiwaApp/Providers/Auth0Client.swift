@@ -140,19 +140,9 @@ public final class Auth0Client: HostedProviderClient {
         remove("delete_user", "/api/v2/users/\(ProviderAnswer.pathSegment(userID))", done: .deleted, into: &steps)
     }
 
-    /// A DELETE that records `action`; a 404 means it is already gone (removed meanwhile).
+    /// A DELETE that records `action`.
     private func remove(_ operation: String, _ path: String, done action: ProviderAction, into steps: inout ProviderSteps) -> ProviderOutcome? {
-        let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path))
-        switch answer {
-        case .success:
-            steps.actions.append(action)
-            steps.status = status ?? steps.status
-        case .notFound:
-            steps.actions.append(.alreadyDone)
-            steps.status = 404
-        case .failed(let outcome): return outcome
-        }
-        return nil
+        steps.removal(management(.init(operation: operation, method: "DELETE", path: path)), done: action)
     }
 
     // MARK: - Calls

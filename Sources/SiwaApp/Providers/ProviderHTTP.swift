@@ -116,4 +116,19 @@ struct ProviderSteps {
 
     /// `.done` with the actions so far.
     var done: ProviderOutcome { .done(actions, status: status) }
+
+    /// Records a removal's answer as `action`; a 404 means already gone (removed meanwhile or
+    /// by an earlier try). The outcome to end with when it failed.
+    mutating func removal(_ result: (status: Int?, answer: ProviderAnswer), done action: ProviderAction) -> ProviderOutcome? {
+        switch result.answer {
+        case .success:
+            actions.append(action)
+            status = result.status ?? status
+        case .notFound:
+            actions.append(.alreadyDone)
+            status = 404
+        case .failed(let outcome): return outcome
+        }
+        return nil
+    }
 }

@@ -4,9 +4,10 @@ import SiwaHTTP
 import Synchronization
 import Testing
 
-/// A loopback stand-in for a hosted provider's JSON API, on the project's HTTP server: `route`
-/// answers each request, and every request with its answer is recorded, so that a test can
-/// check them against the provider's published OpenAPI description (`ProviderOpenAPI`).
+/// A loopback stand-in for a hosted provider's JSON API, on the project's HTTP server: the
+/// route set with `route(_:)` answers each request (unless `answer(_:)` gives another answer),
+/// and every request with its answer is recorded, so that a test can check them against the
+/// provider's published OpenAPI description (`ProviderOpenAPI`).
 final class ProviderFake: HTTPHandler {
     struct Seen: Sendable {
         var method: String
@@ -41,11 +42,17 @@ final class ProviderFake: HTTPHandler {
 
     private let server = Mutex<HTTPServer?>(nil)
     private let seen = Mutex<[Seen]>([])
-    private let route: @Sendable (HTTPRequest) -> HTTPResponse
+    private let routes = Mutex<@Sendable (HTTPRequest) -> HTTPResponse>({ _ in HTTPResponse(status: 404) })
+    private let override = Mutex<@Sendable (HTTPRequest) -> HTTPResponse?>({ _ in nil })
     private let boundPort = Atomic<Int>(0)
 
-    init(route: @escaping @Sendable (HTTPRequest) -> HTTPResponse) throws {
-        self.route = route
+    /// The provider's own answers.
+    func route(_ route: @escaping @Sendable (HTTPRequest) -> HTTPResponse) { routes.withLock { $0 = route } }
+
+    /// Answers the requests `answer` matches with its answer instead (nil: the provider's own).
+    func answer(_ answer: @escaping @Sendable (HTTPRequest) -> HTTPResponse?) { override.withLock { $0 = answer } }
+
+    init() throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2)
         configuration.readsQuery = true
         let s = try HTTPServer(configuration: configuration, handler: self)
@@ -68,7 +75,7 @@ final class ProviderFake: HTTPHandler {
     func bodyTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        let answer = route(request)
+        let answer = override.withLock { $0 }(request) ?? routes.withLock { $0 }(request)
         let head = request.head
         seen.withLock {
             $0.append(
@@ -87,11 +94,15 @@ enum ProviderOpenAPI {
 
     /// Checks `requests` against the fixtures named; records an issue with the script's output
     /// when any does not match.
-    static func expectValid(_ requests: [ProviderFake.Seen], specs: [String], sourceLocation: SourceLocation = #_sourceLocation) throws {
+    /// `extraStatus`: answer statuses the provider documents elsewhere than in its description.
+    static func expectValid(
+        _ requests: [ProviderFake.Seen], specs: [String], extraStatus: [Int] = [], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let file = NSTemporaryDirectory() + "siwa-provider-\(UInt64.random(in: 0...UInt64.max)).jsonl"
         try requests.map(\.line).joined().write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let arguments = specs.flatMap { ["--spec", fixtures.appendingPathComponent($0).path] }
+        let arguments =
+            specs.flatMap { ["--spec", fixtures.appendingPathComponent($0).path] } + extraStatus.flatMap { ["--allow-status", "\($0)"] }
         let result = try OpenAPITests.python(["scripts/provider-openapi", "requests"] + arguments + [file])
         #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
     }
