@@ -40,9 +40,13 @@ import Testing
 
     @Test("401 blames the credential, 403 the permission, other refusals the request, unless the provider's reading says")
     func refused() {
-        #expect(classify(401, code: "authentication_invalid") == .failed(.refused(ProviderFailure(status: 401, reason: "authentication_invalid", blame: .credential))))
+        #expect(
+            classify(401, code: "authentication_invalid")
+                == .failed(.refused(ProviderFailure(status: 401, reason: "authentication_invalid", blame: .credential))))
         #expect(classify(403) == .failed(.refused(ProviderFailure(status: 403, reason: "http_403", blame: .permission))))
-        #expect(classify(400, code: "form_param_missing") == .failed(.refused(ProviderFailure(status: 400, reason: "form_param_missing", blame: .request))))
+        #expect(
+            classify(400, code: "form_param_missing")
+                == .failed(.refused(ProviderFailure(status: 400, reason: "form_param_missing", blame: .request))))
         #expect(classify(403, blame: { _, _ in .tenant }) == .failed(.refused(ProviderFailure(status: 403, reason: "http_403", blame: .tenant))))
     }
 
@@ -53,7 +57,9 @@ import Testing
         #expect(ProviderAnswer.safeCode("user jane@example.com") == nil)
         #expect(ProviderAnswer.safeCode(String(repeating: "a", count: 65)) == nil)
         #expect(ProviderAnswer.safeCode("") == nil)
-        #expect(classify(400, code: "The user apple|001 does not exist") == .failed(.refused(ProviderFailure(status: 400, reason: "http_400", blame: .request))))
+        #expect(
+            classify(400, code: "The user apple|001 does not exist")
+                == .failed(.refused(ProviderFailure(status: 400, reason: "http_400", blame: .request))))
     }
 
     @Test("a path segment keeps an Auth0 user id in one piece")
@@ -69,7 +75,9 @@ import Testing
         #expect(Auth0.audience(domain: "t.eu.auth0.com") == "https://t.eu.auth0.com/api/v2/")
         #expect(Auth0.searchQuery(sub: "001.abc.002") == #"identities.user_id:"001.abc.002" AND identities.provider:"apple""#)
         #expect(Auth0.luceneQuoted(#"a"b\c"#) == #""a\"b\\c""#)
-        #expect(Auth0.errorCode(Array(#"{"statusCode":403,"error":"Forbidden","message":"m","errorCode":"insufficient_scope"}"#.utf8)) == "insufficient_scope")
+        #expect(
+            Auth0.errorCode(Array(#"{"statusCode":403,"error":"Forbidden","message":"m","errorCode":"insufficient_scope"}"#.utf8))
+                == "insufficient_scope")
         #expect(Auth0.errorCode(Array(#"{"statusCode":401,"error":"Unauthorized","message":"Invalid token"}"#.utf8)) == nil)
         #expect(Auth0.errorCode(Array(#"{"error":"access_denied","error_description":"Unauthorized"}"#.utf8)) == "access_denied")
         #expect(Auth0.errorCode(Array("<html>".utf8)) == nil)
@@ -78,9 +86,17 @@ import Testing
     @Test("Auth0: a refused token blames the tenant only when it is not there or has no such API")
     func auth0TokenBlame() {
         #expect(Auth0.tokenBlame(status: 404, body: []) == .tenant)
-        #expect(Auth0.tokenBlame(status: 403, body: Array(#"{"error":"access_denied","error_description":"Service not enabled within domain: https://x/api/v2/"}"#.utf8)) == .tenant)
-        #expect(Auth0.tokenBlame(status: 403, body: Array(#"{"error":"access_denied","error_description":"Client is not authorized to access"}"#.utf8)) == nil)
-        #expect(Auth0.tokenBlame(status: 401, body: Array(#"{"error":"access_denied","error_description":"Service not enabled within domain"}"#.utf8)) == nil)
+        #expect(
+            Auth0.tokenBlame(
+                status: 403,
+                body: Array(#"{"error":"access_denied","error_description":"Service not enabled within domain: https://x/api/v2/"}"#.utf8)) == .tenant
+        )
+        #expect(
+            Auth0.tokenBlame(status: 403, body: Array(#"{"error":"access_denied","error_description":"Client is not authorized to access"}"#.utf8))
+                == nil)
+        #expect(
+            Auth0.tokenBlame(status: 401, body: Array(#"{"error":"access_denied","error_description":"Service not enabled within domain"}"#.utf8))
+                == nil)
     }
 
     @Test("Auth0: a token answer needs a token and a positive lifetime")
@@ -105,7 +121,8 @@ import Testing
         #expect(try user(#"{"user_id":"google-oauth2|s1","identities":[{"provider":"google-oauth2","user_id":"s1"}]}"#) == nil)
         #expect(try user(#"{"user_id":"apple|s1"}"#) == nil)
         let search = try JSONParser.parse(
-            #"[{"user_id":"google-oauth2|9","identities":[{"provider":"google-oauth2","user_id":"s1"}]},{"user_id":"auth0|1","identities":[{"provider":"auth0","user_id":"1"},{"provider":"apple","user_id":"s1"}]}]"#)
+            #"[{"user_id":"google-oauth2|9","identities":[{"provider":"google-oauth2","user_id":"s1"}]},{"user_id":"auth0|1","identities":[{"provider":"auth0","user_id":"1"},{"provider":"apple","user_id":"s1"}]}]"#
+        )
         #expect(Auth0.user(inSearch: search, sub: "s1")?.userID == "auth0|1")
         #expect(Auth0.user(inSearch: try JSONParser.parse(#"{"users":[],"total":0}"#), sub: "s1") == nil)
     }
@@ -131,7 +148,8 @@ import Testing
         for field in ["phone_numbers", "passkeys", "web3_wallets", "saml_accounts", "enterprise_accounts"] {
             #expect(try clerkUser([field: #"[{"id":"x"}]"#])?.appleOnly == false, "\(field)")
         }
-        let twoAccounts = #"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"},{"id":"eac_2","provider":"oauth_google","provider_user_id":"g"}]"#
+        let twoAccounts =
+            #"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"},{"id":"eac_2","provider":"oauth_google","provider_user_id":"g"}]"#
         #expect(try clerkUser(["external_accounts": twoAccounts])?.appleOnly == false)
         // An address verified on its own, or linked to another account, signs in by code or link.
         #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[]}]"#])?.appleOnly == false)
@@ -146,7 +164,9 @@ import Testing
 
     @Test("Clerk: the error code of its error shape; session ids of a list")
     func clerkAnswers() throws {
-        #expect(Clerk.errorCode(Array(#"{"errors":[{"message":"m","long_message":"l","code":"resource_not_found"}],"clerk_trace_id":"t"}"#.utf8)) == "resource_not_found")
+        #expect(
+            Clerk.errorCode(Array(#"{"errors":[{"message":"m","long_message":"l","code":"resource_not_found"}],"clerk_trace_id":"t"}"#.utf8))
+                == "resource_not_found")
         #expect(Clerk.errorCode(Array(#"{"errors":[]}"#.utf8)) == nil)
         #expect(Clerk.errorCode(Array("404 page not found".utf8)) == nil)
         #expect(Clerk.sessionIDs(try JSONParser.parse(#"[{"id":"sess_1"},{"id":"sess_2"},{}]"#)) == ["sess_1", "sess_2"])

@@ -200,7 +200,8 @@ struct Auth0ClientTests {
     func startUpCheck() throws {
         let tenant = try Self.tenant()
         defer { tenant.fake.stop() }
-        #expect(try Self.client(tenant, secret: "wrong").check() == .refused(ProviderFailure(status: 401, reason: "access_denied", blame: .credential)))
+        #expect(
+            try Self.client(tenant, secret: "wrong").check() == .refused(ProviderFailure(status: 401, reason: "access_denied", blame: .credential)))
         tenant.scopes.remove("read:users")
         #expect(try Self.client(tenant).check() == .refused(ProviderFailure(status: 403, reason: "insufficient_scope", blame: .permission)))
         let otherDomain = try Auth0Client(
@@ -275,7 +276,6 @@ final class FakeAuth0: Sendable {
         state.withLock { $0.users[id] = User(id: id, identities: identities.map { Identity(provider: $0.0, userID: $0.1) }) }
     }
 
-
     /// Deletes the user as soon as it has been read (another admin deleting it meanwhile).
     func remove(_ id: String, afterLookup: Bool) { state.withLock { $0.vanishing = id } }
 
@@ -325,7 +325,9 @@ final class FakeAuth0: Sendable {
         let token = "eyJ.fake-management-token-\(state.issued)"
         state.tokens[token] = state.now + state.tokenLifetime
         return .json(
-            200, JSONValue.object(["access_token": .string(token), "token_type": .string("Bearer"), "expires_in": .number(state.tokenLifetime)]).serialized())
+            200,
+            JSONValue.object(["access_token": .string(token), "token_type": .string("Bearer"), "expires_in": .number(state.tokenLifetime)])
+                .serialized())
     }
 
     private func management(_ request: HTTPRequest, _ state: inout State) -> HTTPResponse {

@@ -123,7 +123,9 @@ public final class Auth0Client: HostedProviderClient {
     /// Ends every session and refresh token of the user (both answer 202: Auth0 does it shortly).
     private func signOut(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
         let user = ProviderAnswer.pathSegment(userID)
-        for (operation, path) in [("delete_sessions", "/api/v2/users/\(user)/sessions"), ("delete_refresh_tokens", "/api/v2/users/\(user)/refresh-tokens")] {
+        for (operation, path) in [
+            ("delete_sessions", "/api/v2/users/\(user)/sessions"), ("delete_refresh_tokens", "/api/v2/users/\(user)/refresh-tokens"),
+        ] {
             let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path))
             switch answer {
             case .success: steps.status = status ?? steps.status
