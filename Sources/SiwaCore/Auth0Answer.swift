@@ -40,11 +40,10 @@ public enum Auth0 {
         return answer["statusCode"] == nil ? answer["error"]?.stringValue : nil
     }
 
-    /// Who is at fault when the token endpoint refuses: the tenant when it is not there (404)
-    /// or has no Management API under the audience asked for (`Service not enabled within
-    /// domain`); nil for the usual reading of the status.
+    /// Who is at fault when the token endpoint refuses: the tenant when it has no Management API
+    /// under the audience asked for (`Service not enabled within domain`); nil for the usual
+    /// reading of the status. (A 404, no tenant there, is read by the caller.)
     public static func tokenBlame(status: Int, body: [UInt8]) -> ProviderBlame? {
-        if status == 404 { return .tenant }
         guard status == 403, let description = (try? JSONParser.parse(body))?["error_description"]?.stringValue else { return nil }
         return description.hasPrefix("Service not enabled within domain") ? .tenant : nil
     }

@@ -212,6 +212,9 @@ struct Auth0ClientTests {
         #expect(try Self.client(tenant).check() == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests")))
         tenant.fake.answer { _ in nil }
         try ProviderOpenAPI.expectValid(tenant.fake.requests, specs: Self.specs)
+        // No tenant at that address (outside the description: Auth0 names no such answer).
+        tenant.fake.answer { $0.head.path == "/oauth/token" ? HTTPResponse(status: 404) : nil }
+        #expect(try Self.client(tenant).check() == .refused(ProviderFailure(status: 404, reason: "http_404", blame: .tenant)))
         #expect(throws: ConfigurationError.self) {
             try Auth0Client(domain: "t.auth0.com", clientID: "c", clientSecret: "s", url: "http://auth0.example.com", logger: Logger(label: "t"))
         }
