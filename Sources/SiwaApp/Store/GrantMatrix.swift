@@ -40,6 +40,10 @@ public enum GrantMatrix {
         "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
         // The auth libraries' tokens adopted (their hash only).
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
+        // The hosted providers' call queue (sent by the work role, read by dashboards).
+        "siwa_worker SELECT provider_calls", "siwa_worker INSERT provider_calls", "siwa_worker UPDATE provider_calls",
+        "siwa_worker DELETE provider_calls", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
+        "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read

@@ -27,6 +27,13 @@ public enum OutboxAdmin {
         }
     }
 
+    /// Puts dead provider calls back in the queue: all, or one provider's (`target`).
+    public static func replayProviderCalls(target: String?, conninfo: String) throws -> Int {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
+        if let target { return try connection.affected(ProviderCallStatements.replayTarget, target) }
+        return try connection.affected(ProviderCallStatements.replayAll, ())
+    }
+
     /// Requeues dead forwards (status `pending`, attempts reset, retried for
     /// `SIWA_FORWARD_RETRY_FOR` again); `type` nil: all. Returns how many.
     public static func replayForwards(type: String?, conninfo: String) throws -> Int {
