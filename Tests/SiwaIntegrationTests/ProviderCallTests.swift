@@ -162,6 +162,10 @@ struct ProviderCallTests {
         #expect(try eventually(timeout: 10) { (try Self.calls(h, sub: Self.apple).first?.attempts ?? 0) >= 3 })
         #expect(try Self.calls(h, sub: Self.apple).map(\.state) == ["pending"])
         #expect(try h.scalar("SELECT last_status FROM siwa.provider_calls WHERE apple_sub = $1", [Self.apple]) == "503")
+        // `status` shows the call waiting.
+        let report = try OutboxAdmin.status(conninfo: h.conninfo)
+        #expect(report.providerCalls?.first { $0.target == fixture.provider.rawValue }?.waiting == 1, "\(report)")
+        #expect(OutboxAdmin.render(report).contains("\(fixture.provider.rawValue) calls waiting"), "\(OutboxAdmin.render(report))")
         // A revoked credential: refused, kept, and said so.
         fixture.refuseCredential()
         try post(h, "consent-revoked", sub: Self.other, at: 1_750_000_000_000)
