@@ -213,7 +213,8 @@ public enum OutboxAdmin {
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["revocations unconfirmed", String(r.revocationsUnconfirmed ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
-            ] + forwardRows(r) + providerRows(r.providerCalls) + reconciliationRows(r.reconciliation) + transferRows(r.transfers) + durabilityRows(r.durability))
+            ] + forwardRows(r) + providerRows(r.providerCalls) + reconciliationRows(r.reconciliation) + transferRows(r.transfers)
+                + durabilityRows(r.durability))
         out +=
             "\n"
             + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
