@@ -310,6 +310,40 @@ CREATE TABLE IF NOT EXISTS siwa.forwards (
     CONSTRAINT forwards_source_check CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'))
 );
 
+-- ───── Hosted identity providers (SIWA_APPLY_TO; docs/hosted-providers.md) ─────
+
+-- One row per effect the worker decided for a user at a hosted identity provider (end the user's
+-- sessions, unlink the Apple identity, delete the user), queued in the transaction that applied
+-- the event: never lost, never queued for an effect that rolled back. Sent like forwards: a call
+-- is due only when no earlier call of its user at that provider is pending (in flight included);
+-- `lease_until` is set while a sender has it in flight (a sender that dies leaves it to expire).
+-- `state`: pending, done, user_unknown (the provider does not know the user: final, no error) or
+-- dead (given up; `replay --provider-calls`). `last_status` and `last_reason` are the provider's
+-- last HTTP status and error code, never its message; `actions` what the call did, in order.
+CREATE TABLE IF NOT EXISTS siwa.provider_calls (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    target          text COLLATE "C" NOT NULL,
+    apple_sub       text COLLATE "C" NOT NULL,
+    effect          text COLLATE "C" NOT NULL,
+    event_id        bigint      NOT NULL,              -- the siwa.events row it came from (kept after retention)
+    event_type      text COLLATE "C" NOT NULL,         -- consent-revoked, account-delete or deletion-requested (in-app)
+    event_time      timestamptz NOT NULL,
+    state           text COLLATE "C" NOT NULL DEFAULT 'pending',
+    attempts        integer     NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    lease_until     timestamptz,
+    last_status     integer,
+    last_reason     text,
+    actions         text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    retry_since     timestamptz NOT NULL DEFAULT now(),  -- queued, or replayed: the retry bound counts from it
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT provider_calls_target_check CHECK (target IN ('firebase', 'auth0', 'clerk', 'cognito')),
+    CONSTRAINT provider_calls_effect_check CHECK (effect IN ('end_sessions', 'unlink', 'delete_user')),
+    CONSTRAINT provider_calls_state_check CHECK (state IN ('pending', 'done', 'user_unknown', 'dead')),
+    CONSTRAINT provider_calls_event_key UNIQUE (event_id, target)
+);
+
 -- ───── Reconciliation (README "Missed notifications") ─────
 
 -- The pace every reconciling process shares: `next_slot` is the end of the call times (slots)
@@ -1283,6 +1317,55 @@ CREATE OR REPLACE VIEW siwa.dead_forwards AS
     SELECT id, type, siwa.subject_hash(sub) AS sub_hash, aud, source, event_time, created_at, attempts, last_error
     FROM siwa.forwards WHERE status = 'dead';
 
+-- ───── Hosted identity providers ─────
+
+-- The senders' queue, per user and provider the earliest waiting call (ordering), a user's calls
+-- (the console, user-report), the dead ones, and the finished ones retention prunes.
+CREATE INDEX IF NOT EXISTS provider_calls_due_idx ON siwa.provider_calls (next_attempt_at, id) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS provider_calls_waiting_idx ON siwa.provider_calls (target, apple_sub, id) WHERE state = 'pending';
+CREATE INDEX IF NOT EXISTS provider_calls_sub_idx ON siwa.provider_calls (apple_sub, id);
+CREATE INDEX IF NOT EXISTS provider_calls_dead_idx ON siwa.provider_calls (id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS provider_calls_finished_idx ON siwa.provider_calls (updated_at) WHERE state IN ('done', 'user_unknown');
+
+-- Wake the senders: one NOTIFY per inserting statement.
+CREATE OR REPLACE FUNCTION siwa.notify_new_provider_calls() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM pg_notify('siwa_provider_calls', '');
+    RETURN NULL;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.notify_new_provider_calls() FROM PUBLIC;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_trigger WHERE tgname = 'provider_calls_notify' AND tgrelid = 'siwa.provider_calls'::regclass) THEN
+        CREATE TRIGGER provider_calls_notify AFTER INSERT ON siwa.provider_calls
+            FOR EACH STATEMENT EXECUTE FUNCTION siwa.notify_new_provider_calls();
+    END IF;
+END
+$$;
+
+-- Dashboards: per provider, the calls waiting (in flight among them), the dead ones, the age of
+-- the oldest waiting one, and the last hour's finished calls (no sub).
+CREATE OR REPLACE VIEW siwa.provider_call_backlog AS
+    SELECT t.target,
+           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending') AS pending,
+           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending' AND p.lease_until > now()) AS in_flight,
+           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'dead') AS dead,
+           coalesce(extract(epoch FROM now() - (SELECT min(p.created_at) FROM siwa.provider_calls p
+                                                WHERE p.target = t.target AND p.state = 'pending')), 0)::double precision
+               AS oldest_waiting_age_seconds,
+           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'done'
+                AND p.updated_at > now() - interval '1 hour') AS done_last_hour,
+           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'user_unknown'
+                AND p.updated_at > now() - interval '1 hour') AS user_unknown_last_hour
+    FROM (VALUES ('firebase'), ('auth0'), ('clerk'), ('cognito')) AS t(target);
+
+CREATE OR REPLACE VIEW siwa.dead_provider_calls AS
+    SELECT id, target, effect, siwa.subject_hash(apple_sub) AS sub_hash, event_type, event_time, created_at, attempts,
+           last_status, last_reason
+    FROM siwa.provider_calls WHERE state = 'dead';
+
 -- ───── Reconciliation ─────
 
 CREATE INDEX IF NOT EXISTS apple_tokens_due_idx ON siwa.apple_tokens (next_validation_at);
@@ -1486,6 +1569,10 @@ GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.accou
     siwa.app_account_status_summary, siwa.forward_backlog, siwa.dead_forwards,
     siwa.revocation_proofs, siwa.unconfirmed_revocations, siwa.operator_actions TO siwa_dashboard;
 
+-- Hosted identity providers: the worker queues and sends the calls; dashboards read the views.
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
+GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
+
 -- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
 -- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
 -- the operators' actions (replaying dead events, forwards and revocations: their progress
@@ -1499,7 +1586,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_hours TO siwa_console;
 GRANT SELECT, UPDATE ON siwa.console_rollup TO siwa_console;  -- UPDATE: the rollup's FOR UPDATE SKIP LOCKED
 GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts, siwa.sessions, siwa.revocations,
     siwa.forwards, siwa.key_sets, siwa.reconcile_pace, siwa.counts, siwa.count_changes, siwa.transfers,
-    siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
+    siwa.provider_calls, siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
 GRANT SELECT (next_validation_at) ON siwa.apple_tokens TO siwa_console;
 GRANT UPDATE (status, attempts, next_attempt_at, last_error) ON siwa.events TO siwa_console;
 GRANT UPDATE (status, attempts, next_attempt_at, last_error, lease_until, retry_since) ON siwa.forwards TO siwa_console;

@@ -42,6 +42,7 @@ public final class Application: Sendable {
         public var migration = Migrator.Options()
         public var reconciler = Reconciler.Options()
         public var libraryTokens = LibraryTokenSweep.Options()
+        public var providers = ProviderSender.Options()
         /// Between two refreshes of the database gauges of `/metrics`. Default 5 s.
         public var metricsRefreshInterval: Duration = .seconds(5)
         public init() {}
@@ -158,7 +159,8 @@ public final class Application: Sendable {
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
         let probe = AdminProbe(
-            conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil)
+            conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
+            providers: !config.hostedProviders.targets.isEmpty)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
@@ -241,6 +243,7 @@ public final class Application: Sendable {
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
             workerOptions.authLibraries = work.libraries
+            workerOptions.providers = ProviderTargets(providers: work.providers.map(\.provider), policy: config.authLibraries.onAccountDelete)
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let appleAPI {
@@ -255,6 +258,7 @@ public final class Application: Sendable {
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
             if let delivery = work.forwarding { try startForwarding(delivery, conninfo: conninfo, in: group) }
+            if !work.providers.isEmpty { try startProviderCalls(work.providers, conninfo: conninfo, in: group) }
 
             // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
             if let appleAPI, config.reconcileEvery > 0 {
@@ -279,6 +283,8 @@ public final class Application: Sendable {
         var libraries: AuthLibraryTargets
         /// `SIWA_FORWARD_URL` with its secrets read, when forwarding is on.
         var forwarding: ForwardDelivery?
+        /// `SIWA_APPLY_TO`'s hosted providers, each client checked.
+        var providers: [any HostedProviderClient] = []
     }
 
     /// The work role's targets, each checked (nil without the work role); the first that fails
@@ -286,13 +292,17 @@ public final class Application: Sendable {
     private func workTargets(conninfo: String, apple: AppleAPICredentials?) throws -> WorkTargets? {
         guard roles.contains(.work) else { return nil }
         let libraries = try authLibraries(conninfo: conninfo, apple: apple)
-        guard let forwarding = configuration.forwarding else { return WorkTargets(libraries: libraries) }
+        var targets = WorkTargets(libraries: libraries)
         do {
-            let delivery = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
-            return WorkTargets(libraries: libraries, forwarding: delivery)
+            if let forwarding = configuration.forwarding {
+                targets.forwarding = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
+            }
+            targets.providers = try HostedProviderClients.make(configuration.hostedProviders, logger: logger)
+            try HostedProviderClients.check(targets.providers, configuration: configuration.hostedProviders)
         } catch {
             throw StartError(description: "\(error)")
         }
+        return targets
     }
 
     /// `SIWA_APPLY_TO`'s targets, checked with the worker's role: a missing table, column,
@@ -395,6 +405,20 @@ public final class Application: Sendable {
         try group.start(WakeUpListener(conninfo: conninfo, channel: ForwardStatements.channel, waking: sender.wakeups, logger: logger))
         logger.info(
             "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
+    }
+
+    /// The hosted providers' calls (docs/hosted-providers.md, work role, with a provider in
+    /// `SIWA_APPLY_TO`): the sender and its NOTIFY wake-ups. Started after the worker, so stopped before it.
+    private func startProviderCalls(_ clients: [any HostedProviderClient], conninfo: String, in group: ServiceGroup) throws {
+        let sender = ProviderSender(conninfo: conninfo, clients: clients, options: options.providers, logger: logger, metrics: metrics)
+        try group.start(sender)
+        try group.start(WakeUpListener(conninfo: conninfo, channel: ProviderCallStatements.channel, waking: sender.wakeups, logger: logger))
+        logger.info(
+            "hosted providers on",
+            metadata: [
+                "targets": "\(clients.map(\.provider.rawValue).joined(separator: ","))",
+                "on_account_delete": "\(configuration.authLibraries.onAccountDelete.rawValue)",
+            ])
     }
 
     /// Says what a commit answered 200 survives (README "High availability: what a failover keeps"); a warning when a failover or a

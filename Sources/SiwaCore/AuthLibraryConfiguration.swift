@@ -52,9 +52,9 @@ public struct TableName: Sendable, Equatable, CustomStringConvertible {
 /// `SIWA_APPLY_TO` and the variables that go with it. Names only: whether the tables exist is
 /// checked against the database at start.
 public struct AuthLibraryConfiguration: Sendable, Equatable {
-    /// `SIWA_APPLY_TO`: none by default (only `siwa.*`).
+    /// `SIWA_APPLY_TO`'s auth libraries: none by default (only `siwa.*`).
     public var targets: [AuthLibraryKind] = []
-    /// `SIWA_ON_ACCOUNT_DELETE`: `unlink` by default.
+    /// `SIWA_ON_ACCOUNT_DELETE`: `unlink` by default (the hosted providers' too).
     public var onAccountDelete: AccountDeletePolicy = .unlink
     /// `SIWA_BETTER_AUTH_TABLES`: the user, session and account tables, in that order; nil: Better
     /// Auth's own names (`user`, `session`, `account`).
@@ -81,10 +81,11 @@ public struct AuthLibraryConfiguration: Sendable, Equatable {
         if let text = value("SIWA_APPLY_TO") {
             var seen: [AuthLibraryKind] = []
             for item in text.split(separator: ",").map({ ServerConfiguration.trim(String($0)).lowercased() }) where !item.isEmpty {
+                // A hosted provider's name is HostedProviderConfiguration's.
+                if HostedProvider(rawValue: item) != nil { continue }
                 guard let kind = AuthLibraryKind(rawValue: item) else {
-                    throw ConfigurationError(
-                        variable: "SIWA_APPLY_TO",
-                        problem: "\"\(item)\" is not one of " + AuthLibraryKind.allCases.map(\.rawValue).joined(separator: ", "))
+                    let names = AuthLibraryKind.allCases.map(\.rawValue) + HostedProvider.allCases.map(\.rawValue)
+                    throw ConfigurationError(variable: "SIWA_APPLY_TO", problem: "\"\(item)\" is not one of " + names.joined(separator: ", "))
                 }
                 if !seen.contains(kind) { seen.append(kind) }
             }

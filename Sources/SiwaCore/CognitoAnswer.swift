@@ -42,65 +42,6 @@ public enum Cognito {
     }
 }
 
-/// What a refused call says to fix.
-public enum CognitoBlame: String, Sendable, Equatable {
-    /// The access key is unknown, its signature wrong, or its session token expired.
-    case credential
-    /// The credential is valid but its IAM policy does not allow the action.
-    case permission
-    /// The user pool does not exist (in that region).
-    case userPool = "user_pool"
-    /// Anything else Cognito refuses: a bug of ours or an unusable address, not worth a retry.
-    case request
-}
-
-/// Why a call did not succeed: Cognito's error type or an HTTP or network code. Never holds a
-/// credential, a username or Cognito's message (which can quote the username).
-public struct CognitoFailure: Sendable, Equatable, CustomStringConvertible {
-    /// The HTTP status when Cognito answered.
-    public var status: Int?
-    /// Cognito's error type (`TooManyRequestsException`), `http_<status>`, or a network code.
-    public var reason: String
-    /// Seconds of a numeric `Retry-After`, if any.
-    public var retryAfter: Int?
-    public var blame: CognitoBlame?
-
-    public init(status: Int? = nil, reason: String, retryAfter: Int? = nil, blame: CognitoBlame? = nil) {
-        self.status = status
-        self.reason = reason
-        self.retryAfter = retryAfter
-        self.blame = blame
-    }
-
-    public var description: String {
-        var text = reason
-        if let status { text += " (HTTP \(status))" }
-        if let blame { text += " [\(blame.rawValue)]" }
-        return text
-    }
-}
-
-/// How one call ended.
-public enum CognitoResult<Value: Sendable & Equatable>: Sendable, Equatable {
-    case done(Value)
-    /// Cognito does not know the user: recorded, not an error.
-    case userNotFound
-    /// Throttled, a 5xx or the network: the same call later, not before `retryAfter`.
-    case retryLater(CognitoFailure)
-    /// Permanent until someone fixes what `blame` says.
-    case refused(CognitoFailure)
-
-    /// The same ending with another value type (for the non-`done` cases).
-    public func map<Other: Sendable & Equatable>(_ transform: (Value) -> Other) -> CognitoResult<Other> {
-        switch self {
-        case .done(let value): return .done(transform(value))
-        case .userNotFound: return .userNotFound
-        case .retryLater(let failure): return .retryLater(failure)
-        case .refused(let failure): return .refused(failure)
-        }
-    }
-}
-
 /// Cognito's answers, classified.
 public enum CognitoAnswer {
     static let throttled: Set<String> = ["TooManyRequestsException", "ThrottlingException", "InternalErrorException", "ServiceUnavailable"]
@@ -124,25 +65,25 @@ public enum CognitoAnswer {
     }
 
     /// The ending of an answer with `status` (headers lowercased): `.done(body)` for a 2xx.
-    public static func classify(status: Int, headers: [String: String], body: [UInt8]) -> CognitoResult<[UInt8]> {
-        if (200..<300).contains(status) { return .done(body) }
-        let retryAfter = headers["retry-after"].flatMap { Int(ServerConfiguration.trim($0)) }.flatMap { $0 >= 0 ? $0 : nil }
+    public static func classify(status: Int, headers: [String: String], body: [UInt8]) -> ProviderStep<[UInt8]> {
+        if (200..<300).contains(status) { return .done(body, status: status) }
+        let retryAfter = headers["retry-after"].flatMap { Int(ServerConfiguration.trim($0)) }.flatMap { $0 >= 0 ? Duration.seconds($0) : nil }
         let type = errorType(headers: headers, body: body)
         let reason = type ?? "http_\(status)"
-        if type == "UserNotFoundException" { return .userNotFound }
+        if type == "UserNotFoundException" { return .userNotFound(status: status) }
         if status == 429 || status >= 500 || throttled.contains(reason) {
-            return .retryLater(CognitoFailure(status: status, reason: reason, retryAfter: retryAfter))
+            return .retryLater(ProviderFailure(status: status, reason: reason, retryAfter: retryAfter))
         }
-        let blame: CognitoBlame
+        let blame: ProviderBlame
         if credentialRefused.contains(reason) {
             blame = .credential
         } else if permissionRefused.contains(reason) || status == 403 {
             blame = .permission
         } else if reason == "ResourceNotFoundException" {
-            blame = .userPool
+            blame = .tenant
         } else {
             blame = .request
         }
-        return .refused(CognitoFailure(status: status, reason: reason, blame: blame))
+        return .refused(ProviderFailure(status: status, reason: reason, blame: blame))
     }
 }

@@ -79,6 +79,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_APPLY_TO`, `SIWA_ON_ACCOUNT_DELETE` and the auth libraries' table names (README "Using Supabase Auth / Better Auth / Auth.js").
     /// Default: no target.
     public var authLibraries = AuthLibraryConfiguration()
+    /// `SIWA_APPLY_TO`'s hosted identity providers and their variables (docs/hosted-providers.md).
+    /// Default: none.
+    public var hostedProviders = HostedProviderConfiguration()
 
     /// Every variable `load` reads, in the order of docs/configuration.md (a test checks its table
     /// and the command-line flags against this list).
@@ -92,7 +95,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
             "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
             "SIWA_RECONCILE_EVERY", "SIWA_CONSOLE_SECURE_COOKIE", "SIWA_TRUSTED_PROXIES",
-        ] + AuthLibraryConfiguration.variables
+        ] + AuthLibraryConfiguration.variables + HostedProviderConfiguration.variables
 
     /// Audience always accepted in dev mode.
     public static let devAudience = "com.example.siwa-notify.dev"
@@ -252,6 +255,12 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_RECONCILE_EVERY", value("SIWA_RECONCILE_EVERY"), range: 1...(365 * 86_400), allowZero: true,
             default: config.reconcileEvery)
         config.authLibraries = try AuthLibraryConfiguration.load(value)
+        let applyTo = (value("SIWA_APPLY_TO") ?? "").split(separator: ",").map { trim(String($0)).lowercased() }
+        let awsEnvironment = (HostedProviderConfiguration.awsVariables + ["HOME"]).compactMap { name in
+            value(name).map { (name, $0) }
+        }
+        config.hostedProviders = try HostedProviderConfiguration.load(
+            applyTo: applyTo, value, environment: Dictionary(awsEnvironment, uniquingKeysWith: { a, _ in a }))
         if let id = config.authLibraries.clientID, !config.audiences.isEmpty, !config.audiences.contains(id) {
             throw ConfigurationError(variable: "SIWA_LIBRARY_CLIENT_ID", problem: "must be one of SIWA_AUDIENCES")
         }

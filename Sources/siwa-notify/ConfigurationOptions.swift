@@ -77,7 +77,8 @@ struct ConfigurationOptions: ParsableArguments {
     var forwardRetryFor: String?
     @Option(name: .customLong("reconcile-every"), help: "Validate stored refresh tokens this often (SIWA_RECONCILE_EVERY, default 24h, 0 off).")
     var reconcileEvery: String?
-    @Option(name: .customLong("apply-to"), help: "Auth libraries whose tables events are applied to: supabase, better-auth, authjs (SIWA_APPLY_TO).")
+    @Option(
+        name: .customLong("apply-to"), help: "Libraries or providers events reach too, e.g. supabase,cognito (SIWA_APPLY_TO).")
     var applyTo: String?
     @Option(name: .customLong("on-account-delete"), help: "unlink (default) or delete-user (SIWA_ON_ACCOUNT_DELETE).")
     var onAccountDelete: String?
@@ -87,6 +88,30 @@ struct ConfigurationOptions: ParsableArguments {
     var authjsTables: String?
     @Option(name: .customLong("library-client-id"), help: "Client id of the tokens Better Auth / Auth.js store (SIWA_LIBRARY_CLIENT_ID).")
     var libraryClientID: String?
+    @Option(name: .customLong("firebase-project-id"), help: "Firebase project whose users events reach (SIWA_FIREBASE_PROJECT_ID).")
+    var firebaseProjectID: String?
+    @Option(name: .customLong("firebase-credentials-file"), help: "Firebase service-account JSON (SIWA_FIREBASE_CREDENTIALS_FILE).")
+    var firebaseCredentialsFile: String?
+    @Option(name: .customLong("firebase-url"), help: "Identity Toolkit base URL, e.g. an emulator's (SIWA_FIREBASE_URL).")
+    var firebaseURL: String?
+    @Option(name: .customLong("auth0-domain"), help: "Auth0 tenant domain (SIWA_AUTH0_DOMAIN).")
+    var auth0Domain: String?
+    @Option(name: .customLong("auth0-client-id"), help: "Auth0 Machine-to-Machine client id (SIWA_AUTH0_CLIENT_ID).")
+    var auth0ClientID: String?
+    @Option(name: .customLong("auth0-client-secret-file"), help: "File holding its client secret (SIWA_AUTH0_CLIENT_SECRET_FILE).")
+    var auth0ClientSecretFile: String?
+    @Option(name: .customLong("auth0-url"), help: "Auth0 base URL if not https://<domain>/ (SIWA_AUTH0_URL).")
+    var auth0URL: String?
+    @Option(name: .customLong("clerk-secret-key-file"), help: "File holding the Clerk secret key (SIWA_CLERK_SECRET_KEY_FILE).")
+    var clerkSecretKeyFile: String?
+    @Option(name: .customLong("clerk-url"), help: "Clerk Backend API base URL (SIWA_CLERK_URL).")
+    var clerkURL: String?
+    @Option(name: .customLong("cognito-user-pool-id"), help: "Cognito user pool id, e.g. eu-west-1_EXAMPLE (SIWA_COGNITO_USER_POOL_ID).")
+    var cognitoUserPoolID: String?
+    @Option(name: .customLong("cognito-region"), help: "Cognito region; default the pool id's (SIWA_COGNITO_REGION).")
+    var cognitoRegion: String?
+    @Option(name: .customLong("cognito-url"), help: "Cognito API base URL, e.g. a local emulator's (SIWA_COGNITO_URL).")
+    var cognitoURL: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -130,6 +155,18 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_BETTER_AUTH_TABLES"] = betterAuthTables
         o["SIWA_AUTHJS_TABLES"] = authjsTables
         o["SIWA_LIBRARY_CLIENT_ID"] = libraryClientID
+        o["SIWA_FIREBASE_PROJECT_ID"] = firebaseProjectID
+        o["SIWA_FIREBASE_CREDENTIALS_FILE"] = firebaseCredentialsFile
+        o["SIWA_FIREBASE_URL"] = firebaseURL
+        o["SIWA_AUTH0_DOMAIN"] = auth0Domain
+        o["SIWA_AUTH0_CLIENT_ID"] = auth0ClientID
+        o["SIWA_AUTH0_CLIENT_SECRET_FILE"] = auth0ClientSecretFile
+        o["SIWA_AUTH0_URL"] = auth0URL
+        o["SIWA_CLERK_SECRET_KEY_FILE"] = clerkSecretKeyFile
+        o["SIWA_CLERK_URL"] = clerkURL
+        o["SIWA_COGNITO_USER_POOL_ID"] = cognitoUserPoolID
+        o["SIWA_COGNITO_REGION"] = cognitoRegion
+        o["SIWA_COGNITO_URL"] = cognitoURL
         return o
     }
 

@@ -18,7 +18,9 @@ func operatorDatabase(_ config: ServerConfiguration) throws -> String {
 
 struct Replay: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Put dead-lettered events back in the queue (by id, by type, or all); or dead forwards, or dead revocations at Apple.")
+        abstract:
+            "Put dead-lettered events back in the queue (by id, by type, or all); or dead forwards, dead revocations at Apple, or dead provider calls."
+    )
     @Option(name: .customLong("id"), help: "An event id (repeatable).")
     var ids: [Int64] = []
     @Option(help: "Every dead event of this type.")
@@ -29,12 +31,17 @@ struct Replay: ParsableCommand {
     var forwards = false
     @Flag(help: "Every dead revocation at Apple (retried again for SIWA_REVOKE_RETRY_FOR).")
     var revocations = false
+    @Flag(
+        name: .customLong("provider-calls"),
+        help: "Dead calls to the hosted providers (SIWA_APPLY_TO) instead of events: with --all or --type PROVIDER.")
+    var providerCalls = false
     @OptionGroup var options: ConfigurationOptions
 
     func validate() throws {
         let chosen = (ids.isEmpty ? 0 : 1) + (type == nil ? 0 : 1) + (all ? 1 : 0) + (revocations ? 1 : 0)
         if chosen != 1 { throw ValidationError("choose exactly one of --id, --type, --all, --revocations") }
         if forwards && (!ids.isEmpty || revocations) { throw ValidationError("--forwards takes --all or --type") }
+        if providerCalls && (!ids.isEmpty || revocations || forwards) { throw ValidationError("--provider-calls takes --all or --type") }
     }
 
     func run() throws {
@@ -47,6 +54,15 @@ struct Replay: ParsableCommand {
             } catch {
                 throw CLIError("replay failed: \(error)")
             }
+        }
+        if providerCalls {
+            do {
+                let count = try OutboxAdmin.replayProviderCalls(target: type, conninfo: try operatorDatabase(config))
+                print("requeued \(count) dead provider call\(count == 1 ? "" : "s")")
+            } catch {
+                throw CLIError("replay failed: \(error)")
+            }
+            return
         }
         if forwards {
             do {

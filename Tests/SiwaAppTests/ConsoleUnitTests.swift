@@ -180,6 +180,23 @@ struct ConsoleUnitTests {
         #expect(shown.contains("jane@privaterelay.appleid.com") && !shown.contains("Reveal emails"))
     }
 
+    @Test("pages: the user page lists the provider calls with the provider's status and error code, escaped")
+    func userPageProviderCalls() {
+        let nav = ConsoleHTML.Nav(csrf: "c5rf", operatorName: "alice", current: "/console/users")
+        var user = ConsolePages.User(sub: "000739.x", account: nil, apps: [], sessions: [], events: [], revocations: [], forwards: [])
+        let none = ConsolePages.user(user, reveal: false, error: nil, notice: nil, features: .init(inAppDeletion: false, forwarding: false), nav: nav)
+        #expect(!none.contains("Provider calls"))
+        user.providerCalls = [
+            ConsoleRow(values: [
+                "target": "cognito", "effect": "unlink", "event_type": "account-delete", "state": "pending", "attempts": "3",
+                "last_status": "503", "last_reason": "http_503<b>", "actions": "signed_out", "updated": "2026-11-27 21:00:00",
+            ])
+        ]
+        let page = ConsolePages.user(user, reveal: false, error: nil, notice: nil, features: .init(inAppDeletion: false, forwarding: false), nav: nav)
+        #expect(page.contains("Provider calls") && page.contains("cognito") && page.contains("503") && page.contains("signed_out"))
+        #expect(!page.contains("http_503<b>") && page.contains("http_503&lt;b&gt;"))
+    }
+
     @Test("times typed in the filters are UTC")
     func times() {
         #expect(ConsolePages.parseTime("2026-11-24") == 1_795_478_400)

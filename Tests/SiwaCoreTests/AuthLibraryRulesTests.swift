@@ -13,8 +13,11 @@ struct AuthLibraryRulesTests {
         let config = try load(["SIWA_APPLY_TO": " authjs, supabase ,Better-Auth,supabase"]).authLibraries
         #expect(config.targets == [.supabase, .betterAuth, .authjs])
         #expect(config.onAccountDelete == .unlink)
-        #expect(throws: ConfigurationError(variable: "SIWA_APPLY_TO", problem: "\"firebase\" is not one of supabase, better-auth, authjs")) {
-            try load(["SIWA_APPLY_TO": "supabase,firebase"])
+        #expect(
+            throws: ConfigurationError(
+                variable: "SIWA_APPLY_TO", problem: "\"okta\" is not one of supabase, better-auth, authjs, firebase, auth0, clerk, cognito")
+        ) {
+            try load(["SIWA_APPLY_TO": "supabase,okta"])
         }
     }
 
@@ -34,7 +37,7 @@ struct AuthLibraryRulesTests {
             #expect(throws: ConfigurationError.self, "\(bad)") { try load(["SIWA_AUTHJS_TABLES": bad]) }
         }
         #expect(
-            ServerConfiguration.variables.suffix(5) == [
+            ServerConfiguration.variables.suffix(5 + HostedProviderConfiguration.variables.count).prefix(5) == [
                 "SIWA_APPLY_TO", "SIWA_ON_ACCOUNT_DELETE", "SIWA_BETTER_AUTH_TABLES", "SIWA_AUTHJS_TABLES", "SIWA_LIBRARY_CLIENT_ID",
             ])
     }

@@ -4,7 +4,7 @@ import Testing
 
 /// Cognito's answers classified: done, a user it does not know, later, or refused with what to fix.
 @Suite struct CognitoAnswerTests {
-    func classify(_ status: Int, _ body: String, headers: [String: String] = [:]) -> CognitoResult<[UInt8]> {
+    func classify(_ status: Int, _ body: String, headers: [String: String] = [:]) -> ProviderStep<[UInt8]> {
         CognitoAnswer.classify(status: status, headers: headers, body: Array(body.utf8))
     }
 
@@ -12,44 +12,44 @@ import Testing
 
     @Test("a 2xx is done with its body")
     func done() {
-        #expect(classify(200, "{}") == .done(Array("{}".utf8)))
-        #expect(classify(204, "") == .done([]))
+        #expect(classify(200, "{}") == .done(Array("{}".utf8), status: 200))
+        #expect(classify(204, "") == .done([], status: 204))
     }
 
     @Test("UserNotFoundException is a user Cognito does not know, with or without a namespace")
     func userNotFound() {
-        #expect(classify(400, error("UserNotFoundException")) == .userNotFound)
-        #expect(classify(400, error("com.amazonaws.cognito.identity.idp.model#UserNotFoundException")) == .userNotFound)
-        #expect(classify(400, "", headers: ["x-amzn-errortype": "UserNotFoundException:http://internal.amazon.com/"]) == .userNotFound)
+        #expect(classify(400, error("UserNotFoundException")) == .userNotFound(status: 400))
+        #expect(classify(400, error("com.amazonaws.cognito.identity.idp.model#UserNotFoundException")) == .userNotFound(status: 400))
+        #expect(classify(400, "", headers: ["x-amzn-errortype": "UserNotFoundException:http://internal.amazon.com/"]) == .userNotFound(status: 400))
     }
 
     @Test("throttling, 429, 5xx and Cognito's internal error are retried, honouring Retry-After")
     func retryLater() {
         #expect(
             classify(400, error("TooManyRequestsException"), headers: ["retry-after": "7"])
-                == .retryLater(CognitoFailure(status: 400, reason: "TooManyRequestsException", retryAfter: 7)))
-        #expect(classify(429, "") == .retryLater(CognitoFailure(status: 429, reason: "http_429")))
-        #expect(classify(503, "<html>", headers: ["retry-after": "soon"]) == .retryLater(CognitoFailure(status: 503, reason: "http_503")))
-        #expect(classify(500, error("InternalErrorException")) == .retryLater(CognitoFailure(status: 500, reason: "InternalErrorException")))
-        #expect(classify(400, error("ThrottlingException")) == .retryLater(CognitoFailure(status: 400, reason: "ThrottlingException")))
+                == .retryLater(ProviderFailure(status: 400, reason: "TooManyRequestsException", retryAfter: .seconds(7))))
+        #expect(classify(429, "") == .retryLater(ProviderFailure(status: 429, reason: "http_429")))
+        #expect(classify(503, "<html>", headers: ["retry-after": "soon"]) == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
+        #expect(classify(500, error("InternalErrorException")) == .retryLater(ProviderFailure(status: 500, reason: "InternalErrorException")))
+        #expect(classify(400, error("ThrottlingException")) == .retryLater(ProviderFailure(status: 400, reason: "ThrottlingException")))
     }
 
     @Test(
         "refusals say what to fix: the credential, the permission, the pool, or the request",
         arguments: [
-            ("UnrecognizedClientException", CognitoBlame.credential), ("InvalidSignatureException", .credential),
+            ("UnrecognizedClientException", ProviderBlame.credential), ("InvalidSignatureException", .credential),
             ("ExpiredTokenException", .credential), ("MissingAuthenticationTokenException", .credential),
             ("AccessDeniedException", .permission), ("NotAuthorizedException", .permission),
-            ("ResourceNotFoundException", .userPool), ("InvalidParameterException", .request),
+            ("ResourceNotFoundException", .tenant), ("InvalidParameterException", .request),
         ])
-    func refused(type: String, blame: CognitoBlame) {
-        #expect(classify(400, error(type)) == .refused(CognitoFailure(status: 400, reason: type, blame: blame)))
+    func refused(type: String, blame: ProviderBlame) {
+        #expect(classify(400, error(type)) == .refused(ProviderFailure(status: 400, reason: type, blame: blame)))
     }
 
     @Test("a 403 without a type is a permission; any other 4xx without one a refused request")
     func untypedRefusals() {
-        #expect(classify(403, "") == .refused(CognitoFailure(status: 403, reason: "http_403", blame: .permission)))
-        #expect(classify(404, "not json") == .refused(CognitoFailure(status: 404, reason: "http_404", blame: .request)))
+        #expect(classify(403, "") == .refused(ProviderFailure(status: 403, reason: "http_403", blame: .permission)))
+        #expect(classify(404, "not json") == .refused(ProviderFailure(status: 404, reason: "http_404", blame: .request)))
     }
 
     @Test("a failure's description holds the type and status, never Cognito's message")

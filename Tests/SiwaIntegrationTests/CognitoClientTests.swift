@@ -26,8 +26,8 @@ struct CognitoClientTests {
     }
 
     /// `.done`'s value, or a recorded issue.
-    static func value<T>(_ result: CognitoResult<T>, sourceLocation: SourceLocation = #_sourceLocation) -> T? {
-        if case .done(let value) = result { return value }
+    static func value<T>(_ result: ProviderStep<T>, sourceLocation: SourceLocation = #_sourceLocation) -> T? {
+        if case .done(let value, _) = result { return value }
         Issue.record("expected done, got \(result)", sourceLocation: sourceLocation)
         return nil
     }
@@ -49,6 +49,12 @@ struct CognitoClientTests {
         let moto: MotoServer
         let admin: CognitoClient
         let id: String
+
+        init(moto: MotoServer, admin: CognitoClient, id: String) {
+            self.moto = moto
+            self.admin = admin
+            self.id = id
+        }
 
         init() throws {
             moto = try MotoServer()
@@ -96,7 +102,7 @@ struct CognitoClientTests {
         }
 
         /// Whether the refresh token still gets new tokens.
-        func refreshes(_ token: String, clientID: String) -> CognitoResult<Bool> {
+        func refreshes(_ token: String, clientID: String) -> ProviderStep<Bool> {
             admin.call(
                 "AdminInitiateAuth",
                 [
@@ -118,14 +124,14 @@ struct CognitoClientTests {
         defer { pool.moto.stop() }
         #expect(
             pool.admin.findUser(sub: Self.appleSub)
-                == .done(CognitoUser(username: Cognito.federatedUsername(sub: Self.appleSub), linked: false, appleOnly: true)))
-        #expect(pool.admin.findUser(sub: Self.linkedSub) == .done(CognitoUser(username: "alice", linked: true, appleOnly: false)))
-        #expect(pool.admin.findUser(sub: "001234.00000000000000000000000000000000.0000") == .userNotFound)
+                == .done(CognitoUser(username: Cognito.federatedUsername(sub: Self.appleSub), linked: false, appleOnly: true), status: 200))
+        #expect(pool.admin.findUser(sub: Self.linkedSub) == .done(CognitoUser(username: "alice", linked: true, appleOnly: false), status: 200))
+        #expect(pool.admin.findUser(sub: "001234.00000000000000000000000000000000.0000") == .userNotFound(status: 200))
         // One page does not reach alice: the search says so rather than "no such user".
         var onePage = CognitoClient.Options()
         onePage.maxScanPages = 1
         let short = try Self.client(url: pool.moto.url, pool: pool.id, options: onePage)
-        #expect(short.findUser(sub: Self.linkedSub) == .refused(CognitoFailure(reason: "linked_user_search_limit", blame: .request)))
+        #expect(short.findUser(sub: Self.linkedSub) == .refused(ProviderFailure(reason: "linked_user_search_limit", blame: .request)))
     }
 
     @Test("moto: a global sign-out ends the user's refresh tokens, and only that user's")
@@ -134,15 +140,15 @@ struct CognitoClientTests {
         defer { pool.moto.stop() }
         let alice = try pool.refreshToken("alice")
         let bob = try pool.refreshToken("bob")
-        #expect(pool.refreshes(alice.token, clientID: alice.clientID) == .done(true))
-        #expect(pool.admin.globalSignOut(username: "alice") == .done(true))
+        #expect(pool.refreshes(alice.token, clientID: alice.clientID) == .done(true, status: 200))
+        #expect(pool.admin.globalSignOut(username: "alice") == .done(true, status: 200))
         guard case .refused(let failure) = pool.refreshes(alice.token, clientID: alice.clientID) else {
             Issue.record("alice's refresh token still works after the sign-out")
             return
         }
         #expect(failure.reason == "NotAuthorizedException")
-        #expect(pool.refreshes(bob.token, clientID: bob.clientID) == .done(true))
-        #expect(pool.admin.globalSignOut(username: "nobody") == .userNotFound)
+        #expect(pool.refreshes(bob.token, clientID: bob.clientID) == .done(true, status: 200))
+        #expect(pool.admin.globalSignOut(username: "nobody") == .userNotFound(status: 400))
     }
 
     @Test("moto: deleting removes only that user, and deleting it again is success")
@@ -150,24 +156,24 @@ struct CognitoClientTests {
         let pool = try Pool()
         defer { pool.moto.stop() }
         let federated = Cognito.federatedUsername(sub: Self.appleSub)
-        #expect(pool.admin.deleteUser(username: federated) == .done(true))
+        #expect(pool.admin.deleteUser(username: federated) == .done(true, status: 200))
         #expect(!pool.exists(federated))
         #expect(pool.exists("alice") && pool.exists("bob"))
-        #expect(pool.admin.deleteUser(username: federated) == .done(true))
-        #expect(pool.admin.findUser(sub: Self.appleSub) == .userNotFound)
+        #expect(pool.admin.deleteUser(username: federated) == .done(false, status: 400))
+        #expect(pool.admin.findUser(sub: Self.appleSub) == .userNotFound(status: 200))
     }
 
     @Test("moto: the start-up check passes on the pool and blames the pool id for another")
     func startUpCheck() throws {
         let pool = try Pool()
         defer { pool.moto.stop() }
-        #expect(pool.admin.check() == .done(true))
+        #expect(pool.admin.check() == .done([], status: 200))
         let wrong = try Self.client(url: pool.moto.url, pool: "us-east-1_doesnotexist")
         guard case .refused(let failure) = wrong.check() else {
             Issue.record("a missing pool passed the check")
             return
         }
-        #expect(failure.blame == .userPool)
+        #expect(failure.blame == .tenant)
         #expect(failure.reason == "ResourceNotFoundException")
     }
 
@@ -176,7 +182,7 @@ struct CognitoClientTests {
         let fake = try FakeCognito { _ in .json(200, "{}") }
         defer { fake.stop() }
         let client = try Self.client(url: fake.url, pool: "us-east-1_pool")
-        #expect(client.disableAppleProvider(sub: Self.linkedSub) == .done(true))
+        #expect(client.disableAppleProvider(sub: Self.linkedSub) == .done(true, status: 200))
         let seen = try #require(fake.requests.first)
         #expect(seen.target == "AWSCognitoIdentityProviderService.AdminDisableProviderForUser")
         #expect(seen.contentType == "application/x-amz-json-1.1")
@@ -195,7 +201,7 @@ struct CognitoClientTests {
         credentials.sessionToken = "session-token-value"
         let client = try CognitoClient(
             region: "us-east-1", userPoolID: "p", credentials: credentials, url: fake.url, logger: Logger(label: "t"))
-        #expect(client.check() == .done(true))
+        #expect(client.check() == .done([], status: 200))
         let seen = try #require(fake.requests.first)
         #expect(seen.securityToken == "session-token-value")
         #expect(seen.signatureMatches)
@@ -211,22 +217,23 @@ struct CognitoClientTests {
             $0 = .json(400, #"{"__type":"TooManyRequestsException","message":"Too many requests"}"#, headers: [HTTPHeader("Retry-After", "3")])
         }
         #expect(
-            client.globalSignOut(username: "u") == .retryLater(CognitoFailure(status: 400, reason: "TooManyRequestsException", retryAfter: 3)))
+            client.globalSignOut(username: "u")
+                == .retryLater(ProviderFailure(status: 400, reason: "TooManyRequestsException", retryAfter: .seconds(3))))
         answer.withLock { $0 = HTTPResponse(status: 503) }
-        #expect(client.deleteUser(username: "u") == .retryLater(CognitoFailure(status: 503, reason: "http_503")))
+        #expect(client.deleteUser(username: "u") == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
         answer.withLock { $0 = .json(400, #"{"__type":"UnrecognizedClientException","message":"The security token is invalid"}"#) }
-        #expect(client.check() == .refused(CognitoFailure(status: 400, reason: "UnrecognizedClientException", blame: .credential)))
+        #expect(client.check() == .refused(ProviderFailure(status: 400, reason: "UnrecognizedClientException", blame: .credential)))
         answer.withLock { $0 = .json(400, #"{"__type":"AccessDeniedException","message":"not authorized to perform"}"#) }
-        #expect(client.deleteUser(username: "u") == .refused(CognitoFailure(status: 400, reason: "AccessDeniedException", blame: .permission)))
+        #expect(client.deleteUser(username: "u") == .refused(ProviderFailure(status: 400, reason: "AccessDeniedException", blame: .permission)))
         answer.withLock { $0 = .text(200, "not json") }
-        #expect(client.findUser(sub: "s") == .retryLater(CognitoFailure(status: 200, reason: "malformed_response")))
+        #expect(client.findUser(sub: "s") == .retryLater(ProviderFailure(status: 200, reason: "malformed_response")))
     }
 
     @Test("nobody listening is retried later; an http:// address off loopback is refused at construction")
     func addresses() throws {
         let closed = ServerProcess.freePort()
         let client = try Self.client(url: "http://127.0.0.1:\(closed)/")
-        #expect(client.check() == .retryLater(CognitoFailure(reason: "couldNotConnect")))
+        #expect(client.check() == .retryLater(ProviderFailure(reason: "couldNotConnect")))
         #expect(throws: ConfigurationError.self) { try Self.client(url: "http://cognito.example.com/") }
         let regional = try CognitoClient(region: "eu-west-1", userPoolID: "p", credentials: Self.credentials, logger: Logger(label: "t"))
         #expect(regional.url == "https://cognito-idp.eu-west-1.amazonaws.com/")

@@ -70,8 +70,13 @@ public final class AdminProbe: Service {
     private var clock: any MonotonicClock { loop.clock }
 
     /// - Parameter conninfo: the database; the probe opens one connection of its own.
-    /// - Parameter forwarding: forwarding is on: each round also reads the forwards' backlog.
-    public init(conninfo: String, deadline: Duration = .milliseconds(1500), refreshInterval: Duration = .seconds(5), forwarding: Bool = false) {
+    /// - Parameters:
+    ///   - forwarding: forwarding is on: each round also reads the forwards' backlog.
+    ///   - providers: a hosted provider is a target: each round also reads the provider calls' backlog.
+    public init(
+        conninfo: String, deadline: Duration = .milliseconds(1500), refreshInterval: Duration = .seconds(5), forwarding: Bool = false,
+        providers: Bool = false
+    ) {
         self.deadline = deadline
         self.refreshInterval = refreshInterval
         let shared = Shared()
@@ -83,7 +88,7 @@ public final class AdminProbe: Service {
                 connect: { try PostgresConnection(conninfo: conninfo, connectTimeout: 2, applicationName: "siwa-notify admin probe") },
                 makeState: {},
                 round: { c, _ in
-                    Self.round(on: c, forwarding: forwarding, shared)
+                    Self.round(on: c, forwarding: forwarding, providers: providers, shared)
                     return .wait(until: Deadline.now.adding(refreshInterval))
                 },
                 failed: { _, _, _ in
@@ -118,7 +123,7 @@ public final class AdminProbe: Service {
     }
 
     /// One round; answers every request waiting since before it started.
-    private static func round(on c: PostgresConnection, forwarding: Bool, _ shared: Shared) {
+    private static func round(on c: PostgresConnection, forwarding: Bool, providers: Bool, _ shared: Shared) {
         let round = shared.started()
         var result = Reading(answered: false, backlog: nil)
         do {
@@ -127,7 +132,7 @@ public final class AdminProbe: Service {
                 // The database answered even when the backlog cannot be read (a statement
                 // timeout on a huge outbox, a role without the view): no gauges then.
                 let backlog = (try? c.row(OperatorStatements.backlog)) ?? nil
-                return (backlog, Self.moreGauges(on: c, forwarding: forwarding) + Self.durabilityGauges(on: c))
+                return (backlog, Self.moreGauges(on: c, forwarding: forwarding, providers: providers) + Self.durabilityGauges(on: c))
             }
             result.answered = true
         } catch {
@@ -137,8 +142,9 @@ public final class AdminProbe: Service {
         shared.waiters.answer(result) { $0 < round }
     }
 
-    /// Revocations at Apple by status and, with forwarding on, the forwards' backlog.
-    private static func moreGauges(on c: PostgresConnection, forwarding: Bool) -> [Gauge] {
+    /// Revocations at Apple by status and, with forwarding on, the forwards' backlog; with a
+    /// hosted provider, the provider calls'.
+    private static func moreGauges(on c: PostgresConnection, forwarding: Bool, providers: Bool) -> [Gauge] {
         var gauges: [Gauge] = []
         if let counts = try? c.rows(RevocationStatements.counts) {
             let by = Dictionary(counts.map { ($0.status, $0.count) }, uniquingKeysWith: +)
@@ -169,6 +175,19 @@ public final class AdminProbe: Service {
                     name: "siwa_forward_dead", help: "Dead forwards (retried for SIWA_FORWARD_RETRY_FOR; replay --forwards).",
                     value: Double(f.dead)),
                 Gauge(name: "siwa_forward_oldest_waiting_age_seconds", help: "Age of the oldest forward waiting.", value: f.oldestWaitingAgeSeconds),
+            ]
+        }
+        if providers, let calls = try? c.rows(ProviderCallStatements.backlog) {
+            gauges += [
+                Gauge(
+                    name: "siwa_provider_calls_waiting", help: "Hosted provider calls waiting (pending, in flight included), all providers.",
+                    value: Double(calls.reduce(0) { $0 + $1.pending })),
+                Gauge(
+                    name: "siwa_provider_calls_dead", help: "Dead hosted provider calls (replay --provider-calls).",
+                    value: Double(calls.reduce(0) { $0 + $1.dead })),
+                Gauge(
+                    name: "siwa_provider_calls_oldest_waiting_age_seconds", help: "Age of the oldest hosted provider call waiting.",
+                    value: calls.map(\.oldestWaitingAgeSeconds).max() ?? 0),
             ]
         }
         return gauges

@@ -377,6 +377,7 @@ public final class ConsoleHandler: Sendable {
             sub: sub, account: account, apps: try c.rows(ConsoleStatements.appAccounts, sub),
             sessions: try c.rows(ConsoleStatements.sessions, sub), events: try c.rows(ConsoleStatements.userEvents, sub),
             revocations: try c.rows(ConsoleStatements.userRevocations, sub), forwards: try c.rows(ConsoleStatements.userForwards, sub),
+            providerCalls: try c.rows(ConsoleStatements.userProviderCalls, sub),
             report: try c.row(ReportStatements.userReport, sub)?.json)
         let notice = context.query("notice") == "deletion-requested" ? "Deletion requested: the worker applies it by its next batch." : nil
         return Self.html(status, ConsolePages.user(user, reveal: reveal, error: error, notice: notice, features: features, nav: nav))

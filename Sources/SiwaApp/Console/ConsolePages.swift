@@ -320,6 +320,8 @@ enum ConsolePages {
         var events: [ConsoleRow]
         var revocations: [ConsoleRow]
         var forwards: [ConsoleRow]
+        /// The user's calls to the hosted providers (`SIWA_APPLY_TO`).
+        var providerCalls: [ConsoleRow] = []
         /// `siwa.user_report`'s JSON (what `user-report` prints: deletion evidence, emails masked).
         var report: String? = nil
     }
@@ -414,6 +416,18 @@ enum ConsolePages {
                     e(r["delivered"] ?? "–"),
                 ]
             }, empty: "No forwards.")
+        if !u.providerCalls.isEmpty {
+            body += "</div><div class=\"card\"><h2>Provider calls</h2>"
+            body += ConsoleHTML.table(
+                ["provider", "effect", "event", "state", "attempts", "HTTP status", "last error", "done", "updated (UTC)"],
+                u.providerCalls.map { r in
+                    [
+                        e(r["target"] ?? ""), e(r["effect"] ?? ""), e(r["event_type"] ?? ""), ConsoleHTML.badge(r["state"] ?? ""),
+                        e(r["attempts"] ?? ""), e(r["last_status"] ?? "–"), e(r["last_reason"] ?? "–"), e(r["actions"] ?? "–"),
+                        e(r["updated"] ?? ""),
+                    ]
+                }, empty: "No provider calls.")
+        }
         body += "</div></section>"
         if let report = u.report {
             body +=

@@ -28,6 +28,7 @@ public final class Metrics: Sendable {
         var forwards: [String: UInt64] = [:]  // "outcome|type"
         var forwardDelivery = Histogram()
         var reconcile: [String: UInt64] = [:]  // "outcome"
+        var providerCalls: [String: UInt64] = [:]  // "target|outcome"
     }
 
     private let state = Mutex(State())
@@ -78,6 +79,11 @@ public final class Metrics: Sendable {
         state.withLock { $0.forwards["\(outcome)|\(type)", default: 0] += 1 }
     }
 
+    /// A hosted provider call's attempt: `outcome` is done, user_unknown, retry or dead.
+    public func providerCall(target: String, outcome: String) {
+        state.withLock { $0.providerCalls["\(target)|\(outcome)", default: 0] += 1 }
+    }
+
     /// A delivering attempt: from its POST to the commit that recorded it delivered.
     public func observeForwardDelivery(seconds: Double) {
         state.withLock { $0.forwardDelivery.observe(seconds) }
@@ -124,6 +130,12 @@ public final class Metrics: Sendable {
         }
         out += Self.render(
             name: "siwa_forward_delivery_seconds", help: "Time from a forward's POST to its commit as delivered.", s.forwardDelivery)
+        out += "# HELP siwa_provider_calls_total Calls to the hosted identity providers (SIWA_APPLY_TO), by target and outcome.\n"
+        out += "# TYPE siwa_provider_calls_total counter\n"
+        for key in s.providerCalls.keys.sorted() {
+            let parts = key.split(separator: "|", omittingEmptySubsequences: false)
+            out += "siwa_provider_calls_total{target=\"\(parts[0])\",outcome=\"\(parts[1])\"} \(s.providerCalls[key]!)\n"
+        }
         out += Self.renderLogDrops(logWriter.statistics.droppedLines)
         for gauge in gauges {
             out += "# HELP \(gauge.name) \(gauge.help)\n# TYPE \(gauge.name) gauge\n\(gauge.name) \(Self.format(gauge.value))\n"

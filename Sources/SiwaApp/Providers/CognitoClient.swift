@@ -21,10 +21,10 @@ public struct CognitoUser: Sendable, Equatable {
 }
 
 /// Calls a Cognito user pool's admin API (`AWSCognitoIdentityProviderService.*`, JSON 1.1,
-/// SigV4-signed). Each call blocks its thread (libcurl) and ends in a `CognitoResult`; nothing
+/// SigV4-signed). Each call blocks its thread (libcurl) and ends in a `ProviderStep`; nothing
 /// is retried here (the caller's queue does). Logs name the operation and the outcome, never
 /// the credential, a username or a `sub`.
-public final class CognitoClient: Sendable {
+public final class CognitoClient: HostedProviderClient {
     public struct Options: Sendable {
         /// Seconds for a whole call. Default 10.
         public var timeout: Double = 10
@@ -79,62 +79,80 @@ public final class CognitoClient: Sendable {
         Fetcher.initialize()
     }
 
+    // MARK: - The provider's effects
+
+    public var provider: HostedProvider { .cognito }
+
+    /// Applies `effect` to the user `sub` signs in as: a global sign-out; then, for `unlink`,
+    /// the Apple identity disabled; for `deleteUser`, the user deleted when Apple is its only
+    /// way in (else as `unlink`). Each step is idempotent at Cognito: a call sent again after
+    /// its answer was lost does the same.
+    public func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome {
+        findUser(sub: sub).then { user, _ in
+            if effect == .deleteUser && user.appleOnly && !user.linked {
+                return deleteUser(username: user.username).then { existed, status in .done([existed ? .deleted : .alreadyDone], status: status) }
+            }
+            return globalSignOut(username: user.username).then { _, status in
+                guard effect != .endSessions else { return .done([.signedOut], status: status) }
+                switch disableAppleProvider(sub: sub) {
+                // No user holds that identity any more: unlinked already.
+                case .userNotFound(let status): return .done([.signedOut, .alreadyDone], status: status)
+                case let step: return step.then { _, status in .done([.signedOut, .unlinked], status: status) }
+                }
+            }
+        }
+    }
+
     // MARK: - Operations
 
     /// The user an Apple `sub` signs in as: the federated user `SignInWithApple_<sub>`
     /// (AdminGetUser), else a user whose `identities` list that Apple identity (ListUsers pages).
-    public func findUser(sub: String) -> CognitoResult<CognitoUser> {
+    public func findUser(sub: String) -> ProviderStep<CognitoUser> {
         let federated = Cognito.federatedUsername(sub: sub)
         switch call("AdminGetUser", ["UserPoolId": .string(userPoolID), "Username": .string(federated)]) {
-        case .done(let answer):
+        case .done(let answer, let status):
             let identities = Self.attribute("identities", in: answer?["UserAttributes"]).map(Cognito.providers(in:)) ?? []
             let appleOnly = identities.allSatisfy { $0.provider == Cognito.appleProvider }
             let username = answer?["Username"]?.stringValue ?? federated
-            return .done(CognitoUser(username: username, linked: false, appleOnly: appleOnly))
+            return .done(CognitoUser(username: username, linked: false, appleOnly: appleOnly), status: status)
         case .userNotFound:
             return findLinkedUser(sub: sub)
-        case .retryLater(let failure):
-            return .retryLater(failure)
-        case .refused(let failure):
-            return .refused(failure)
+        case let other:
+            return other.map { _ in CognitoUser(username: "", linked: false, appleOnly: false) }
         }
     }
 
-    private func findLinkedUser(sub: String) -> CognitoResult<CognitoUser> {
+    private func findLinkedUser(sub: String) -> ProviderStep<CognitoUser> {
         var token: String?
         for _ in 0..<options.maxScanPages {
             var body: [String: JSONValue] = ["UserPoolId": .string(userPoolID), "Limit": .number(60)]
             if let token { body["PaginationToken"] = .string(token) }
             switch call("ListUsers", body) {
-            case .done(let answer):
+            case .done(let answer, let status):
                 for user in answer?["Users"]?.arrayValue ?? [] {
                     guard let username = user["Username"]?.stringValue,
                         let identities = Self.attribute("identities", in: user["Attributes"]),
                         Cognito.identities(identities, contain: sub)
                     else { continue }
-                    return .done(CognitoUser(username: username, linked: true, appleOnly: false))
+                    return .done(CognitoUser(username: username, linked: true, appleOnly: false), status: status)
                 }
-                guard let next = answer?["PaginationToken"]?.stringValue, !next.isEmpty else { return .userNotFound }
+                guard let next = answer?["PaginationToken"]?.stringValue, !next.isEmpty else { return .userNotFound(status: status) }
                 token = next
-            case .userNotFound:
-                return .userNotFound
-            case .retryLater(let failure):
-                return .retryLater(failure)
-            case .refused(let failure):
-                return .refused(failure)
+            case let other:
+                return other.map { _ in CognitoUser(username: "", linked: false, appleOnly: false) }
             }
         }
-        return .refused(CognitoFailure(reason: "linked_user_search_limit", blame: .request))
+        return .refused(ProviderFailure(reason: "linked_user_search_limit", blame: .request))
     }
 
     /// Ends every session of the user: its refresh tokens stop working (AdminUserGlobalSignOut).
-    public func globalSignOut(username: String) -> CognitoResult<Bool> {
+    public func globalSignOut(username: String) -> ProviderStep<Bool> {
         call("AdminUserGlobalSignOut", ["UserPoolId": .string(userPoolID), "Username": .string(username)]).map { _ in true }
     }
 
     /// Unlinks the Apple identity `sub` from whichever user it signs in as, and stops it
     /// signing in (AdminDisableProviderForUser, by provider and subject: no username needed).
-    public func disableAppleProvider(sub: String) -> CognitoResult<Bool> {
+    public func disableAppleProvider(sub: String) -> ProviderStep<Bool> {
         let user: JSONValue = .object([
             "ProviderName": .string(Cognito.appleProvider), "ProviderAttributeName": .string("Cognito_Subject"),
             "ProviderAttributeValue": .string(sub),
@@ -142,26 +160,27 @@ public final class CognitoClient: Sendable {
         return call("AdminDisableProviderForUser", ["UserPoolId": .string(userPoolID), "User": user]).map { _ in true }
     }
 
-    /// Deletes the user (AdminDeleteUser). A user already gone is success: the call's purpose holds.
-    public func deleteUser(username: String) -> CognitoResult<Bool> {
+    /// Deletes the user (AdminDeleteUser): `true` when it was deleted now, `false` when it was
+    /// already gone (success all the same: the call's purpose holds).
+    public func deleteUser(username: String) -> ProviderStep<Bool> {
         switch call("AdminDeleteUser", ["UserPoolId": .string(userPoolID), "Username": .string(username)]) {
-        case .done, .userNotFound: return .done(true)
-        case .retryLater(let failure): return .retryLater(failure)
-        case .refused(let failure): return .refused(failure)
+        case .done(_, let status): return .done(true, status: status)
+        case .userNotFound(let status): return .done(false, status: status)
+        case let other: return other.map { _ in false }
         }
     }
 
-    /// A start-up check: one ListUsers of one user, which needs the credential, the permission
+    /// The start-up check: one ListUsers of one user, which needs the credential, the permission
     /// and the pool to be right (`blame` of a refusal says which is not).
-    public func check() -> CognitoResult<Bool> {
-        call("ListUsers", ["UserPoolId": .string(userPoolID), "Limit": .number(1)]).map { _ in true }
+    public func check() -> ProviderOutcome {
+        call("ListUsers", ["UserPoolId": .string(userPoolID), "Limit": .number(1)]).then { _, status in .done([], status: status) }
     }
 
     // MARK: - One call
 
     /// One signed POST of `operation` with `body`; `.done` carries the parsed answer (nil for
     /// an empty one).
-    public func call(_ operation: String, _ body: [String: JSONValue]) -> CognitoResult<JSONValue?> {
+    public func call(_ operation: String, _ body: [String: JSONValue]) -> ProviderStep<JSONValue?> {
         let result = send(operation, Array(JSONValue.object(body).serialized().utf8))
         var metadata: Logger.Metadata = ["operation": "\(operation)"]
         switch result {
@@ -183,7 +202,7 @@ public final class CognitoClient: Sendable {
         return result
     }
 
-    private func send(_ operation: String, _ body: [UInt8]) -> CognitoResult<JSONValue?> {
+    private func send(_ operation: String, _ body: [UInt8]) -> ProviderStep<JSONValue?> {
         let headers = [
             ("Host", host), ("Content-Type", Cognito.contentType), ("X-Amz-Target", Cognito.targetPrefix + operation),
         ]
@@ -201,21 +220,19 @@ public final class CognitoClient: Sendable {
         } catch {
             switch error.code {
             case .invalidURL, .schemeNotAllowed, .fileNotFound:
-                return .refused(CognitoFailure(reason: error.code.rawValue, blame: .request))
+                return .refused(ProviderFailure(reason: error.code.rawValue, blame: .request))
             default:
-                return .retryLater(CognitoFailure(reason: error.code.rawValue))
+                return .retryLater(ProviderFailure(reason: error.code.rawValue))
             }
         }
         switch CognitoAnswer.classify(status: response.status, headers: response.headers, body: response.body) {
-        case .done(let bytes):
-            if bytes.isEmpty { return .done(nil) }
+        case .done(let bytes, let status):
+            if bytes.isEmpty { return .done(nil, status: status) }
             guard let answer = try? JSONParser.parse(bytes) else {
-                return .retryLater(CognitoFailure(status: response.status, reason: "malformed_response"))
+                return .retryLater(ProviderFailure(status: response.status, reason: "malformed_response"))
             }
-            return .done(answer)
-        case .userNotFound: return .userNotFound
-        case .retryLater(let failure): return .retryLater(failure)
-        case .refused(let failure): return .refused(failure)
+            return .done(answer, status: status)
+        case let other: return other.map { _ in nil }
         }
     }
 

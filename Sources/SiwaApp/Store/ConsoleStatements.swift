@@ -411,4 +411,13 @@ enum ConsoleStatements {
         SELECT id, type, aud, source, status, attempts, \(utc("created_at", as: "created")), \(utc("delivered_at", as: "delivered")), last_error
         FROM siwa.forwards WHERE sub = $1 ORDER BY seq DESC LIMIT 100
         """, bind: { (sub: String) in [sub] })
+
+    /// A user's calls to the hosted providers: which, when, the provider's last HTTP status and
+    /// error code (never a credential).
+    static let userProviderCalls = listing(
+        "console_user_provider_calls", ["target", "effect", "event_type", "state", "attempts", "last_status", "last_reason", "actions", "updated"],
+        """
+        SELECT target, effect, event_type, state, attempts, last_status::text AS last_status, last_reason, actions, \(utc("updated_at", as: "updated"))
+        FROM siwa.provider_calls WHERE apple_sub = $1 ORDER BY id DESC LIMIT 100
+        """, bind: { (sub: String) in [sub] })
 }

@@ -50,6 +50,7 @@ public enum GrantMatrix {
         "siwa_console SELECT app_accounts", "siwa_console SELECT sessions", "siwa_console SELECT revocations",
         "siwa_console SELECT forwards", "siwa_console SELECT key_sets", "siwa_console SELECT reconcile_pace",
         "siwa_console SELECT counts", "siwa_console SELECT count_changes", "siwa_console SELECT transfers",
+        "siwa_console SELECT provider_calls",
         "siwa_console SELECT backlog", "siwa_console SELECT forward_backlog", "siwa_console SELECT dead_letters",
         "siwa_console SELECT apple_tokens(next_validation_at)",
         "siwa_console UPDATE events(attempts,last_error,next_attempt_at,status)",
@@ -58,6 +59,10 @@ public enum GrantMatrix {
         "siwa_console EXECUTE subject_hash", "siwa_console EXECUTE user_report", "siwa_console EXECUTE request_deletion",
         // The auth libraries' tokens adopted (their hash only).
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
+        // The hosted providers' call queue (sent by the work role, read by dashboards).
+        "siwa_worker SELECT provider_calls", "siwa_worker INSERT provider_calls", "siwa_worker UPDATE provider_calls",
+        "siwa_worker DELETE provider_calls", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
+        "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read

@@ -27,6 +27,13 @@ public enum OutboxAdmin {
         }
     }
 
+    /// Puts dead provider calls back in the queue: all, or one provider's (`target`).
+    public static func replayProviderCalls(target: String?, conninfo: String) throws -> Int {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify replay")
+        if let target { return try connection.affected(ProviderCallStatements.replayTarget, target) }
+        return try connection.affected(ProviderCallStatements.replayAll, ())
+    }
+
     /// Requeues dead forwards (status `pending`, attempts reset, retried for
     /// `SIWA_FORWARD_RETRY_FOR` again); `type` nil: all. Returns how many.
     public static func replayForwards(type: String?, conninfo: String) throws -> Int {
@@ -92,6 +99,19 @@ public enum OutboxAdmin {
         public var reconciliation: Reconciliation? = nil
         /// What the database promises about a commit answered 200 (README "High availability: what a failover keeps").
         public var durability: DatabaseDurability? = nil
+        /// The hosted providers' calls (`SIWA_APPLY_TO`), per provider that has any.
+        public var providerCalls: [ProviderCalls]? = nil
+
+        public struct ProviderCalls: Sendable, Codable, Equatable {
+            public var target: String
+            /// Pending, in flight included.
+            public var waiting: Int
+            public var inFlight: Int
+            public var dead: Int
+            public var oldestWaitingAgeSeconds: Double
+            public var doneLastHour: Int
+            public var userUnknownLastHour: Int
+        }
 
         public struct Reconciliation: Sendable, Codable, Equatable {
             public var validated: Int
@@ -164,6 +184,12 @@ public enum OutboxAdmin {
             Report.Reconciliation(validated: $0.validated, grantsGone: $0.gone, failing: $0.failing)
         }
         report.durability = try? DatabaseDurability.read(on: c)
+        report.providerCalls = try c.rows(ProviderCallStatements.backlog).filter { $0.pending + $0.dead + $0.doneLastHour > 0 }.map {
+            Report.ProviderCalls(
+                target: $0.target.rawValue, waiting: $0.pending, inFlight: $0.inFlight, dead: $0.dead,
+                oldestWaitingAgeSeconds: $0.oldestWaitingAgeSeconds, doneLastHour: $0.doneLastHour,
+                userUnknownLastHour: $0.userUnknownLastHour)
+        }
         return report
     }
 
@@ -187,7 +213,8 @@ public enum OutboxAdmin {
                 ["revocations dead", String(r.revocationsDead ?? 0)],
                 ["revocations unconfirmed", String(r.revocationsUnconfirmed ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
-            ] + forwardRows(r) + reconciliationRows(r.reconciliation) + transferRows(r.transfers) + durabilityRows(r.durability))
+            ] + forwardRows(r) + providerRows(r.providerCalls) + reconciliationRows(r.reconciliation) + transferRows(r.transfers)
+                + durabilityRows(r.durability))
         out +=
             "\n"
             + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
@@ -217,6 +244,18 @@ public enum OutboxAdmin {
             ["forwards delivered (1h)", String(f?.deliveredLastHour ?? 0)],
             ["forward latency p50/p99", "\(ms(f?.deliveryP50Millis)) / \(ms(f?.deliveryP99Millis))"],
         ]
+    }
+
+    /// The provider calls' lines of the backlog table: per provider with calls.
+    static func providerRows(_ calls: [Report.ProviderCalls]?) -> [[String]] {
+        (calls ?? []).flatMap { p in
+            [
+                ["\(p.target) calls waiting", "\(p.waiting) (\(p.inFlight) in flight)"],
+                ["\(p.target) calls dead", String(p.dead)],
+                ["oldest \(p.target) call waiting", duration(p.oldestWaitingAgeSeconds)],
+                ["\(p.target) calls done (1h)", "\(p.doneLastHour) (\(p.userUnknownLastHour) users unknown)"],
+            ]
+        }
     }
 
     /// What a commit answered 200 survives, and the numbers behind it.

@@ -21,9 +21,10 @@ enum BatchApplier {
     /// Applies `events` (distinct subs) in the caller's transaction; returns each one's decision, in order.
     /// `forward`: queue a forward for each event that took effect (forwarding is on).
     /// `libraries`: the auth libraries' tables the events also apply to (`SIWA_APPLY_TO`).
+    /// `providers`: the hosted providers a call is queued for (`SIWA_APPLY_TO`).
     static func apply(
         _ events: [ClaimedEvent], hook: Hook, forward: Bool = false, libraries: AuthLibraryTargets = .none,
-        on c: PostgresConnection
+        providers: ProviderTargets = .none, on c: PostgresConnection
     ) throws(PostgresError) -> [AccountDecision] {
         // Sorted: concurrent workers then lock and insert accounts in one order (no deadlocks).
         let subs = events.map { $0.event.sub }.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
@@ -103,6 +104,9 @@ enum BatchApplier {
             }
             if !effective.isEmpty { try c.affected(ForwardStatements.enqueue, .init(events: effective)) }
         }
+        // Hosted providers: a call per effect and provider, queued with the effect (same transaction).
+        let calls = providers.calls(for: events, decisions: decisions)
+        if !calls.isEmpty { try c.affected(ProviderCallStatements.enqueue, calls) }
         if !deleted.isEmpty {
             try c.affected(WorkerStatements.eraseEventEmails, deleted)
             try c.affected(ForwardStatements.eraseEmails, deleted)

@@ -43,6 +43,13 @@ public enum Retention {
     /// The retention service: a `ConnectedLoop` that runs a pass every `interval` (the first
     /// one interval after the start) and waits until the next one; a failed pass is logged and
     /// tried again at the next. Stopping also ends a long pass between its batches.
+    /// Deletes up to 1000 finished provider calls older than `days`; returns how many.
+    static func pruneProviderCalls(on connection: PostgresConnection, olderThanDays days: Int) throws(PostgresError) -> Int {
+        try connection.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
+            try c.affected(ProviderCallStatements.prune, days)
+        }
+    }
+
     public static func service(
         conninfo: String, days: Int, interval: Duration, logger: Logger, clock: any MonotonicClock = SystemClock.shared
     ) -> any Service {
@@ -75,12 +82,16 @@ public enum Retention {
             })
     }
 
-    /// One retention pass: old events, then delivered forwards (they follow the events'
-    /// retention), then queue rows without work.
+    /// One retention pass: old events, then delivered forwards and finished provider calls (they
+    /// follow the events' retention), then queue rows without work.
     private static func pass(on connection: PostgresConnection, days: Int, logger: Logger, stopping: WakeSignal) throws(PostgresError) {
         let pruned = try prune(on: connection, olderThanDays: days, stopping: stopping)
         var batches = 0
         while batches < 100, !stopping.isStopped, try pruneForwards(on: connection, olderThanDays: days) == 1000 {
+            batches += 1
+        }
+        batches = 0
+        while batches < 100, !stopping.isStopped, try pruneProviderCalls(on: connection, olderThanDays: days) == 1000 {
             batches += 1
         }
         if pruned > 0 {

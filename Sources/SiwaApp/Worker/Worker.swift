@@ -39,6 +39,8 @@ public final class Worker: Service {
         public var forwarding: Bool = false
         /// The auth libraries' tables events also apply to (`SIWA_APPLY_TO`, checked at start). Default none.
         public var authLibraries: AuthLibraryTargets = .none
+        /// The hosted providers a call is queued for (`SIWA_APPLY_TO`). Default none.
+        public var providers: ProviderTargets = .none
         public init() {}
     }
 
@@ -180,7 +182,8 @@ public final class Worker: Service {
             if first.count > 1 {
                 do throws(PostgresError) {
                     let decisions = try c.withSavepoint("siwa_batch") { c throws(PostgresError) in
-                        try BatchApplier.apply(first, hook: hook, forward: options.forwarding, libraries: options.authLibraries, on: c)
+                        try BatchApplier.apply(
+                            first, hook: hook, forward: options.forwarding, libraries: options.authLibraries, providers: options.providers, on: c)
                     }
                     report.applied += zip(first, decisions).map { ($0, $1) }
                 } catch {
@@ -247,7 +250,8 @@ public final class Worker: Service {
     ) throws(PostgresError) {
         do throws(PostgresError) {
             let decision = try c.withSavepoint("siwa_event") { c throws(PostgresError) in
-                try BatchApplier.apply([item], hook: hook, forward: options.forwarding, libraries: options.authLibraries, on: c)[0]
+                try BatchApplier.apply(
+                    [item], hook: hook, forward: options.forwarding, libraries: options.authLibraries, providers: options.providers, on: c)[0]
             }
             report.applied.append((item, decision))
         } catch {

@@ -50,7 +50,8 @@ final class TestHarness: Sendable {
         conninfo: String? = nil, roles: Application.Roles = .all, maxBody: Int = 65536,
         jwks: String? = nil, jwksURL: String? = nil, keyRefreshInterval: Int = 1, maxAttempts: Int = 12,
         retryBaseDelay: Double = 1, timeouts: Timeouts = Timeouts(), forwarding: ForwardingConfiguration? = nil,
-        forwardOptions: ForwardSender.Options = ForwardSender.Options(), workerGather: Duration? = nil
+        forwardOptions: ForwardSender.Options = ForwardSender.Options(), workerGather: Duration? = nil,
+        configure: (inout ServerConfiguration, inout Application.Options) -> Void = { _, _ in }
     ) throws {
         let conninfo = try conninfo ?? TestDatabase.create()
         self.conninfo = conninfo
@@ -79,6 +80,7 @@ final class TestHarness: Sendable {
         var options = Self.options(retryBaseDelay: retryBaseDelay)
         options.forwarding = forwardOptions
         if let workerGather { options.worker.gather = workerGather }
+        configure(&config, &options)
         app = Application(
             configuration: config, roles: roles, options: options,
             logger: Self.logger(into: logs))
