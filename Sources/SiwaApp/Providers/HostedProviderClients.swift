@@ -20,9 +20,15 @@ public enum HostedProviderClients {
             case .cognito:
                 guard let settings = configuration.cognito else { continue }
                 clients.append(try cognito(settings, logger: logger))
-            case .firebase, .auth0, .clerk:
-                throw StartError(
-                    problem: ConfigurationError(variable: "SIWA_APPLY_TO", problem: "\(provider.rawValue) is not available in this build"))
+            case .firebase:
+                guard let settings = configuration.firebase else { continue }
+                clients.append(try firebase(settings, logger: logger))
+            case .auth0:
+                guard let settings = configuration.auth0 else { continue }
+                clients.append(try auth0(settings, logger: logger))
+            case .clerk:
+                guard let settings = configuration.clerk else { continue }
+                clients.append(try clerk(settings, logger: logger))
             }
         }
         return clients
@@ -32,6 +38,57 @@ public enum HostedProviderClients {
     public static func check(_ clients: [any HostedProviderClient], configuration: HostedProviderConfiguration) throws(StartError) {
         for client in clients {
             if let problem = configuration.startProblem(client.provider, client.check()) { throw StartError(problem: problem) }
+        }
+    }
+
+    static func firebase(_ settings: HostedProviderConfiguration.FirebaseSettings, logger: Logger) throws(StartError) -> FirebaseClient {
+        var credential: FirebaseCredential?
+        if let path = settings.credentialsFile {
+            do throws(FirebaseCredentialError) {
+                credential = try FirebaseCredential(path: path)
+            } catch {
+                throw StartError(problem: ConfigurationError(variable: "SIWA_FIREBASE_CREDENTIALS_FILE", problem: error.description))
+            }
+        }
+        let names = ["url": "SIWA_FIREBASE_URL", "projectID": "SIWA_FIREBASE_PROJECT_ID"]
+        return try built(names, otherwise: "SIWA_FIREBASE_CREDENTIALS_FILE") { () throws(ConfigurationError) in
+            try FirebaseClient(projectID: settings.projectID, credential: credential, url: settings.url, logger: logger)
+        }
+    }
+
+    static func auth0(_ settings: HostedProviderConfiguration.Auth0Settings, logger: Logger) throws(StartError) -> Auth0Client {
+        let secret = try secret(settings.clientSecretFile, variable: "SIWA_AUTH0_CLIENT_SECRET_FILE")
+        return try built(["url": "SIWA_AUTH0_URL"], otherwise: "SIWA_AUTH0_DOMAIN") { () throws(ConfigurationError) in
+            try Auth0Client(domain: settings.domain, clientID: settings.clientID, clientSecret: secret, url: settings.url, logger: logger)
+        }
+    }
+
+    static func clerk(_ settings: HostedProviderConfiguration.ClerkSettings, logger: Logger) throws(StartError) -> ClerkClient {
+        let secret = try secret(settings.secretKeyFile, variable: "SIWA_CLERK_SECRET_KEY_FILE")
+        return try built(["url": "SIWA_CLERK_URL"], otherwise: "SIWA_CLERK_SECRET_KEY_FILE") { () throws(ConfigurationError) in
+            try ClerkClient(secretKey: secret, url: settings.url, logger: logger)
+        }
+    }
+
+    /// A secret file's content, trimmed; never echoed in an error.
+    static func secret(_ path: String, variable: String) throws(StartError) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw StartError(problem: ConfigurationError(variable: variable, problem: "cannot read \(path)"))
+        }
+        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { throw StartError(problem: ConfigurationError(variable: variable, problem: "is empty")) }
+        return text
+    }
+
+    /// A client's init names the parameter it refuses: `names` maps it to the variable it was
+    /// read from, `otherwise` names the rest (a value read from that file).
+    static func built<Client>(
+        _ names: [String: String], otherwise: String, _ make: () throws(ConfigurationError) -> Client
+    ) throws(StartError) -> Client {
+        do throws(ConfigurationError) {
+            return try make()
+        } catch {
+            throw StartError(problem: ConfigurationError(variable: names[error.variable] ?? otherwise, problem: error.problem))
         }
     }
 
