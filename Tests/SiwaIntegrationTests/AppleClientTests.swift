@@ -26,7 +26,7 @@ final class TestClock: Sendable {
         timeout: Double = 5, logs: LogSink = .capturing(), baseURL: String? = nil
     ) -> AppleClient {
         var options = AppleClient.Options()
-        options.timeout = timeout
+        options.timeout = .seconds(timeout)
         let configuration = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: "/unused.p8",
             tokenKeyFile: "/unused.key", baseURL: baseURL ?? fake.baseURL)

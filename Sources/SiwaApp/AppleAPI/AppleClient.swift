@@ -64,10 +64,10 @@ public enum AppleCallResult<Success: Sendable>: Sendable {
 public final class AppleClient: Sendable {
     /// Tuning; every field has a default.
     public struct Options: Sendable {
-        /// Seconds for a whole call, connect to last byte. Default 10.
-        public var timeout: Double = 10
-        /// Seconds to connect. Default 5.
-        public var connectTimeout: Double = 5
+        /// A whole call, connect to last byte. Default 10 s.
+        public var timeout: Duration = .seconds(10)
+        /// Connecting. Default 5 s.
+        public var connectTimeout: Duration = .seconds(5)
         /// Largest response body read. Default 64 KiB.
         public var maxResponseBytes: Int = 64 * 1024
         /// Client-secret lifetime and renewal. Default 30 days, renewed with 1 day left.

@@ -73,7 +73,7 @@ public final class Receiver: HTTPHandler {
     /// `deadline` is the request's arrival plus the commit timeout: the key wait and the commit
     /// both end there.
     private func process(
-        _ body: [UInt8], arrivedAt: Double, deadline: Deadline, mayWait: Bool, requestID: UInt64,
+        _ body: [UInt8], arrivedAt: Deadline, deadline: Deadline, mayWait: Bool, requestID: UInt64,
         responder: HTTPResponder
     ) {
         let started = Deadline.now
