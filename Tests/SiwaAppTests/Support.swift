@@ -162,7 +162,7 @@ struct ReceiverFixture {
             verifier: NotificationVerifier(policy: VerificationPolicy(audiences: [Self.audience])),
             keys: keys, writer: sink, logger: logger, metrics: metrics,
             retryAfterSeconds: retryAfterSeconds, commitTimeout: commitTimeout,
-            now: { now })
+            now: .fixed(unixSeconds: now))
     }
 
     /// Apple's claims for one event issued at the pinned time (or `issuedAt`).

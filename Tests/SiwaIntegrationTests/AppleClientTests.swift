@@ -34,7 +34,7 @@ final class TestClock: Sendable {
         if let clock {
             return AppleClient(
                 configuration: configuration, privateKey: key, options: options, logger: logger,
-                clock: { clock.now })
+                clock: WallClock { .seconds(clock.now) })
         }
         return AppleClient(configuration: configuration, privateKey: key, options: options, logger: logger)
     }
