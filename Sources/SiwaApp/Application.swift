@@ -164,13 +164,15 @@ public final class Application: Sendable {
         // 2. Keys and the outbox writer (receive role).
         var keys: KeyStore?
         var writer: OutboxWriter?
-        if roles.contains(.receive) {
+        if roles.contains(.receive) || roles.contains(.work) {
             let store = try keyStore(pool: pool)
-            keys = store
             try group.start(
                 PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
                     if store.isRefreshDue { try? store.refresh() }
                 })
+            if roles.contains(.receive) { keys = store }
+        }
+        if roles.contains(.receive) {
             let outbox = OutboxWriter(conninfo: conninfo, options: options.writer, logger: logger)
             try group.start(outbox)
             writer = outbox
@@ -452,7 +454,10 @@ public final class Application: Sendable {
             keyAudiences: config.dev ? [DevKey.kid: [ServerConfiguration.devAudience]] : [:])
     }
 
-    /// Apple's key set: fetched, else the persisted last good one; the dev key in `--dev`.
+    /// Apple's key set: fetched, else the persisted last good one; the dev key in `--dev`. Only the
+    /// worker's role writes the persisted set (docs/security.md "The cached key set"): `work`
+    /// fetches it to keep it fresh for the receivers, which read it; `work` alone verifies
+    /// nothing, so its start never waits for the fetch (the refresher makes it at once).
     private func keyStore(pool: PostgresPool) throws -> KeyStore {
         let config = configuration
         var extra: [String: RSAPublicKey] = [:]
@@ -462,8 +467,9 @@ public final class Application: Sendable {
         let store = KeyStore(
             url: config.jwksURL, extraKeys: extra,
             minRefreshInterval: config.keyRefreshInterval,
-            persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, logger: logger),
+            persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, saves: roles.contains(.work), logger: logger),
             logger: logger, metrics: metrics)
+        guard roles.contains(.receive) else { return store }
         do {
             try store.load()
         } catch {
@@ -489,13 +495,15 @@ public final class Application: Sendable {
         }
     }
 
-    /// Keeps the last good key set in `siwa.key_sets`.
-    static func keyPersistence(pool: PostgresPool, url: String, logger: Logger) -> KeyStore.Persistence {
+    /// Keeps the last good key set in `siwa.key_sets`: read by every process, written only when
+    /// `saves` (the worker's role: the receiver's may not write it).
+    static func keyPersistence(pool: PostgresPool, url: String, saves: Bool, logger: Logger) -> KeyStore.Persistence {
         KeyStore.Persistence(
             load: {
                 (try? pool.withConnection(timeout: .seconds(5)) { c in try c.row(KeySetStatements.load, url) }) ?? nil
             },
             save: { body in
+                guard saves else { return }
                 do {
                     _ = try pool.withConnection(timeout: .seconds(5)) { c in try c.affected(KeySetStatements.save, (url, body)) }
                 } catch {

@@ -3,7 +3,7 @@ public enum DoctorProcess: String, Sendable, CaseIterable {
     case serve, receive, work
 
     /// The siwa roles its login needs (docs/security.md, "Roles"): the receiver's and the worker's for their
-    /// halves, and `siwa_api` for the API and the console (on with `SIWA_API_TOKEN_FILE`).
+    /// halves, and `siwa_api` and `siwa_console` for the API and the console (on with `SIWA_API_TOKEN_FILE`).
     public func neededRoles(api: Bool) -> Set<String> {
         var roles: Set<String>
         switch self {
@@ -11,7 +11,7 @@ public enum DoctorProcess: String, Sendable, CaseIterable {
         case .receive: roles = ["siwa_receiver"]
         case .work: roles = ["siwa_worker"]
         }
-        if api { roles.insert("siwa_api") }
+        if api { roles.formUnion(["siwa_api", "siwa_console"]) }
         return roles
     }
 }
@@ -225,7 +225,7 @@ public enum DoctorRules {
                 out.append(
                     DoctorFinding(
                         "login-roles-missing", .medium,
-                        "\(db.login) is not a member of \(lacking.joined(separator: ", ")), which `\(facts.process.rawValue)` needs\(facts.api ? " (siwa_api: the API and the console)" : "")",
+                        "\(db.login) is not a member of \(lacking.joined(separator: ", ")), which `\(facts.process.rawValue)` needs\(facts.api ? " (siwa_api: the API; siwa_console: the console)" : "")",
                         fix: lacking.map { "GRANT \($0) TO \(db.login);" }.joined(separator: "\n")))
             }
         }

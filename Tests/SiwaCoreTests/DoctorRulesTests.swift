@@ -50,9 +50,11 @@ import Testing
         #expect(extra.map(\.code) == ["login-roles-extra"] && extra[0].severity == .medium)
         #expect(extra[0].fix == "REVOKE siwa_dashboard FROM recv;")
         let lacking = DoctorRules.findings(Self.facts(process: .work, api: true, database: Self.database(memberships: ["siwa_worker"])))
-        #expect(lacking.map(\.code) == ["login-roles-missing"] && lacking[0].fix == "GRANT siwa_api TO recv;")
+        #expect(lacking.map(\.code) == ["login-roles-missing"] && lacking[0].fix == "GRANT siwa_api TO recv;\nGRANT siwa_console TO recv;")
         #expect(
-            DoctorRules.findings(Self.facts(process: .work, api: true, database: Self.database(memberships: ["siwa_worker", "siwa_api"]))).isEmpty)
+            DoctorRules.findings(
+                Self.facts(process: .work, api: true, database: Self.database(memberships: ["siwa_worker", "siwa_api", "siwa_console"]))
+            ).isEmpty)
     }
 
     @Test("public writable is HIGH; grants beyond the matrix HIGH and missing ones MEDIUM, with the statements that fix them")

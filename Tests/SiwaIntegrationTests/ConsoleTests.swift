@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaCrypto
+import SiwaPostgres
 import Testing
 
 /// The operator console over real HTTP (README "Console"): a named operator's sign-in, the
@@ -256,6 +257,84 @@ struct ConsoleTests {
         #expect(audit.status == 200 && audit.body.contains("reveal-email") && audit.body.contains("user:" + hash))
         #expect(audit.body.contains("<td>alice</td>"), "the audit trail names the operator")
         #expect(try client.get("/console/nope").status == 404)
+    }
+
+    @Test(
+        "as the console's role (`receive` with the API, its login IN ROLE siwa_receiver, siwa_api, siwa_console): sign-in, every page, reveal, replays, a deletion; what the role is not granted is refused"
+    )
+    func consoleRole() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let recv = "recv_console_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        _ = try TestDatabase.query(url, "CREATE ROLE \(recv) LOGIN IN ROLE siwa_receiver, siwa_api, siwa_console")
+        let harness = try DeletionHarness(roles: .receive, conninfo: url + " user=\(recv)")
+        defer { harness.stop() }
+        let sub = "000739.role.\(UInt32.random(in: 0...UInt32.max))", other = "000739.role.other"
+        let email = "jane.role@privaterelay.appleid.com"
+        #expect(try harness.notify(type: "email-disabled", sub: sub, email: email).status == 200)
+        #expect(try harness.notify(type: "consent-revoked", sub: other).status == 200)
+        // As a worker would have left them (none runs here): one applied, one dead.
+        _ = try TestDatabase.query(url, "INSERT INTO siwa.accounts (apple_sub, email) VALUES ($1, $2)", [sub, email])
+        _ = try TestDatabase.query(url, "UPDATE siwa.events SET status = 'done', processed_at = now() WHERE sub = $1", [sub])
+        _ = try TestDatabase.query(url, "UPDATE siwa.events SET status = 'dead', last_error = 'boom' WHERE sub = $1", [other])
+        let dead = try #require(try TestDatabase.query(url, "SELECT id FROM siwa.events WHERE sub = $1", [other]).scalar)
+        // The hourly charts' rollup (every 5 s, in the background) has counted both.
+        #expect(
+            eventually(timeout: 15) { (try? TestDatabase.query(url, "SELECT last_id FROM siwa.console_rollup").scalar) == dead },
+            "the console's rollup did not run as its role")
+
+        var client = Self.client(harness)
+        let signedIn = try client.signIn("alice", try ConsoleOperators.add(name: "alice", conninfo: url))
+        #expect(signedIn.status == 303 && client.cookie != nil, "\(signedIn.status) \(signedIn.body)")
+        let hash = SubjectHash.of(sub)
+        for path in [
+            "/console", "/console/events", "/console/events/\(dead)", "/console/failures", "/console/users?q=\(hash)", "/console/sync",
+            "/console/audit",
+        ] {
+            let page = try client.get(path)
+            #expect(page.status == 200, "\(path): \(page.status) \(page.body.prefix(300))")
+        }
+        let csrf = try client.csrf()
+        let revealed = try client.post("/console/users/reveal", [("csrf", csrf), ("sub", sub)])
+        #expect(revealed.status == 200 && revealed.body.contains(email), "\(revealed.status)")
+        for fields in [
+            [("kind", "events"), ("one", dead)], [("kind", "events"), ("scope", "all"), ("type", "consent-revoked")],
+            [("kind", "revocations"), ("scope", "all")], [("kind", "revocations"), ("one", "1")],
+            [("kind", "forwards"), ("scope", "all")], [("kind", "forwards"), ("one", "msg_none")],
+        ] {
+            let replay = try client.post("/console/replay", [("csrf", csrf)] + fields)
+            #expect(replay.status == 303 && replay.header("Location")?.contains("replayed-") == true, "\(fields): \(replay.status)")
+        }
+        #expect(try TestDatabase.query(url, "SELECT status FROM siwa.events WHERE id = $1", [dead]).scalar == "pending")
+        let deleted = try client.post("/console/users/delete", [("csrf", csrf), ("sub", sub), ("confirm", sub)])
+        #expect(deleted.status == 303, "\(deleted.status) \(deleted.body.prefix(300))")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE sub = $1 AND type = 'deletion-requested'", [sub]).scalar == "1")
+        #expect(try client.post("/console/sign-out", [("csrf", csrf)]).status == 303)
+        #expect(
+            try TestDatabase.query(url, "SELECT string_agg(action, ',' ORDER BY id) FROM siwa.operator_actions").scalar
+                == "sign-in,reveal-email,replay,replay,replay,replay,replay,replay,delete-user,sign-out")
+        let refused = harness.logs.lines.filter { $0.contains("42501") || $0.contains("permission denied") }
+        #expect(refused.isEmpty, "\(refused)")
+
+        // The console's role alone: no operator made or changed, no token read, no event or account written.
+        let console = try PostgresConnection(conninfo: login["siwa_console"]!)
+        for sql in [
+            "INSERT INTO siwa.console_operators (name, token_hash) VALUES ('mallory', 'x')",
+            "UPDATE siwa.console_operators SET token_hash = 'x'",
+            "SELECT ciphertext FROM siwa.apple_tokens",
+            "UPDATE siwa.events SET type = 'account-delete'",
+            "INSERT INTO siwa.events (jti, aud, sub, type, event_time) VALUES ('c1', 'app', 's', 'account-delete', now())",
+            "UPDATE siwa.accounts SET status = 'deleted'",
+            "UPDATE siwa.operator_actions SET operator = 'someone'",
+            "DELETE FROM siwa.operator_actions",
+            "SELECT siwa.store_apple_token('s', 'app', 'k', '\\x00', NULL, NULL, now())",
+        ] {
+            do {
+                _ = try console.execute(sql)
+                Issue.record("the console's role ran: \(sql)")
+            } catch {
+                #expect(error.sqlState == "42501", "\(sql): \(error)")
+            }
+        }
     }
 
     @Test("a change without the session's CSRF token, from another origin, or without Origin/Referer is refused (403) and changes nothing")

@@ -1,6 +1,7 @@
 import Foundation
 import SiwaApp
 import SiwaCore
+import SiwaCrypto
 import SiwaDevTools
 import SiwaPostgres
 import Synchronization
@@ -9,7 +10,7 @@ import Testing
 /// What the database enforces whatever a role's credentials say (README "Grants"): a sign-in is
 /// never dated after the database's clock, no role writes a revocation row of its own, the
 /// receiver's `ignored` rows are unknown types dated no later than now (plus the skew allowed),
-/// and only a deletion that can take effect refuses a sign-in.
+/// its other rows no later than now + 2 h, and only a deletion that can take effect refuses a sign-in.
 @Suite("What the database enforces", .serialized, .needsDatabase)
 struct DatabaseTrustTests {
     /// `SELECT` of one value as the given connection, or the SQLSTATE it failed with.
@@ -141,6 +142,103 @@ struct DatabaseTrustTests {
         #expect(try TestDatabase.query(url, "SELECT event_time <= now() FROM siwa.events WHERE sub = '000739.later.0001'").scalar == "t")
     }
 
+    @Test("the receiver's role stores no event dated over 2 h ahead (a year-3000 deletion); the latest a verified one carries is stored")
+    func farFutureEventsRefused() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let receiver = try PostgresConnection(conninfo: login["siwa_receiver"]!)
+        // Apple's account-delete, pending, through the receiver's own statement (one row per time).
+        func insert(_ eventTimes: [String]) -> String {
+            let times = eventTimes.map { "(extract(epoch FROM \($0)) * 1000)::bigint" }.joined(separator: ", ")
+            let n = eventTimes.count
+            return Self.outcome(
+                receiver,
+                """
+                SELECT count(*) FROM siwa.insert_events(
+                    ARRAY(SELECT 'ff-' || pg_catalog.gen_random_uuid() FROM generate_series(1, \(n))), array_fill('app'::text, ARRAY[\(n)]),
+                    ARRAY(SELECT '000739.future.' || g FROM generate_series(1, \(n)) g), array_fill('account-delete'::text, ARRAY[\(n)]),
+                    ARRAY[\(times)], array_fill(NULL::text, ARRAY[\(n)]), array_fill(NULL::boolean, ARRAY[\(n)]),
+                    array_fill('pending'::text, ARRAY[\(n)]), array_fill('{}'::text, ARRAY[\(n)]))
+                """)
+        }
+        // Dated in year 3000 it would refuse every later sign-in of its user.
+        #expect(insert(["timestamptz '3000-01-01 00:00:00+00'"]) == "error 42501")
+        #expect(insert(["now() + interval '2 hours 1 minute'"]) == "error 42501")
+        // A forged row refuses its whole batch: a verified batch never holds one (below).
+        #expect(insert(["now()", "timestamptz '3000-01-01 00:00:00+00'"]) == "error 42501")
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events").scalar == "0")
+        // Refused as dated too far ahead, the worker's reconcile row too.
+        let worker = try PostgresConnection(conninfo: login["siwa_worker"]!)
+        for (c, type, claims) in [(receiver, "account-delete", "{}"), (worker, "consent-revoked", #"{"source":"reconcile","client_id":"app"}"#)] {
+            do {
+                _ = try c.execute(
+                    "INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims) VALUES ('siwa-reconcile-3000', 'app', 's', $1, timestamptz '3000-01-01 00:00:00+00', $2::jsonb)",
+                    [type, claims])
+                Issue.record("a \(type) dated in year 3000 was stored")
+            } catch {
+                #expect(error.sqlState == "42501" && error.serverMessage.contains("more than 2 hours ahead"), "\(type): \(error)")
+            }
+        }
+        // The latest a verified notification carries (iat at the receiver's clock + 60 s, the event
+        // 1 h after it), with the receiver's clock 58 minutes ahead of the database's: stored.
+        #expect(insert(["now()", "now() + interval '1 hour 60 seconds' + interval '58 minutes'"]) == "2")
+
+        // The receiver refuses a year-3000 event itself, before the database, and stores the
+        // latest it verifies.
+        let h = try TestHarness(conninfo: login["siwa_receiver"]!, roles: .receive)
+        defer { h.stop() }
+        let year3000: Int64 = 32_503_680_000_000
+        let refused = try h.post(token: try h.token(type: "account-delete", sub: "000739.future.3000", eventTimeMillis: year3000))
+        #expect(refused.status == 400 && refused.code == "bad_event_time", "\(refused.status) \(refused.body)")
+        let issued = Int64(Date().timeIntervalSince1970) + VerificationPolicy(audiences: []).clockSkewSeconds - 5
+        let latest = try h.signer.sign(
+            claims: NotificationSigner.claims(
+                audience: TestHarness.audience, type: "account-delete", sub: "000739.future.latest",
+                eventTimeMillis: issued * 1000 + NotificationVerifier.maxEventTimeAfterIssueMillis, now: issued))
+        let stored = try h.post(token: latest)
+        #expect(stored.status == 200 && stored.code == "accepted", "\(stored.status) \(stored.body)")
+        #expect(
+            try TestDatabase.query(url, "SELECT string_agg(sub, ',' ORDER BY sub) FROM siwa.events WHERE sub LIKE '000739.future.%'").scalar
+                == "000739.future.1,000739.future.2,000739.future.latest")
+    }
+
+    @Test("the cached key set: the receiver's role cannot plant a key; the worker keeps it; a receiver restarting in an outage verifies with it")
+    func keyCacheWrittenByTheWorkerOnly() throws {
+        let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
+        let forger = NotificationSigner(key: try RSAPrivateKey.generate(bits: 2048), kid: "test-key-1")
+        // The worker's process fetches Apple's set and keeps it.
+        let worker = try TestHarness(conninfo: login["siwa_worker"]!, roles: .work)
+        let jwksURL = "file://" + worker.jwksPath
+        let kept = eventually {
+            (try? TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets WHERE url = $1", [jwksURL]).scalar) == "1"
+        }
+        worker.stop()
+        #expect(kept, "the worker did not keep the key set")
+        // With the receiver's password a forger's key is planted in neither a new row nor the kept one.
+        let receiverDB = try PostgresConnection(conninfo: login["siwa_receiver"]!)
+        #expect(
+            Self.outcome(receiverDB, "INSERT INTO siwa.key_sets (url, body) VALUES ('file:///elsewhere', $1) RETURNING url", [forger.jwks])
+                == "error 42501")
+        #expect(Self.outcome(receiverDB, "UPDATE siwa.key_sets SET body = $1 RETURNING url", [forger.jwks]) == "error 42501")
+        #expect(
+            Self.outcome(
+                receiverDB,
+                "INSERT INTO siwa.key_sets (url, body) VALUES ($1, $2) ON CONFLICT (url) DO UPDATE SET body = excluded.body RETURNING url",
+                [jwksURL, forger.jwks]) == "error 42501")
+
+        // Apple unreachable at the receiver's start: the kept set verifies Apple's, not the forger's.
+        try FileManager.default.removeItem(atPath: worker.jwksPath)
+        let h = try TestHarness(conninfo: login["siwa_receiver"]!, roles: .receive, jwksURL: jwksURL)
+        defer { h.stop() }
+        #expect(try h.admin("/readyz").status == 200)
+        let apple = try h.post(token: try h.token(type: "consent-revoked", sub: "000739.keys.0001"))
+        #expect(apple.status == 200 && apple.code == "accepted", "\(apple.status) \(apple.body)")
+        let forged = try h.post(
+            token: try forger.sign(
+                claims: NotificationSigner.claims(audience: TestHarness.audience, type: "account-delete", sub: "000739.keys.0002")))
+        #expect(forged.status == 401 && forged.code == "bad_signature", "\(forged.status) \(forged.body)")
+        #expect(try TestDatabase.query(url, "SELECT string_agg(sub, ',') FROM siwa.events").scalar == "000739.keys.0001")
+    }
+
     @Test("a row held past the sign-in's lock wait: the fresh grant is stored all the same, nothing queued for revocation")
     func signInDecidedWithoutTheLock() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
@@ -163,8 +261,9 @@ struct DatabaseTrustTests {
     @Test("a database of the previous version gets the same guarantees from migrate: grants, check, trigger, adopted tokens dated")
     func upgradeEnforces() throws {
         let (url, login) = try LeastPrivilegeTests.databaseWithLoginRoles()
-        // The previous version's state: its grants, no check (a row waiting without a token), the
-        // trigger without `ignored` rows, an adopted token dated -infinity.
+        // The previous versions' state: their grants, no check (a row waiting without a token), the
+        // trigger without far-future rows, an adopted token dated -infinity, a key set the
+        // receiver's role could write.
         _ = try TestDatabase.query(
             url,
             """
@@ -175,10 +274,13 @@ struct DatabaseTrustTests {
             DROP TRIGGER events_only_signed_facts ON siwa.events;
             CREATE TRIGGER events_only_signed_facts BEFORE INSERT ON siwa.events
                 FOR EACH ROW WHEN (NEW.type IN ('sign-in', 'deletion-requested') OR NEW.status NOT IN ('pending', 'ignored')
-                                   OR NEW.claims ? 'source')
+                                   OR NEW.claims ? 'source' OR NEW.status = 'ignored')
                 EXECUTE FUNCTION siwa.refuse_unsigned_event();
             INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, signed_in_at, source, updated_at)
             VALUES ('000739.old.0002', 'app', 'k', '\\x00', '-infinity', 'authjs', now() - interval '1 day');
+            REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_worker;
+            GRANT INSERT, UPDATE ON siwa.key_sets TO siwa_receiver;
+            INSERT INTO siwa.key_sets (url, body) VALUES ('file:///planted', '{"keys":[]}');
             COMMENT ON COLUMN siwa.apple_tokens.signed_in_at IS NULL;
             """)
         try Migrator.migrate(conninfo: url, force: true)
@@ -197,11 +299,27 @@ struct DatabaseTrustTests {
             try TestDatabase.query(
                 url, "SELECT signed_in_at = updated_at FROM siwa.apple_tokens WHERE apple_sub = '000739.old.0002'"
             ).scalar == "t")
+        // A key set the receiver's role could have written is forgotten; only the worker's writes one now.
+        #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "0")
+        #expect(
+            try TestDatabase.query(
+                url,
+                """
+                SELECT has_table_privilege('siwa_receiver', 'siwa.key_sets', 'INSERT')
+                    OR has_table_privilege('siwa_receiver', 'siwa.key_sets', 'UPDATE')
+                    OR NOT has_table_privilege('siwa_worker', 'siwa.key_sets', 'INSERT')
+                """
+            ).scalar == "f")
         let receiver = try PostgresConnection(conninfo: login["siwa_receiver"]!)
         #expect(
             Self.outcome(
                 receiver,
                 "INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims) VALUES ('u1', 'app', 's', 'account-delete', now(), 'ignored', '{}')"
+            ) == "error 42501")
+        #expect(
+            Self.outcome(
+                receiver,
+                "INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims) VALUES ('u2', 'app', 's', 'account-delete', timestamptz '3000-01-01 00:00:00+00', '{}')"
             ) == "error 42501")
         #expect(
             throws: PostgresError.self,

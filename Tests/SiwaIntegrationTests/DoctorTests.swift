@@ -24,7 +24,7 @@ struct DoctorTests {
         let directory: String
         var config = ServerConfiguration()
 
-        init(roles: String = "siwa_receiver, siwa_worker, siwa_api", migrated: Bool = true) throws {
+        init(roles: String = "siwa_receiver, siwa_worker, siwa_api, siwa_console", migrated: Bool = true) throws {
             url = migrated ? try TestDatabase.create() : try TestDatabase.createEmpty()
             let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 16)
             login = "doctor_" + suffix
@@ -106,7 +106,7 @@ struct DoctorTests {
         #expect(run.status == 1, "\(run.output)")
         let report = try JSONDecoder().decode(DoctorReport.self, from: Data(run.output.utf8))
         let found = report.findings.first { $0.code == "login-superuser" }
-        #expect(found?.severity == .high && found?.fix.contains("IN ROLE siwa_api, siwa_worker") == true, "\(run.output)")
+        #expect(found?.severity == .high && found?.fix.contains("IN ROLE siwa_api, siwa_console, siwa_worker") == true, "\(run.output)")
         #expect(report.findings.first?.code == "login-superuser", "HIGH first")
         #expect(d.problems() == [])
     }
@@ -163,9 +163,11 @@ struct DoctorTests {
         #expect(d.problems() == ["login-roles-extra MEDIUM"] && extra.message.contains("siwa_dashboard"))
         try d.apply(extra.fix)
         #expect(d.problems() == [])
-        // `receive` needs neither siwa_worker nor (without the API) siwa_api.
+        // `receive` needs neither siwa_worker nor (without the API) siwa_api and siwa_console.
         d.config.apiTokenFile = nil
-        #expect(d.finding("login-roles-extra", .receive)?.fix == "REVOKE siwa_api FROM \(d.login);\nREVOKE siwa_worker FROM \(d.login);")
+        #expect(
+            d.finding("login-roles-extra", .receive)?.fix
+                == "REVOKE siwa_api FROM \(d.login);\nREVOKE siwa_console FROM \(d.login);\nREVOKE siwa_worker FROM \(d.login);")
         // The API on without siwa_api.
         d.config.apiTokenFile = try d.file("api-tokens", "doctor-test-token-0123456789")
         try d.sql("REVOKE siwa_api FROM \(d.login)")
@@ -287,7 +289,7 @@ struct DoctorTests {
         let d = try Deployment(migrated: false)
         #expect(d.problems() == ["schema-missing HIGH"])
         try Migrator.migrate(conninfo: d.url)
-        try d.sql("GRANT siwa_receiver, siwa_worker, siwa_api TO \(d.login)")
+        try d.sql("GRANT siwa_receiver, siwa_worker, siwa_api, siwa_console TO \(d.login)")
         #expect(d.problems() == [])
         d.config.databaseURL = nil
         #expect(d.problems() == ["database-embedded MEDIUM"])

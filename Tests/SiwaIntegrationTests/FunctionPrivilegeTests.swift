@@ -16,13 +16,16 @@ struct FunctionPrivilegeTests {
         "siwa_worker siwa.subject_hash(text)",
         "siwa_worker siwa.on_event(siwa.events,siwa.accounts)",
         "siwa_worker siwa.request_deletion(text,text)",
+        "siwa_console siwa.subject_hash(text)",
+        "siwa_console siwa.user_report(text)",
+        "siwa_console siwa.request_deletion(text,text)",
         "siwa_api siwa.map_transfer(text,text,text,text,boolean)",
         "siwa_api siwa.store_apple_token(text,text,text,bytea,text,boolean,timestamp with time zone)",
         "siwa_api siwa.queue_revocation(text,text,text,bytea)",
         "siwa_worker siwa.move_tokens_to_revocation(text[],bigint[],text[])",
         "siwa_receiver siwa.insert_events(text[],text[],text[],text[],bigint[],text[],boolean[],text[],text[])",
     ]
-    static let roles = ["siwa_receiver", "siwa_worker", "siwa_dashboard", "siwa_api"]
+    static let roles = ["siwa_receiver", "siwa_worker", "siwa_dashboard", "siwa_api", "siwa_console"]
 
     static func strings(_ url: String, _ sql: String) throws -> [String] {
         try TestDatabase.query(url, sql).rows.compactMap { $0.first ?? nil }

@@ -191,7 +191,7 @@ struct KeyStoreTests {
         let pool = PostgresPool(conninfo: url, size: 1)
         defer { pool.close() }
         try Self.withServer { server in
-            let persistence = Application.keyPersistence(pool: pool, url: server.url, logger: Self.logger)
+            let persistence = Application.keyPersistence(pool: pool, url: server.url, saves: true, logger: Self.logger)
             let first = KeyStore(url: server.url, minRefreshInterval: .zero, persistence: persistence, logger: Self.logger)
             try first.load()
             // Saved right after the fetch, off the waiting callers' path.

@@ -1,8 +1,10 @@
 """Bulk-loaded data at scale (accounts, sessions, done events, backlogs of every type), loaded on
 several sessions at once; shared by the scale, burst, authlib and console modes."""
+import os
 import threading
+import time
 
-from .harness import AUDIENCE, psql, psql_script
+from .harness import AUDIENCE, env_int, log, psql, psql_script
 
 
 SCALE_FUNCTIONS = """
@@ -110,7 +112,7 @@ def table_stats():
                 "|| coalesce(s.analyze_count + s.autoanalyze_count, 0) || '|' || coalesce(s.vacuum_count + s.autovacuum_count, 0) "
                 "|| '|' || pg_size_pretty(pg_total_relation_size(c.oid)) "
                 "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                "WHERE c.relnamespace = 'siwa'::regnamespace AND c.relname IN ('accounts', 'sessions', 'events') ORDER BY 1")
+                "WHERE c.relnamespace = 'siwa'::regnamespace AND c.relname IN ('accounts', 'app_accounts', 'sessions', 'events') ORDER BY 1")
     out = {}
     for line in rows.splitlines():
         name, reltuples, live, analyzed, vacuumed, size = line.split("|")
@@ -138,3 +140,56 @@ def in_parallel(items, streams, each):
         th.join()
     if errors:
         raise errors[0]
+
+
+def bulk_load(accounts, sessions, events, app_accounts=False, label="scale"):
+    """`accounts` accounts (their app accounts for the bench's audience too, with `app_accounts`),
+    `sessions` live sessions and `events` done events, loaded as a bulk import does: indexes and
+    keys dropped, rows loaded (events on SCALE_LOAD_STREAMS sessions in chunks of
+    SCALE_LOAD_CHUNK), indexes rebuilt from their own definitions (sorted: seconds, where millions
+    of random insertions take many minutes), a CHECKPOINT. CREATE INDEX records the row counts
+    (pg_class.reltuples) but no column statistics: no ANALYZE, no VACUUM. Returns the timings."""
+    preload = {}
+    started = time.perf_counter()
+    # BENCH_FILLFACTOR: the fillfactor of the tables the worker updates in place, for this load
+    # (space against HOT updates; schema.sql's own otherwise).
+    fillfactor = os.environ.get("BENCH_FILLFACTOR")
+    if fillfactor:
+        for t in ("accounts", "app_accounts", "sessions"):
+            psql(f"ALTER TABLE siwa.{t} SET (fillfactor = {int(fillfactor)})")
+    account_sql, _ = scale_accounts_sql(accounts, 1)
+    tables = ["siwa.accounts", "siwa.sessions", "siwa.events"] + (["siwa.app_accounts"] if app_accounts else [])
+    recreate = drop_indexes(tables)
+    t = time.perf_counter()
+    psql_script(account_sql)
+    if app_accounts:
+        psql_script(f"""
+            INSERT INTO siwa.app_accounts (apple_sub, aud, status, email, is_private_email, email_forwarding,
+                                           last_event_time, email_event_time, created_at, updated_at)
+            SELECT apple_sub, '{AUDIENCE}', status, email, is_private_email, email_forwarding,
+                   last_event_time, email_event_time, created_at, updated_at FROM siwa.accounts;
+        """)
+    preload["accounts_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    psql_script(scale_accounts_sql(sessions, 1)[1])
+    preload["sessions_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    streams = max(1, env_int("SCALE_LOAD_STREAMS", 2))
+    chunk = max(1, env_int("SCALE_LOAD_CHUNK", 500000))
+    ranges = [(a, min(a + chunk, events) - 1) for a in range(0, events, chunk)]
+    in_parallel(ranges, streams, lambda r: psql_script(scale_events_sql(r[0], r[1], accounts, events)))
+    preload["events_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    in_parallel(recreate, streams, psql)  # each CREATE INDEX is one statement: one per session
+    preload["indexes_s"] = round(time.perf_counter() - t, 1)
+    t = time.perf_counter()
+    psql("CHECKPOINT")
+    preload["checkpoint_s"] = round(time.perf_counter() - t, 1)
+    preload["total_s"] = round(time.perf_counter() - started, 1)
+    preload["tables"] = table_stats()
+    preload["fillfactor"] = {t: psql(f"SELECT coalesce(array_to_string(reloptions, ','), '') FROM pg_class WHERE oid = 'siwa.{t}'::regclass")
+                             for t in ("accounts", "app_accounts", "sessions", "events")}
+    log(f"{label}: preload {preload['total_s']} s (accounts {preload['accounts_s']} s, sessions "
+        f"{preload['sessions_s']} s, events {preload['events_s']} s on {streams} streams, indexes "
+        f"{preload['indexes_s']} s, checkpoint {preload['checkpoint_s']} s); tables {preload['tables']}")
+    return preload

@@ -3,8 +3,7 @@ and 5M done events bulk-loaded without ANALYZE (and once ANALYZEd): the same fig
 import os
 import time
 from .backlog import QUEUE, WORKER_TABLES, analyze_tables, drain, has_queue
-from .dataset import (SCALE_FUNCTIONS, drop_indexes, in_parallel, scale_accounts_sql, scale_backlog_sql, scale_events_sql,
-                      table_stats)
+from .dataset import SCALE_FUNCTIONS, bulk_load, scale_accounts_sql, scale_backlog_sql, table_stats
 from .harness import env_int, log, migrate, presign, psql, psql_script
 from .load import ingest
 
@@ -71,39 +70,7 @@ def scale():
         # 2. Bulk-loaded: no ANALYZE, no VACUUM afterwards (autovacuum off on these tables).
         psql(f"TRUNCATE {tables}")
         log(f"scale: preloading {accounts} accounts, {sessions} sessions, {events} done events")
-        preload = {}
-        started = time.perf_counter()
-        account_sql, session_sql = scale_accounts_sql(accounts, 1)
-        # As a bulk import does: drop the indexes, load, build them again (sorted, so it takes
-        # seconds where 5M random index insertions take many minutes). CREATE INDEX records the
-        # tables' row counts (pg_class.reltuples) but no column statistics: no ANALYZE, no VACUUM.
-        recreate = drop_indexes(["siwa.accounts", "siwa.sessions", "siwa.events"])
-        t = time.perf_counter()
-        psql_script(account_sql)
-        preload["accounts_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        psql_script(scale_accounts_sql(sessions, 1)[1])
-        preload["sessions_s"] = round(time.perf_counter() - t, 1)
-        # Events in SCALE_LOAD_STREAMS concurrent sessions (2: one per core), each in chunks.
-        t = time.perf_counter()
-        streams = max(1, env_int("SCALE_LOAD_STREAMS", 2))
-        chunk = max(1, env_int("SCALE_LOAD_CHUNK", 500000))
-        ranges = [(a, min(a + chunk, events) - 1) for a in range(0, events, chunk)]
-        in_parallel(ranges, streams, lambda r: psql_script(scale_events_sql(r[0], r[1], accounts, events)))
-        preload["events_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        # Index builds on SCALE_LOAD_STREAMS sessions too (each CREATE INDEX is one statement).
-        in_parallel(recreate, streams, psql)
-        preload["indexes_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        psql("CHECKPOINT")
-        preload["checkpoint_s"] = round(time.perf_counter() - t, 1)
-        preload["total_s"] = round(time.perf_counter() - started, 1)
-        preload["tables"] = table_stats()
-        log(f"scale: preload {preload['total_s']} s (accounts {preload['accounts_s']} s, sessions "
-            f"{preload['sessions_s']} s, events {preload['events_s']} s on {streams} streams, indexes "
-            f"{preload['indexes_s']} s, checkpoint "
-            f"{preload['checkpoint_s']} s); tables {preload['tables']}")
+        preload = bulk_load(accounts, sessions, events)
         loaded = ingest_and_drain("scale", n, threads, backlog_sql, quiet_backlog_sql)
         analyzed = None
         third = os.environ.get("SCALE_ANALYZE", "1")

@@ -4,7 +4,7 @@ import SiwaPostgres
 /// `doctor` compares the catalogs with it; `LeastPrivilegeTests` holds schema.sql and the table to it.
 public enum GrantMatrix {
     /// siwa's group roles (NOLOGIN, members of none of each other).
-    public static let roles = ["siwa_receiver", "siwa_worker", "siwa_api", "siwa_dashboard"]
+    public static let roles = ["siwa_receiver", "siwa_worker", "siwa_api", "siwa_dashboard", "siwa_console"]
 
     /// Each role's privileges, the allow-list: `role PRIVILEGE object`; a column grant names its
     /// columns, `object(col,...)`; `PUBLIC` is everyone (nothing of siwa's); `MEMBER` a membership
@@ -20,7 +20,7 @@ public enum GrantMatrix {
         "siwa_receiver USAGE schema siwa",
         "siwa_receiver INSERT events(aud,claims,email,event_time,is_private_email,jti,status,sub,type)",
         "siwa_receiver SELECT events(jti)", "siwa_receiver EXECUTE insert_events", "siwa_receiver SELECT backlog",
-        "siwa_receiver INSERT key_sets", "siwa_receiver SELECT key_sets", "siwa_receiver UPDATE key_sets",
+        "siwa_receiver SELECT key_sets",
         "siwa_worker USAGE schema siwa",
         "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
         "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
@@ -34,10 +34,28 @@ public enum GrantMatrix {
         "siwa_worker SELECT reconcile_pace", "siwa_worker UPDATE reconcile_pace",
         "siwa_worker SELECT revocations", "siwa_worker UPDATE revocations", "siwa_worker EXECUTE move_tokens_to_revocation",
         "siwa_worker SELECT sessions", "siwa_worker UPDATE sessions", "siwa_worker SELECT backlog",
+        "siwa_worker SELECT key_sets", "siwa_worker INSERT key_sets", "siwa_worker UPDATE key_sets",
         // Revocation proof and the user report.
         "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
         "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
         "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
+        // The console: its sessions and audit trail, its pages' reads, the operators' replays and deletions.
+        "siwa_console USAGE schema siwa", "siwa_console SELECT console_sessions", "siwa_console INSERT console_sessions",
+        "siwa_console UPDATE console_sessions", "siwa_console DELETE console_sessions",
+        "siwa_console SELECT console_operators(id,name,token_hash)", "siwa_console UPDATE console_operators(last_sign_in_at)",
+        "siwa_console SELECT operator_actions", "siwa_console INSERT operator_actions",
+        "siwa_console SELECT console_hours", "siwa_console INSERT console_hours", "siwa_console UPDATE console_hours",
+        "siwa_console DELETE console_hours", "siwa_console SELECT console_rollup", "siwa_console UPDATE console_rollup",
+        "siwa_console SELECT events", "siwa_console SELECT event_queue", "siwa_console SELECT accounts",
+        "siwa_console SELECT app_accounts", "siwa_console SELECT sessions", "siwa_console SELECT revocations",
+        "siwa_console SELECT forwards", "siwa_console SELECT key_sets", "siwa_console SELECT reconcile_pace",
+        "siwa_console SELECT counts", "siwa_console SELECT count_changes", "siwa_console SELECT transfers",
+        "siwa_console SELECT backlog", "siwa_console SELECT forward_backlog", "siwa_console SELECT dead_letters",
+        "siwa_console SELECT apple_tokens(next_validation_at)",
+        "siwa_console UPDATE events(attempts,last_error,next_attempt_at,status)",
+        "siwa_console UPDATE forwards(attempts,last_error,lease_until,next_attempt_at,retry_since,status)",
+        "siwa_console UPDATE revocations(attempts,created_at,last_error,next_attempt_at,status)",
+        "siwa_console EXECUTE subject_hash", "siwa_console EXECUTE user_report", "siwa_console EXECUTE request_deletion",
         // The auth libraries' tokens adopted (their hash only).
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
     ]

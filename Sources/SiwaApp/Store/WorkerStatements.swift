@@ -294,11 +294,11 @@ enum WorkerStatements {
         var aud: String? = nil
     }
 
-    /// Revokes live sessions. Each element finds its sessions in `sessions_live_idx` in a
+    /// Revokes live sessions. Each element finds its user's sessions in `sessions_sub_idx` in a
     /// correlated subquery (a SubPlan, which the planner cannot turn into a join the other way
     /// round), and the rows are then updated by primary key. A plain join lets a planner that
-    /// believes the partial index nearly empty (statistics taken before a bulk load of live
-    /// sessions) read the whole index once and compare it with every element (bench/README
+    /// believes the live sessions few (statistics taken before a bulk load of live sessions)
+    /// read the whole index once and compare it with every element (bench/README
     /// "revoke_sessions"). No `revoked_at` test on `s` itself, for the same
     /// reason (it would make `s` look tiny again); `COALESCE` keeps a revocation the app made
     /// while this statement waited for the row.
