@@ -1,0 +1,115 @@
+import Foundation
+import Logging
+import SiwaCore
+
+/// Calls a Clerk instance's Backend API with its secret key (`Authorization: Bearer sk_…`).
+/// Blocking (libcurl); thread-safe. Logs name the operation and the outcome, never the key, a
+/// user id or a `sub` (docs/hosted-providers.md).
+public final class ClerkClient: HostedProviderClient {
+    public let provider = HostedProvider.clerk
+    private let secretKey: String
+    private let http: ProviderHTTP
+
+    /// Largest number of session pages revoked in one call: a user with more active sessions
+    /// than that is finished by the next try.
+    public static let maxSessionPages = 20
+
+    /// - Parameters:
+    ///   - secretKey: the instance's secret key (read from `SIWA_CLERK_SECRET_KEY_FILE`).
+    ///   - url: the Backend API's base when not `https://api.clerk.com/v1` (`SIWA_CLERK_URL`).
+    ///   - clock: Unix seconds, for a rate-limit reset (tests give one).
+    /// - Throws: an unusable `url`, as a `ConfigurationError` whose `variable` is `url`.
+    public init(
+        secretKey: String, url: String? = nil, options: ProviderHTTPOptions = ProviderHTTPOptions(), logger: Logger,
+        clock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+    ) throws(ConfigurationError) {
+        self.secretKey = secretKey
+        http = try ProviderHTTP(provider: .clerk, url: url ?? Clerk.baseURL, options: options, logger: logger, clock: clock)
+    }
+
+    // MARK: - HostedProviderClient
+
+    /// One user read of the smallest page: the key must be valid and the address Clerk's.
+    public func check() -> ProviderOutcome {
+        let (status, answer) = send(.init(operation: "check", method: "GET", path: "/users", query: [("limit", "1")]))
+        switch answer {
+        case .success: return .done([], status: status ?? 200)
+        case .notFound: return .refused(ProviderFailure(status: 404, reason: "http_404", blame: .tenant))
+        case .failed(let outcome): return outcome
+        }
+    }
+
+    public func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome {
+        var steps = ProviderSteps()
+        let found = send(
+            .init(
+                operation: "find_user", method: "GET", path: "/users",
+                query: [("provider", Clerk.appleProvider), ("provider_user_id", sub), ("limit", "10")]))
+        let user: ClerkUser
+        switch found.answer {
+        case .success(let body):
+            guard let list = try? JSONParser.parse(body) else {
+                return .retryLater(ProviderFailure(status: found.status, reason: "malformed_response"))
+            }
+            guard let match = Clerk.user(inList: list, sub: sub) else { return .userNotFound(status: found.status ?? 200) }
+            user = match
+            steps.status = found.status ?? 200
+        case .notFound: return .userNotFound(status: 404)
+        case .failed(let outcome): return outcome
+        }
+        if let failed = revokeSessions(user.userID, into: &steps) { return failed }
+        if effect == .endSessions { return steps.done }
+        let userPath = "/users/\(ProviderAnswer.pathSegment(user.userID))"
+        if effect == .deleteUser && user.appleOnly {
+            return steps.removal(send(.init(operation: "delete_user", method: "DELETE", path: userPath)), done: .deleted) ?? steps.done
+        }
+        // Unlinking the only way in would leave a user nobody can sign in as: it stays, signed out.
+        if user.appleOnly { return steps.done }
+        let account = "\(userPath)/external_accounts/\(ProviderAnswer.pathSegment(user.externalAccountID))"
+        return steps.removal(send(.init(operation: "delete_external_account", method: "DELETE", path: account)), done: .unlinked)
+            ?? steps.done
+    }
+
+    // MARK: - Steps
+
+    /// Revokes every active session of the user, a page at a time (a revoked session leaves
+    /// the active list, so each page is read from the start).
+    private func revokeSessions(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
+        for _ in 0..<Self.maxSessionPages {
+            let listed = send(
+                .init(
+                    operation: "list_sessions", method: "GET", path: "/sessions",
+                    query: [("user_id", userID), ("status", "active"), ("limit", "\(Clerk.sessionPage)")]))
+            let ids: [String]
+            switch listed.answer {
+            case .success(let body):
+                guard let list = try? JSONParser.parse(body) else {
+                    return .retryLater(ProviderFailure(status: listed.status, reason: "malformed_response"))
+                }
+                ids = Clerk.sessionIDs(list)
+                steps.status = listed.status ?? steps.status
+            case .notFound: return .userNotFound(status: 404)
+            case .failed(let outcome): return outcome
+            }
+            for id in ids {
+                let revoked = send(.init(operation: "revoke_session", method: "POST", path: "/sessions/\(ProviderAnswer.pathSegment(id))/revoke"))
+                switch revoked.answer {
+                case .success: steps.status = revoked.status ?? steps.status
+                case .notFound: break  // ended meanwhile
+                case .failed(let outcome): return outcome
+                }
+            }
+            if ids.count < Clerk.sessionPage {
+                steps.actions.append(.signedOut)
+                return nil
+            }
+        }
+        return .retryLater(ProviderFailure(reason: "session_pages_left"))
+    }
+
+    private func send(_ request: ProviderHTTP.Request) -> (status: Int?, answer: ProviderAnswer) {
+        var request = request
+        request.bearer = secretKey
+        return http.send(request, code: Clerk.errorCode)
+    }
+}
