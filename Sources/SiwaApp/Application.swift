@@ -102,7 +102,7 @@ public final class Application: Sendable {
             let running = try compose(into: group)
             state.withLock { $0 = .running(running) }
         } catch {
-            group.stop(budget: .seconds(configuration.shutdownTimeout))
+            group.stop(budget: configuration.shutdownTimeout)
             throw error
         }
     }
@@ -117,7 +117,7 @@ public final class Application: Sendable {
             return p
         }
         guard case .running(let r) = previous else { return }
-        r.services.stop(budget: .seconds(configuration.shutdownTimeout))
+        r.services.stop(budget: configuration.shutdownTimeout)
         logger.info("stopped")
     }
 
@@ -219,7 +219,7 @@ public final class Application: Sendable {
                 gate: RequestGate(path: config.path, maxBody: config.maxBody),
                 verifier: NotificationVerifier(policy: Self.verificationPolicy(config)),
                 keys: keys, writer: writer, logger: logger, metrics: metrics,
-                commitTimeout: .seconds(config.commitTimeout))
+                commitTimeout: config.commitTimeout)
             let listener = ListenerService(
                 name: "public listener",
                 configuration: listenerConfiguration(config.listen, threads: config.httpThreads),
@@ -238,8 +238,8 @@ public final class Application: Sendable {
         if let work {
             var workerOptions = options.worker
             workerOptions.retry.maxAttempts = config.maxAttempts
-            workerOptions.statementTimeout = .seconds(config.workerStatementTimeout)
-            workerOptions.lockTimeout = .seconds(config.workerLockTimeout)
+            workerOptions.statementTimeout = config.workerStatementTimeout
+            workerOptions.lockTimeout = config.workerLockTimeout
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
             workerOptions.authLibraries = work.libraries
@@ -248,7 +248,7 @@ public final class Application: Sendable {
             try group.start(worker)
             if let appleAPI {
                 var revokerOptions = options.revoker
-                revokerOptions.schedule.retryFor = Double(config.revokeRetryFor)
+                revokerOptions.schedule.retryFor = config.revokeRetryFor
                 try group.start(Revoker(conninfo: conninfo, apple: appleAPI, options: revokerOptions, logger: logger, metrics: metrics))
             }
             try group.start(WakeUpListener(conninfo: conninfo, channel: WorkerStatements.channel, waking: worker.wakeups, logger: logger))
@@ -261,10 +261,10 @@ public final class Application: Sendable {
             if !work.providers.isEmpty { try startProviderCalls(work.providers, conninfo: conninfo, in: group) }
 
             // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
-            if let appleAPI, config.reconcileEvery > 0 {
+            if let appleAPI, config.reconcileEvery > .zero {
                 try group.start(
                     Reconciler(
-                        conninfo: conninfo, interval: Double(config.reconcileEvery), apple: appleAPI,
+                        conninfo: conninfo, interval: config.reconcileEvery, apple: appleAPI,
                         options: options.reconciler, logger: logger, metrics: metrics))
                 // The tokens Better Auth / Auth.js store in clear, adopted so that they are validated too.
                 if let adoption = workerOptions.authLibraries.tokens {
@@ -295,7 +295,7 @@ public final class Application: Sendable {
         var targets = WorkTargets(libraries: libraries)
         do {
             if let forwarding = configuration.forwarding {
-                targets.forwarding = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout.inSeconds)
+                targets.forwarding = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout)
             }
             targets.providers = try HostedProviderClients.make(configuration.hostedProviders, logger: logger)
             try HostedProviderClients.check(targets.providers, configuration: configuration.hostedProviders)
@@ -399,12 +399,13 @@ public final class Application: Sendable {
     private func startForwarding(_ delivery: ForwardDelivery, conninfo: String, in group: ServiceGroup) throws {
         guard let forwarding = configuration.forwarding else { return }
         let sender = ForwardSender(
-            conninfo: conninfo, delivery: delivery, retryFor: Double(forwarding.retryForSeconds), options: options.forwarding,
+            conninfo: conninfo, delivery: delivery, retryFor: forwarding.retryFor, options: options.forwarding,
             logger: logger, metrics: metrics)
         try group.start(sender)
         try group.start(WakeUpListener(conninfo: conninfo, channel: ForwardStatements.channel, waking: sender.wakeups, logger: logger))
         logger.info(
-            "forwarding on", metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryForSeconds)"])
+            "forwarding on",
+            metadata: ["forward_url": "\(Self.redacted(forwarding.url))", "retry_for_seconds": "\(forwarding.retryFor.components.seconds)"])
     }
 
     /// The hosted providers' calls (docs/hosted-providers.md, work role, with a provider in
@@ -489,7 +490,7 @@ public final class Application: Sendable {
         }
         let store = KeyStore(
             url: config.jwksURL, extraKeys: extra,
-            minRefreshInterval: Double(config.keyRefreshInterval),
+            minRefreshInterval: config.keyRefreshInterval,
             persistence: Self.keyPersistence(pool: pool, url: config.jwksURL, saves: roles.contains(.work), logger: logger),
             logger: logger, metrics: metrics)
         guard roles.contains(.receive) else { return store }
@@ -506,7 +507,7 @@ public final class Application: Sendable {
     private func listenerConfiguration(_ address: ListenAddress, threads: Int) -> HTTPServerConfiguration {
         HTTPServerConfiguration(
             host: address.host == "localhost" ? "127.0.0.1" : address.host, port: address.port,
-            threads: threads, connectionTimeout: .seconds(configuration.connectionTimeout),
+            threads: threads, connectionTimeout: configuration.connectionTimeout,
             connectionLimit: configuration.maxConnections, maxBody: configuration.maxBody)
     }
 

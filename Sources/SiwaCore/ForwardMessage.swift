@@ -98,7 +98,7 @@ public struct ForwardMessage: Sendable, Equatable {
 }
 
 /// What happens to a forward after a failed attempt: retried with exponential backoff and
-/// jitter (`RetryPolicy`) until `retryFor` seconds after it was queued, then dead. The last
+/// jitter (`RetryPolicy`) until `retryFor` after it was queued, then dead. The last
 /// retry is placed at the deadline, not past it.
 public struct ForwardSchedule: Sendable, Equatable {
     public enum Next: Sendable, Equatable {
@@ -106,12 +106,12 @@ public struct ForwardSchedule: Sendable, Equatable {
         case dead
     }
 
-    /// `SIWA_FORWARD_RETRY_FOR` in seconds.
-    public var retryFor: Double
+    /// `SIWA_FORWARD_RETRY_FOR`.
+    public var retryFor: Duration
     /// Backoff; its `maxAttempts` is not used (time decides).
     public var backoff: RetryPolicy
 
-    public init(retryFor: Double, backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)) {
+    public init(retryFor: Duration, backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)) {
         self.retryFor = retryFor
         self.backoff = backoff
     }
@@ -119,7 +119,7 @@ public struct ForwardSchedule: Sendable, Equatable {
     /// After `attempts` failed attempts (this one included), `ageSeconds` after the forward was
     /// queued; `jitter` in [0, 1).
     public func next(afterAttempts attempts: Int, ageSeconds: Double, jitter: Double) -> Next {
-        let left = retryFor - ageSeconds
+        let left = retryFor.inSeconds - ageSeconds
         guard left > 0 else { return .dead }
         return .retry(afterSeconds: min(backoff.delay(afterAttempts: attempts, jitter: jitter), left))
     }

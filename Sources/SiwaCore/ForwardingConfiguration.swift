@@ -6,32 +6,31 @@ public struct ForwardingConfiguration: Sendable, Equatable {
     public var url: String
     /// `SIWA_FORWARD_SECRET_FILE`: lines `whsec_<base64>`; every one signs (rotation).
     public var secretFile: String
-    /// `SIWA_FORWARD_RETRY_FOR` in seconds: how long a forward is retried before it is `dead`.
-    /// Default 3 days.
-    public var retryForSeconds: Int
+    /// `SIWA_FORWARD_RETRY_FOR`: how long a forward is retried before it is `dead`. Default 3 days.
+    public var retryFor: Duration
 
-    public static let defaultRetryForSeconds = 3 * 86_400
+    public static let defaultRetryFor = Duration.seconds(3 * 86_400)
     /// Bounds of `SIWA_FORWARD_RETRY_FOR`: a minute to 30 days.
     public static let retryForRange = 60...(30 * 86_400)
 
-    public init(url: String, secretFile: String, retryForSeconds: Int = ForwardingConfiguration.defaultRetryForSeconds) {
+    public init(url: String, secretFile: String, retryFor: Duration = ForwardingConfiguration.defaultRetryFor) {
         self.url = url
         self.secretFile = secretFile
-        self.retryForSeconds = retryForSeconds
+        self.retryFor = retryFor
     }
 
     /// nil when neither `SIWA_FORWARD_URL` nor `SIWA_FORWARD_SECRET_FILE` is set; an error naming
     /// the variable when only one is, when the URL is not acceptable, or when
     /// `SIWA_FORWARD_RETRY_FOR` is not a duration in range.
     static func load(_ value: (String) -> String?) throws(ConfigurationError) -> ForwardingConfiguration? {
-        var retryFor = defaultRetryForSeconds
+        var retryFor = defaultRetryFor
         if let text = value("SIWA_FORWARD_RETRY_FOR") {
             guard let seconds = DurationText.seconds(text), retryForRange.contains(seconds) else {
                 throw ConfigurationError(
                     variable: "SIWA_FORWARD_RETRY_FOR",
                     problem: "must be a duration with a unit (s, m, h or d, e.g. 3d or 36h) between 1m and 30d")
             }
-            retryFor = seconds
+            retryFor = .seconds(seconds)
         }
         let url = value("SIWA_FORWARD_URL"), file = value("SIWA_FORWARD_SECRET_FILE")
         switch (url, file) {
@@ -48,7 +47,7 @@ public struct ForwardingConfiguration: Sendable, Equatable {
             if let problem = problem(withURL: url) {
                 throw ConfigurationError(variable: "SIWA_FORWARD_URL", problem: problem)
             }
-            return ForwardingConfiguration(url: url, secretFile: file, retryForSeconds: retryFor)
+            return ForwardingConfiguration(url: url, secretFile: file, retryFor: retryFor)
         }
     }
 

@@ -1,7 +1,7 @@
 /// When Apple's key set is fetched, and what a request naming an unknown `kid` is answered.
 ///
 /// A pure state machine (no I/O, no clock): the key store feeds it events with the time read from
-/// a monotonic clock (seconds from any fixed origin) and carries out the `Effect`s it returns.
+/// a monotonic clock and carries out the `Effect`s it returns.
 /// Guarantees:
 /// - single flight: at most one fetch in flight, however many unknown `kid`s arrive;
 /// - at most one fetch start per `minInterval` (a flood of made-up `kid`s costs one fetch per
@@ -18,10 +18,9 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     public struct Fetch: Sendable, Equatable {
         /// Increasing from 1.
         public var id: UInt64
-        /// Monotonic seconds.
-        public var startedAt: Double
+        public var startedAt: Deadline
 
-        public init(id: UInt64, startedAt: Double) {
+        public init(id: UInt64, startedAt: Deadline) {
             self.id = id
             self.startedAt = startedAt
         }
@@ -30,7 +29,7 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     /// A fetch that finished.
     public struct Completion: Sendable, Equatable {
         public var fetch: Fetch
-        public var finishedAt: Double
+        public var finishedAt: Deadline
         public var succeeded: Bool
     }
 
@@ -39,8 +38,8 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         case none
         /// Start this fetch now, off the request threads, and report `fetchCompleted`.
         case startFetch(Fetch)
-        /// Call `timerFired` at this time (monotonic seconds).
-        case scheduleTimer(at: Double)
+        /// Call `timerFired` at this time.
+        case scheduleTimer(at: Deadline)
     }
 
     /// The answer for a request whose `kid` is not among the known keys.
@@ -70,8 +69,8 @@ public struct KeyFetchPolicy: Sendable, Equatable {
         case rateLimited
     }
 
-    /// Seconds that must pass between two fetch starts.
-    public let minInterval: Double
+    /// What must pass between two fetch starts.
+    public let minInterval: Duration
     /// The fetch in flight, if any.
     public private(set) var inFlight: Fetch?
     /// The most recent completed fetch.
@@ -81,29 +80,29 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     /// When each unknown `kid` was first seen.
     public private(set) var sightings: UnknownKidSightings
     /// When the most recent fetch started.
-    public private(set) var lastStart: Double?
+    public private(set) var lastStart: Deadline?
     /// A request was answered 503 and a fetch starting after it is owed.
     public private(set) var fetchOwed = false
     /// The time an armed timer fires, if one is armed.
-    public private(set) var timerAt: Double?
+    public private(set) var timerAt: Deadline?
     private var lastID: UInt64 = 0
 
     /// - Parameters:
     ///   - sightingCapacity: unknown `kid`s remembered at once (the oldest is evicted).
-    ///   - sightingLifetime: seconds an unknown `kid`'s first sighting is remembered.
+    ///   - sightingLifetime: how long an unknown `kid`'s first sighting is remembered.
     public init(
-        minInterval: Double, sightingCapacity: Int = UnknownKidSightings.defaultCapacity,
-        sightingLifetime: Double = UnknownKidSightings.defaultLifetime
+        minInterval: Duration, sightingCapacity: Int = UnknownKidSightings.defaultCapacity,
+        sightingLifetime: Duration = UnknownKidSightings.defaultLifetime
     ) {
-        self.minInterval = max(0, minInterval)
+        self.minInterval = max(.zero, minInterval)
         sightings = UnknownKidSightings(capacity: sightingCapacity, lifetime: sightingLifetime)
     }
 
     /// The earliest time the next fetch may start.
-    public var nextAllowedStart: Double? { lastStart.map { $0 + minInterval } }
+    public var nextAllowedStart: Deadline? { lastStart.map { $0.adding(minInterval) } }
 
     /// True when no fetch is in flight and the minimum interval has passed.
-    public func mayStart(now: Double) -> Bool {
+    public func mayStart(now: Deadline) -> Bool {
         guard inFlight == nil else { return false }
         guard let next = nextAllowedStart else { return true }
         return now >= next
@@ -114,7 +113,7 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     /// The first request naming `kid` records when it was seen; every later one (retries
     /// included) is decided against that time, so a fetch that began after it and succeeded
     /// without the `kid` makes every retry a 401.
-    public mutating func unknownKid(_ kid: String, arrivedAt: Double, now: Double, mayWait: Bool = true) -> Decision {
+    public mutating func unknownKid(_ kid: String, arrivedAt: Deadline, now: Deadline, mayWait: Bool = true) -> Decision {
         let seenAt = sightings.record(kid, at: arrivedAt, now: now)
         if let success = lastSuccess, success.fetch.startedAt >= seenAt {
             return Decision(answer: .unknownKid, effect: .none)
@@ -138,14 +137,14 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     }
 
     /// An explicit refresh (start-up load, TTL expiry).
-    public mutating func refreshRequested(now: Double) -> RefreshAction {
+    public mutating func refreshRequested(now: Deadline) -> RefreshAction {
         if let fetch = inFlight { return .join(fetch) }
         guard mayStart(now: now) else { return .rateLimited }
         return .start(start(now: now))
     }
 
     /// The fetch with `id` finished.
-    public mutating func fetchCompleted(id: UInt64, succeeded: Bool, now: Double) -> Effect {
+    public mutating func fetchCompleted(id: UInt64, succeeded: Bool, now: Deadline) -> Effect {
         guard let fetch = inFlight, fetch.id == id else { return .none }
         inFlight = nil
         lastCompletion = Completion(fetch: fetch, finishedAt: now, succeeded: succeeded)
@@ -154,14 +153,14 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     }
 
     /// The armed timer fired (a little early is fine: it is armed again).
-    public mutating func timerFired(now: Double) -> Effect {
+    public mutating func timerFired(now: Deadline) -> Effect {
         timerAt = nil
         return followUp(now: now)
     }
 
     // MARK: - Implementation
 
-    private mutating func start(now: Double) -> Fetch {
+    private mutating func start(now: Deadline) -> Fetch {
         lastID += 1
         let fetch = Fetch(id: lastID, startedAt: now)
         inFlight = fetch
@@ -171,16 +170,16 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     }
 
     /// 503, and a fetch owed so that the retry finds the key.
-    private mutating func unavailable(now: Double) -> Decision {
+    private mutating func unavailable(now: Deadline) -> Decision {
         fetchOwed = true
         let effect = followUp(now: now)
-        let next = max(nextAllowedStart ?? now, now)
-        let retryAfter = Int((next - now).rounded(.up)) + 1
+        let wait = (nextAllowedStart ?? now).timeLeft(at: now).components
+        let retryAfter = Int(clamping: wait.seconds) + (wait.attoseconds > 0 ? 1 : 0) + 1
         return Decision(answer: .unavailable(retryAfter: max(1, retryAfter)), effect: effect)
     }
 
     /// Starts or schedules the owed fetch.
-    private mutating func followUp(now: Double) -> Effect {
+    private mutating func followUp(now: Deadline) -> Effect {
         guard fetchOwed, inFlight == nil else { return .none }  // a completing fetch calls again
         if mayStart(now: now) { return .startFetch(start(now: now)) }
         guard let next = nextAllowedStart else { return .none }
@@ -190,42 +189,42 @@ public struct KeyFetchPolicy: Sendable, Equatable {
     }
 }
 
-/// When each unknown `kid` was first seen (monotonic seconds), for `KeyFetchPolicy`. Bounded:
+/// When each unknown `kid` was first seen (on the monotonic clock), for `KeyFetchPolicy`. Bounded:
 /// at most `capacity` entries (recording one more evicts the oldest) and none older than
 /// `lifetime`. A `kid` seen again after its entry went is seen for the first time again (one
 /// more `503` at most, or a fetch of its own).
 public struct UnknownKidSightings: Sendable, Equatable {
     public static let defaultCapacity = 4096
     /// One day.
-    public static let defaultLifetime: Double = 86_400
+    public static let defaultLifetime = Duration.seconds(86_400)
 
     struct Entry: Sendable, Equatable {
         var kid: String
-        var at: Double
+        var at: Deadline
     }
 
     public let capacity: Int
-    public let lifetime: Double
-    private var firstSeen: [String: Double] = [:]
+    public let lifetime: Duration
+    private var firstSeen: [String: Deadline] = [:]
     /// Entries in recording order (so oldest first); an entry whose `at` no longer matches
     /// `firstSeen` was forgotten and is skipped.
     private var order: [Entry] = []
     private var head = 0
 
-    public init(capacity: Int = defaultCapacity, lifetime: Double = defaultLifetime) {
+    public init(capacity: Int = defaultCapacity, lifetime: Duration = defaultLifetime) {
         self.capacity = max(1, capacity)
-        self.lifetime = max(0, lifetime)
+        self.lifetime = max(.zero, lifetime)
     }
 
     /// Unknown `kid`s remembered.
     public var count: Int { firstSeen.count }
 
     /// When `kid` was first seen, if it is remembered.
-    public func firstSeen(_ kid: String) -> Double? { firstSeen[kid] }
+    public func firstSeen(_ kid: String) -> Deadline? { firstSeen[kid] }
 
     /// Records `kid` as seen at `at` unless it is remembered already; returns its first sighting.
     /// Drops entries older than `lifetime` (at `now`) and, when full, the oldest one.
-    public mutating func record(_ kid: String, at: Double, now: Double) -> Double {
+    public mutating func record(_ kid: String, at: Deadline, now: Deadline) -> Deadline {
         dropExpired(now: now)
         if let seen = firstSeen[kid] { return seen }
         while firstSeen.count >= capacity, let oldest = popOldest() {
@@ -243,11 +242,11 @@ public struct UnknownKidSightings: Sendable, Equatable {
         compact()
     }
 
-    private mutating func dropExpired(now: Double) {
+    private mutating func dropExpired(now: Deadline) {
         while head < order.count {
             let entry = order[head]
             if firstSeen[entry.kid] == entry.at {
-                guard now - entry.at > lifetime else { return }
+                guard now > entry.at.adding(lifetime) else { return }
                 firstSeen[entry.kid] = nil
             }
             head += 1

@@ -12,30 +12,30 @@
 /// the lease always covers the batch. A token validated is due again one interval later; a
 /// token first seen, one interval after it was stored (it was valid then).
 /// (`ReconcileStatements.claim` does the slot arithmetic in SQL, under the pace row's lock.)
-/// Pure: the caller brings the clock (seconds) and does the waiting.
+/// Pure: the caller brings the clock and does the waiting.
 public struct ReconcileSchedule: Sendable, Equatable {
-    /// Seconds between two validations of one token (`SIWA_RECONCILE_EVERY`).
-    public let interval: Double
-    /// Least seconds between two calls whatever the token count (an upper bound on the rate).
-    /// Default 0.001 (1,000 calls a second).
-    public var minimumSpacing: Double
-    /// Most seconds between two calls when a token is due. Default 60.
-    public var maximumSpacing: Double
-    /// Seconds of slots one claim takes at most (fewer tokens when the spacing is wide). Default 5.
-    public var batchSpan: Double
+    /// Between two validations of one token (`SIWA_RECONCILE_EVERY`).
+    public let interval: Duration
+    /// The least time between two calls whatever the token count (an upper bound on the rate).
+    /// Default 1 ms (1,000 calls a second).
+    public var minimumSpacing: Duration
+    /// The most time between two calls when a token is due. Default 60 s.
+    public var maximumSpacing: Duration
+    /// The slots one claim takes at most (fewer tokens when the spacing is wide). Default 5 s.
+    public var batchSpan: Duration
     /// Most tokens one claim takes. Default 100.
     public var maximumBatch: Int
-    /// Seconds a claimed token stays leased after its slot: the call (at most its timeout), the
-    /// recording of its answer, and some slack. Default 60.
-    public var leaseMargin: Double
+    /// How long a claimed token stays leased after its slot: the call (at most its timeout), the
+    /// recording of its answer, and some slack. Default 60 s.
+    public var leaseMargin: Duration
     public var retry: AppleRetry
 
     public init(
-        interval: Double, minimumSpacing: Double = 0.001, maximumSpacing: Double = 60, batchSpan: Double = 5,
-        maximumBatch: Int = 100, leaseMargin: Double = 60,
+        interval: Duration, minimumSpacing: Duration = .milliseconds(1), maximumSpacing: Duration = .seconds(60),
+        batchSpan: Duration = .seconds(5), maximumBatch: Int = 100, leaseMargin: Duration = .seconds(60),
         retry: AppleRetry = AppleRetry(policy: RetryPolicy(maxAttempts: .max, baseDelay: 60, maxDelay: 6 * 3600))
     ) {
-        precondition(interval > 0, "interval must be positive")
+        precondition(interval > .zero, "interval must be positive")
         self.interval = interval
         self.minimumSpacing = minimumSpacing
         self.maximumSpacing = maximumSpacing
@@ -45,20 +45,21 @@ public struct ReconcileSchedule: Sendable, Equatable {
         self.retry = retry
     }
 
-    /// Seconds between two calls (of all processes together) with `tokens` stored.
-    public func spacing(tokens: Int) -> Double {
-        max(minimumSpacing, min(maximumSpacing, interval / Double(max(tokens, 1))))
+    /// The time between two calls (of all processes together) with `tokens` stored.
+    public func spacing(tokens: Int) -> Duration {
+        max(minimumSpacing, min(maximumSpacing, interval / max(tokens, 1)))
     }
 
-    /// Tokens one claim takes at `spacing`: as many as fit in `batchSpan` seconds of slots, at
-    /// least one, at most `maximumBatch`.
-    public func batchSize(spacing: Double) -> Int {
-        guard spacing > 0 else { return maximumBatch }
+    /// Tokens one claim takes at `spacing`: as many as fit in `batchSpan` of slots, at least
+    /// one, at most `maximumBatch`.
+    public func batchSize(spacing: Duration) -> Int {
+        guard spacing > .zero else { return maximumBatch }
         return max(1, min(maximumBatch, Int((batchSpan / spacing).rounded(.down))))
     }
 
-    /// When a token whose validation failed transiently `failures` times in a row is tried again.
-    public func retryAt(now: Double, failures: Int, retryAfter: Int?, jitter: Double) -> Double {
-        now + min(interval, retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: jitter))
+    /// How long after now a token whose validation failed transiently `failures` times in a row
+    /// is tried again (Apple's `Retry-After` honoured, never later than one interval).
+    public func retryDelay(failures: Int, retryAfter: Int?, jitter: Double) -> Duration {
+        min(interval, .seconds(retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: jitter)))
     }
 }

@@ -1,13 +1,13 @@
 /// When a failed revocation at Apple is tried again: backoff with jitter, capped at an hour
-/// between tries, for `retryFor` seconds from when the revocation was queued (Apple down for a
+/// between tries, for `retryFor` from when the revocation was queued (Apple down for a
 /// day must not lose a grant); after that it is dead (`replay` brings it back).
 public struct RevocationSchedule: Sendable, Equatable {
-    /// Seconds from queueing to dead. Default 7 days (`SIWA_REVOKE_RETRY_FOR`).
-    public var retryFor: Double
+    /// From queueing to dead. Default 7 days (`SIWA_REVOKE_RETRY_FOR`).
+    public var retryFor: Duration
     /// Backoff: 1 s doubling, capped at 3600 s, half of it jittered.
     public var backoff: RetryPolicy
 
-    public init(retryFor: Double = 7 * 86_400, backoff: RetryPolicy = RetryPolicy(maxAttempts: Int.max, baseDelay: 1, maxDelay: 3600)) {
+    public init(retryFor: Duration = .seconds(7 * 86_400), backoff: RetryPolicy = RetryPolicy(maxAttempts: Int.max, baseDelay: 1, maxDelay: 3600)) {
         self.retryFor = retryFor
         self.backoff = backoff
     }
@@ -20,7 +20,7 @@ public struct RevocationSchedule: Sendable, Equatable {
     /// After attempt number `attempts` failed, `ageSeconds` after the revocation was queued.
     /// `retryAfter` (Apple's `Retry-After`) is honoured, within the window.
     public func next(afterAttempts attempts: Int, ageSeconds: Double, retryAfter: Int?, jitter: Double) -> Next {
-        let left = retryFor - ageSeconds
+        let left = retryFor.inSeconds - ageSeconds
         guard left > 0 else { return .dead }
         var delay = backoff.delay(afterAttempts: attempts, jitter: jitter)
         if let retryAfter { delay = max(delay, Double(retryAfter)) }

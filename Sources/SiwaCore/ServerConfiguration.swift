@@ -21,7 +21,7 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_LOG_FORMAT`; default `json` (json|text).
     public var logFormat: String
     /// `SIWA_CONNECTION_TIMEOUT` in seconds; default 10 (1...300).
-    public var connectionTimeout: Int
+    public var connectionTimeout: Duration
     /// `SIWA_MAX_CONNECTIONS`; default 1024 (1...65536).
     public var maxConnections: Int
     /// `SIWA_HTTP_THREADS`; default 4 (1...256).
@@ -34,24 +34,24 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var retentionDays: Int
     /// `SIWA_JWKS_MIN_REFRESH`: minimum seconds between two key set fetches (an unknown `kid`
     /// cannot force more); default 10 (1...3600).
-    public var keyRefreshInterval: Int
+    public var keyRefreshInterval: Duration
     /// `SIWA_COMMIT_TIMEOUT`: most seconds a notification waits from arrival to answer; past it
     /// the answer is 503 + Retry-After (it may still commit: Apple's retry is then a duplicate).
     /// Default 5 (1...60).
-    public var commitTimeout: Int
+    public var commitTimeout: Duration
     /// `SIWA_WORKER_STATEMENT_TIMEOUT`: seconds one worker statement (the operator hook included)
     /// may run before the event fails and is retried. Default 30 (1...3600).
-    public var workerStatementTimeout: Int
+    public var workerStatementTimeout: Duration
     /// `SIWA_WORKER_LOCK_TIMEOUT`: seconds the worker waits for a row lock (e.g. held by a
     /// dashboard query) before the event fails and is retried. Default 5 (1...600).
-    public var workerLockTimeout: Int
+    public var workerLockTimeout: Duration
     /// `SIWA_WORKER_CONNECTIONS`: batches a `serve`/`work` process applies at once, each on a
     /// database connection of its own. Default 2 (1...32): one batch keeps one PostgreSQL backend
     /// busy (its round trips are sequential), two use both cores of a small machine.
     public var workerConnections: Int
     /// `SIWA_SHUTDOWN_TIMEOUT`: the graceful-stop budget in seconds shared by every part of the
     /// process on SIGTERM. Default 20 (1...600; keep it under systemd's `TimeoutStopSec=30`).
-    public var shutdownTimeout: Int
+    public var shutdownTimeout: Duration
     /// App-initiated deletion (Apple's REST API): on when all of `SIWA_TEAM_ID`, `SIWA_KEY_ID`,
     /// `SIWA_PRIVATE_KEY_FILE` and `SIWA_TOKEN_KEY_FILE` are set; nil (off) when none is.
     public var appleAPI: AppleAPIConfiguration?
@@ -71,11 +71,11 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// sign-in's client address (IPs or CIDR blocks). Default none: the TCP peer.
     public var trustedProxies = TrustedProxies.none
     /// `SIWA_REVOKE_RETRY_FOR`: seconds a revocation at Apple is retried before it is dead. Default 7 days.
-    public var revokeRetryFor: Int
+    public var revokeRetryFor: Duration
     /// `SIWA_RECONCILE_EVERY` in seconds: every stored refresh token is validated at Apple at
     /// most once per this interval (README "Missed notifications"; on with in-app deletion). Default 86400 (24h);
     /// 0 is off; otherwise 1s...365d.
-    public var reconcileEvery: Int = 86_400
+    public var reconcileEvery: Duration = .seconds(86_400)
     /// `SIWA_APPLY_TO`, `SIWA_ON_ACCOUNT_DELETE` and the auth libraries' table names (README "Using Supabase Auth / Better Auth / Auth.js").
     /// Default: no target.
     public var authLibraries = AuthLibraryConfiguration()
@@ -117,23 +117,23 @@ public struct ServerConfiguration: Sendable, Equatable {
         maxBody = 65_536
         logLevel = "info"
         logFormat = "json"
-        connectionTimeout = 10
+        connectionTimeout = .seconds(10)
         maxConnections = 1024
         httpThreads = 4
         maxAttempts = 12
         retentionDays = 30
-        keyRefreshInterval = 10
-        commitTimeout = 5
-        workerStatementTimeout = 30
-        workerLockTimeout = 5
+        keyRefreshInterval = .seconds(10)
+        commitTimeout = .seconds(5)
+        workerStatementTimeout = .seconds(30)
+        workerLockTimeout = .seconds(5)
         workerConnections = 2
-        shutdownTimeout = 20
+        shutdownTimeout = .seconds(20)
         appleAPI = nil
         forwarding = nil
         dev = false
         apiTokenFile = nil
         apiConcurrency = 16
-        revokeRetryFor = 7 * 86_400
+        revokeRetryFor = .seconds(7 * 86_400)
     }
 
     /// Loads the configuration. `environment` is the process environment; `overrides` are
@@ -160,6 +160,10 @@ public struct ServerConfiguration: Sendable, Equatable {
                 throw ConfigurationError(variable: name, problem: "must be an integer between \(range.lowerBound) and \(range.upperBound)")
             }
             return n
+        }
+        // Whole seconds, as the variables have always been written (`10`, not `10s`).
+        func seconds(_ name: String, _ range: ClosedRange<Int>, default def: Duration) throws(ConfigurationError) -> Duration {
+            value(name) == nil ? def : .seconds(try integer(name, range, default: 0))
         }
         func address(_ name: String, default def: ListenAddress) throws(ConfigurationError) -> ListenAddress {
             guard let text = value(name) else { return def }
@@ -226,17 +230,17 @@ public struct ServerConfiguration: Sendable, Equatable {
             config.logFormat = lower
         }
 
-        config.connectionTimeout = try integer("SIWA_CONNECTION_TIMEOUT", 1...300, default: config.connectionTimeout)
+        config.connectionTimeout = try seconds("SIWA_CONNECTION_TIMEOUT", 1...300, default: config.connectionTimeout)
         config.maxConnections = try integer("SIWA_MAX_CONNECTIONS", 1...65_536, default: config.maxConnections)
         config.httpThreads = try integer("SIWA_HTTP_THREADS", 1...256, default: config.httpThreads)
         config.maxAttempts = try integer("SIWA_MAX_ATTEMPTS", 1...100, default: config.maxAttempts)
         config.retentionDays = try integer("SIWA_RETENTION_DAYS", 2...3650, default: config.retentionDays)
-        config.keyRefreshInterval = try integer("SIWA_JWKS_MIN_REFRESH", 1...3600, default: config.keyRefreshInterval)
-        config.commitTimeout = try integer("SIWA_COMMIT_TIMEOUT", 1...60, default: config.commitTimeout)
-        config.workerStatementTimeout = try integer("SIWA_WORKER_STATEMENT_TIMEOUT", 1...3600, default: config.workerStatementTimeout)
-        config.workerLockTimeout = try integer("SIWA_WORKER_LOCK_TIMEOUT", 1...600, default: config.workerLockTimeout)
+        config.keyRefreshInterval = try seconds("SIWA_JWKS_MIN_REFRESH", 1...3600, default: config.keyRefreshInterval)
+        config.commitTimeout = try seconds("SIWA_COMMIT_TIMEOUT", 1...60, default: config.commitTimeout)
+        config.workerStatementTimeout = try seconds("SIWA_WORKER_STATEMENT_TIMEOUT", 1...3600, default: config.workerStatementTimeout)
+        config.workerLockTimeout = try seconds("SIWA_WORKER_LOCK_TIMEOUT", 1...600, default: config.workerLockTimeout)
         config.workerConnections = try integer("SIWA_WORKER_CONNECTIONS", 1...32, default: config.workerConnections)
-        config.shutdownTimeout = try integer("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
+        config.shutdownTimeout = try seconds("SIWA_SHUTDOWN_TIMEOUT", 1...600, default: config.shutdownTimeout)
         config.appleAPI = try AppleAPIConfiguration.load(value)
         config.apiTokenFile = value("SIWA_API_TOKEN_FILE")
         config.apiConcurrency = try integer("SIWA_API_CONCURRENCY", 1...1024, default: config.apiConcurrency)

@@ -72,14 +72,14 @@ public struct NotificationSigner: Sendable {
     }
 
     /// POSTs `body` like Apple does; returns status and response body.
-    public static func post(body: String, to url: String, timeout: Double = 10) throws -> FetchResponse {
+    public static func post(body: String, to url: String, timeout: Duration = .seconds(10)) throws -> FetchResponse {
         Fetcher.initialize()
         let scheme = FetchScheme(url: url) ?? .http
         return try Fetcher.perform(
             FetchRequest(
                 url: url, method: "POST",
                 headers: ["Content-Type: application/json;charset=UTF-8"],
-                body: Array(body.utf8), connectTimeout: 5, totalTimeout: timeout,
+                body: Array(body.utf8), connectTimeout: .seconds(5), totalTimeout: timeout,
                 allowedSchemes: [scheme]))
     }
 }

@@ -26,10 +26,10 @@ public struct FetchRequest: Sendable {
     /// "Name: value" lines. Lines containing CR, LF or NUL are rejected.
     public var headers: [String]
     public var body: [UInt8]?
-    /// Seconds; clamped to [1 ms, 1 day] (curl treats 0 as "no timeout").
-    public var connectTimeout: Double
-    /// Seconds; clamped to [1 ms, 1 day].
-    public var totalTimeout: Double
+    /// Clamped to [1 ms, 1 day] (curl treats 0 as "no timeout").
+    public var connectTimeout: Duration
+    /// Clamped to [1 ms, 1 day].
+    public var totalTimeout: Duration
     /// Maximum body bytes; exceeding it fails with `.responseTooLarge`.
     public var maxResponseBytes: Int
     /// Schemes curl may use. Redirects are never followed.
@@ -40,8 +40,8 @@ public struct FetchRequest: Sendable {
         method: String = "GET",
         headers: [String] = [],
         body: [UInt8]? = nil,
-        connectTimeout: Double = 5,
-        totalTimeout: Double = 10,
+        connectTimeout: Duration = .seconds(5),
+        totalTimeout: Duration = .seconds(10),
         maxResponseBytes: Int = 1 << 20,
         allowedSchemes: Set<FetchScheme> = [.https]
     ) {

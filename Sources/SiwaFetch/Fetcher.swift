@@ -188,16 +188,15 @@ public enum Fetcher {
         }
     }
 
-    /// Seconds to curl milliseconds, clamped to [1 ms, 1 day]; 0 would mean
+    /// A timeout in curl's milliseconds (rounded up), clamped to [1 ms, 1 day]; 0 would mean
     /// "no timeout" to curl, so it is never produced.
-    static func milliseconds(_ seconds: Double) -> Int {
-        // Manual ceiling: `rounded(.up)` would need libm, which a binary
-        // without Foundation does not link.
-        let ms = seconds * 1000
-        guard ms >= 1 else { return 1 }  // also catches NaN
-        guard ms < 86_400_000 else { return 86_400_000 }
-        let whole = Int(ms)  // truncates; ms is positive
-        return Double(whole) < ms ? whole + 1 : whole
+    static func milliseconds(_ duration: Duration) -> Int {
+        guard duration > .zero else { return 1 }
+        let (seconds, attoseconds) = duration.components
+        guard seconds < 86_400 else { return 86_400_000 }
+        let perMillisecond: Int64 = 1_000_000_000_000_000
+        let ms = Int(seconds) * 1000 + Int(attoseconds / perMillisecond) + (attoseconds % perMillisecond > 0 ? 1 : 0)
+        return min(max(ms, 1), 86_400_000)
     }
 
     private static func mapError(_ rc: CURLcode, state: TransferState) -> FetchError {

@@ -146,8 +146,8 @@ final class ServerContext: Sendable {
     /// A connection as the sweeper sees it.
     struct Tracked {
         var fd: Int32
-        /// When the current request (or the connection) started, in uptime nanoseconds.
-        var since: UInt64
+        /// When the current request (or the connection) started.
+        var since: Deadline
         /// The handler has the request (the time is ours, not the client's).
         var busy = false
         var cut = false
@@ -215,8 +215,6 @@ final class ServerContext: Sendable {
         self.requestTimeout = requestTimeout
     }
 
-    static func now() -> UInt64 { Deadline.now.uptimeNanoseconds }
-
     func track(_ connection: OpaquePointer, _ change: (inout Tracked) -> Void) {
         connections.withLock { all in
             if var entry = all[UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))] {
@@ -235,11 +233,10 @@ final class ServerContext: Sendable {
         let stopping = WakeSignal()
         let thread = LoopThread(name: "siwa-http-sweeper") { [self] in
             while !stopping.wait(for: .milliseconds(200)) {
-                let limit = UInt64(requestTimeout.inSeconds * 1e9)
                 connections.withLock { all in
                     // The clock is read under the lock: a connection that started while the
                     // sweeper waited for it has a `since` later than a clock read before.
-                    for key in Self.overdue(all, now: Self.now(), limit: limit) {
+                    for key in Self.overdue(all, now: .now, limit: requestTimeout) {
                         if let fd = all[key]?.fd { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
                         all[key]?.cut = true
                     }
@@ -250,12 +247,11 @@ final class ServerContext: Sendable {
     }
 
     /// The connections to cut at `now`: not with the handler, not cut yet, and their current
-    /// request (or the connection) started more than `limit` nanoseconds ago. A `since` later
-    /// than `now` is a connection that just started, never an overdue one (so the unsigned
-    /// subtraction never wraps).
-    static func overdue(_ all: [UInt: Tracked], now: UInt64, limit: UInt64) -> [UInt] {
+    /// request (or the connection) started more than `limit` ago. A `since` later than `now` is
+    /// a connection that just started, never an overdue one.
+    static func overdue(_ all: [UInt: Tracked], now: Deadline, limit: Duration) -> [UInt] {
         all.compactMap { key, entry in
-            !entry.busy && !entry.cut && now > entry.since && now - entry.since > limit ? key : nil
+            !entry.busy && !entry.cut && now > entry.since.adding(limit) ? key : nil
         }
     }
 
@@ -403,7 +399,7 @@ private func completedCallback(
     if let connection {
         context.track(connection) {
             $0.busy = false
-            $0.since = ServerContext.now()
+            $0.since = .now
         }
     }
     guard let conCls, let existing = conCls.pointee else { return }
@@ -423,7 +419,7 @@ private func connectionCallback(
     let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(connection)))
     if code == .CONNECTION_NOTIFY_STARTED {
         let fd = siwa_mhd_connection_fd(connection)
-        context.connections.withLock { $0[key] = ServerContext.Tracked(fd: fd, since: ServerContext.now()) }
+        context.connections.withLock { $0[key] = ServerContext.Tracked(fd: fd, since: .now) }
     } else {
         context.connections.withLock { _ = $0.removeValue(forKey: key) }
     }

@@ -152,7 +152,7 @@ struct ReceiverFixture {
         try Self.signer.jwks.write(toFile: file, atomically: true, encoding: .utf8)
         let logs = LogSink.capturing()
         let logger = Logger(label: "receiver") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
-        keys = KeyStore(url: "file://" + file, minRefreshInterval: keyRefreshInterval, logger: logger)
+        keys = KeyStore(url: "file://" + file, minRefreshInterval: .seconds(keyRefreshInterval), logger: logger)
         try keys.load()
         metrics = Metrics()
         self.sink = sink
@@ -162,7 +162,7 @@ struct ReceiverFixture {
             verifier: NotificationVerifier(policy: VerificationPolicy(audiences: [Self.audience])),
             keys: keys, writer: sink, logger: logger, metrics: metrics,
             retryAfterSeconds: retryAfterSeconds, commitTimeout: commitTimeout,
-            now: { now })
+            now: .fixed(unixSeconds: now))
     }
 
     /// Apple's claims for one event issued at the pinned time (or `issuedAt`).

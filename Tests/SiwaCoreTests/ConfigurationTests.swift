@@ -36,7 +36,7 @@ import Testing
         #expect(c.maxBody == 65_536)
         #expect(c.logLevel == "info")
         #expect(c.logFormat == "json")
-        #expect(c.connectionTimeout == 10)
+        #expect(c.connectionTimeout == .seconds(10))
         #expect(c.maxConnections == 1024)
         #expect(c.httpThreads == 4)
         #expect(c.maxAttempts == 12)
@@ -77,7 +77,7 @@ import Testing
         #expect(c.maxBody == 1024)
         #expect(c.logLevel == "debug")
         #expect(c.logFormat == "text")
-        #expect(c.connectionTimeout == 300)
+        #expect(c.connectionTimeout == .seconds(300))
         #expect(c.maxConnections == 65_536)
         #expect(c.httpThreads == 1)
         #expect(c.maxAttempts == 100)
@@ -243,10 +243,11 @@ import Testing
         env["SIWA_FORWARD_SECRET_FILE"] = "/etc/siwa/forward-secrets"
         let on = try load(env).forwarding
         #expect(
-            on == ForwardingConfiguration(url: "https://app.example/hooks/siwa", secretFile: "/etc/siwa/forward-secrets", retryForSeconds: 259_200))
+            on == ForwardingConfiguration(url: "https://app.example/hooks/siwa", secretFile: "/etc/siwa/forward-secrets", retryFor: .seconds(259_200))
+        )
         env["SIWA_FORWARD_RETRY_FOR"] = "36h"
-        #expect(try load(env).forwarding?.retryForSeconds == 129_600)
-        #expect(try load(env, overrides: ["SIWA_FORWARD_RETRY_FOR": "90m"]).forwarding?.retryForSeconds == 5400)
+        #expect(try load(env).forwarding?.retryFor == .seconds(129_600))
+        #expect(try load(env, overrides: ["SIWA_FORWARD_RETRY_FOR": "90m"]).forwarding?.retryFor == .seconds(5400))
         for bad in ["3", "3 d", "1.5d", "-1d", "0s", "59s", "31d", "3w", "d"] {
             #expect(error(env.merging(["SIWA_FORWARD_RETRY_FOR": bad]) { $1 })?.variable == "SIWA_FORWARD_RETRY_FOR", "\(bad)")
         }
@@ -270,13 +271,13 @@ import Testing
 
     @Test("SIWA_REVOKE_RETRY_FOR: a duration with a unit, 1m to 365d, default 7d; a bad one names the variable")
     func revokeRetryFor() throws {
-        #expect(ServerConfiguration().revokeRetryFor == 604_800)
-        #expect(try load(base).revokeRetryFor == 604_800)
+        #expect(ServerConfiguration().revokeRetryFor == .seconds(604_800))
+        #expect(try load(base).revokeRetryFor == .seconds(604_800))
         for (text, seconds) in [("90s", 90), ("24h", 86_400), ("7d", 604_800), ("1m", 60), ("365d", 31_536_000), (" 36h ", 129_600)] {
-            #expect(try load(with("SIWA_REVOKE_RETRY_FOR", text)).revokeRetryFor == seconds, "\(text)")
+            #expect(try load(with("SIWA_REVOKE_RETRY_FOR", text)).revokeRetryFor == .seconds(seconds), "\(text)")
         }
-        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "7d"), overrides: ["SIWA_REVOKE_RETRY_FOR": "2h"]).revokeRetryFor == 7200)
-        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "")).revokeRetryFor == 604_800, "empty counts as unset")
+        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "7d"), overrides: ["SIWA_REVOKE_RETRY_FOR": "2h"]).revokeRetryFor == .seconds(7200))
+        #expect(try load(with("SIWA_REVOKE_RETRY_FOR", "")).revokeRetryFor == .seconds(604_800), "empty counts as unset")
         for bad in ["604800", "7", "0", "59s", "366d", "1.5d", "7 d", "-1d", "7w", "7D", "d", "soon"] {
             let e = error(with("SIWA_REVOKE_RETRY_FOR", bad))
             #expect(e?.variable == "SIWA_REVOKE_RETRY_FOR", "\(bad)")
@@ -285,7 +286,7 @@ import Testing
         // The flag is checked like the environment.
         #expect(error(base, overrides: ["SIWA_REVOKE_RETRY_FOR": "3"])?.variable == "SIWA_REVOKE_RETRY_FOR")
         // The schedule takes the configured window: 90 s after queueing the revocation is dead.
-        let schedule = RevocationSchedule(retryFor: Double(try load(with("SIWA_REVOKE_RETRY_FOR", "90s")).revokeRetryFor))
+        let schedule = RevocationSchedule(retryFor: try load(with("SIWA_REVOKE_RETRY_FOR", "90s")).revokeRetryFor)
         #expect(schedule.next(afterAttempts: 1, ageSeconds: 89, retryAfter: nil, jitter: 0) == .retry(inSeconds: 0.5))
         #expect(schedule.next(afterAttempts: 1, ageSeconds: 90, retryAfter: nil, jitter: 0) == .dead)
     }

@@ -7,33 +7,34 @@ import Testing
 /// real reconciler, database and fake Apple in `ReconcileTests`.
 @Suite struct ReconcileScheduleTests {
     @Test func spacingFollowsTheTokenCountWithAFloor() {
-        let schedule = ReconcileSchedule(interval: 3600, minimumSpacing: 0.01, maximumSpacing: 60)
-        #expect(schedule.spacing(tokens: 0) == 60 && schedule.spacing(tokens: 3600) == 1)
-        #expect(schedule.spacing(tokens: 10_000_000) == 0.01)
+        let schedule = ReconcileSchedule(interval: .seconds(3600), minimumSpacing: .milliseconds(10), maximumSpacing: .seconds(60))
+        #expect(schedule.spacing(tokens: 0) == .seconds(60) && schedule.spacing(tokens: 3600) == .seconds(1))
+        #expect(schedule.spacing(tokens: 10_000_000) == .milliseconds(10))
     }
 
     @Test("a claim takes the tokens of batchSpan seconds of slots: one when the spacing is wide, never past the cap")
     func batchFitsItsSpan() {
-        let schedule = ReconcileSchedule(interval: 86_400, batchSpan: 5, maximumBatch: 100, leaseMargin: 60)
-        #expect(schedule.batchSize(spacing: 60) == 1)
-        #expect(schedule.batchSize(spacing: 12.5) == 1)
-        #expect(schedule.batchSize(spacing: 0.864) == 5)  // 100,000 tokens a day
-        #expect(schedule.batchSize(spacing: 0.001) == 100)
-        #expect(schedule.batchSize(spacing: 0) == 100)
+        let schedule = ReconcileSchedule(interval: .seconds(86_400), batchSpan: .seconds(5), maximumBatch: 100, leaseMargin: .seconds(60))
+        #expect(schedule.batchSize(spacing: .seconds(60)) == 1)
+        #expect(schedule.batchSize(spacing: .milliseconds(12_500)) == 1)
+        #expect(schedule.batchSize(spacing: .milliseconds(864)) == 5)  // 100,000 tokens a day
+        #expect(schedule.batchSize(spacing: .milliseconds(1)) == 100)
+        #expect(schedule.batchSize(spacing: .zero) == 100)
         // The whole batch's slots fit well inside any token's lease (its own slot + margin).
-        for spacing in [0.001, 0.5, 0.864, 4.9, 12.5, 60] {
-            #expect(Double(schedule.batchSize(spacing: spacing) - 1) * spacing <= schedule.batchSpan)
+        for ms in [1, 500, 864, 4900, 12_500, 60_000] {
+            let spacing = Duration.milliseconds(ms)
+            #expect(spacing * (schedule.batchSize(spacing: spacing) - 1) <= schedule.batchSpan)
         }
     }
 
     @Test func transientFailuresBackOffWithinOneInterval() {
-        let schedule = ReconcileSchedule(interval: 86_400)
-        #expect(schedule.retryAt(now: 0, failures: 1, retryAfter: nil, jitter: 0) == 30)
-        #expect(schedule.retryAt(now: 0, failures: 3, retryAfter: nil, jitter: 0) == 120)
-        #expect(schedule.retryAt(now: 0, failures: 1, retryAfter: 600, jitter: 0) == 600)
-        #expect(schedule.retryAt(now: 0, failures: 40, retryAfter: nil, jitter: 0.9) <= 86_400)
-        let short = ReconcileSchedule(interval: 10)
-        #expect(short.retryAt(now: 5, failures: 1, retryAfter: 3600, jitter: 0) == 15)
+        let schedule = ReconcileSchedule(interval: .seconds(86_400))
+        #expect(schedule.retryDelay(failures: 1, retryAfter: nil, jitter: 0) == .seconds(30))
+        #expect(schedule.retryDelay(failures: 3, retryAfter: nil, jitter: 0) == .seconds(120))
+        #expect(schedule.retryDelay(failures: 1, retryAfter: 600, jitter: 0) == .seconds(600))
+        #expect(schedule.retryDelay(failures: 40, retryAfter: nil, jitter: 0.9) <= .seconds(86_400))
+        let short = ReconcileSchedule(interval: .seconds(10))
+        #expect(short.retryDelay(failures: 1, retryAfter: 3600, jitter: 0) == .seconds(10))
     }
 
     @Test func durationsTakeAUnit() throws {
@@ -47,9 +48,10 @@ import Testing
         }
         #expect(DurationText.format(86_400) == "1d" && DurationText.format(90) == "90s")
 
-        #expect(try ServerConfiguration.load(environment: [:], requireAudiences: false).reconcileEvery == 86_400)
-        #expect(try ServerConfiguration.load(environment: ["SIWA_RECONCILE_EVERY": "0"], requireAudiences: false).reconcileEvery == 0)
-        #expect(try ServerConfiguration.load(environment: ["SIWA_RECONCILE_EVERY": "12h"], requireAudiences: false).reconcileEvery == 43_200)
+        #expect(try ServerConfiguration.load(environment: [:], requireAudiences: false).reconcileEvery == .seconds(86_400))
+        #expect(try ServerConfiguration.load(environment: ["SIWA_RECONCILE_EVERY": "0"], requireAudiences: false).reconcileEvery == .zero)
+        #expect(
+            try ServerConfiguration.load(environment: ["SIWA_RECONCILE_EVERY": "12h"], requireAudiences: false).reconcileEvery == .seconds(43_200))
         #expect(throws: ConfigurationError.self) {
             try ServerConfiguration.load(environment: ["SIWA_RECONCILE_EVERY": "86400"], requireAudiences: false)
         }

@@ -19,7 +19,7 @@ import Testing
 
     @Test func defaultsAreSevenDaysAndAnHourCap() {
         let s = RevocationSchedule()
-        #expect(s.retryFor == 604_800)
+        #expect(s.retryFor == .seconds(604_800))
         #expect(s.backoff.baseDelay == 1 && s.backoff.maxDelay == 3600)
         #expect(!s.backoff.isExhausted(attempts: 1_000_000), "the window ends the retries, not a count")
     }
@@ -66,17 +66,17 @@ import Testing
         for _ in 0..<2000 {
             let attempts = Int.random(in: 1...40, using: &rng)
             let retryAfter = Int.random(in: 0...20_000, using: &rng)
-            let age = Double.random(in: 0..<(s.retryFor - Double(retryAfter)), using: &rng)
+            let age = Double.random(in: 0..<(s.retryFor.inSeconds - Double(retryAfter)), using: &rng)
             let delay = Self.seconds(s.next(afterAttempts: attempts, ageSeconds: age, retryAfter: retryAfter, jitter: 0.3))
             #expect(delay.map { $0 >= Double(retryAfter) } == true, "attempt \(attempts), Retry-After \(retryAfter), age \(age)")
         }
         // Past the window's end, the window wins: one last try at its end, not a lost grant.
-        #expect(Self.seconds(s.next(afterAttempts: 3, ageSeconds: s.retryFor - 60, retryAfter: 600, jitter: 0)) == 60)
+        #expect(Self.seconds(s.next(afterAttempts: 3, ageSeconds: s.retryFor.inSeconds - 60, retryAfter: 600, jitter: 0)) == 60)
     }
 
     @Test("the last try lands at the end of the window, then dead")
     func lastTryAtTheEndOfTheWindowThenDead() {
-        let s = RevocationSchedule(retryFor: 90)
+        let s = RevocationSchedule(retryFor: .seconds(90))
         #expect(Self.seconds(s.next(afterAttempts: 20, ageSeconds: 80, retryAfter: nil, jitter: 0)) == 10)
         #expect(Self.seconds(s.next(afterAttempts: 1, ageSeconds: 80, retryAfter: nil, jitter: 0)) == 0.5, "not pulled forward")
         #expect(s.next(afterAttempts: 20, ageSeconds: 90, retryAfter: nil, jitter: 0) == .dead)

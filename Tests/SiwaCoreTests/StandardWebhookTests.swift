@@ -107,7 +107,7 @@ import Testing
 
     @Test("retries back off with jitter until SIWA_FORWARD_RETRY_FOR, the last one at the deadline, then dead")
     func schedule() {
-        let s = ForwardSchedule(retryFor: 3 * 86_400)
+        let s = ForwardSchedule(retryFor: .seconds(3 * 86_400))
         #expect(s.next(afterAttempts: 1, ageSeconds: 0.1, jitter: 0) == .retry(afterSeconds: 0.5))
         #expect(s.next(afterAttempts: 3, ageSeconds: 10, jitter: 0.5) == .retry(afterSeconds: 3))
         #expect(s.next(afterAttempts: 30, ageSeconds: 1000, jitter: 0.999) < .retry(afterSeconds: 3600))

@@ -116,16 +116,16 @@ func expectFetchError(
     }
 
     @Test func timeoutConversion() {
-        #expect(Fetcher.milliseconds(5) == 5000)
-        #expect(Fetcher.milliseconds(0.25) == 250)
-        #expect(Fetcher.milliseconds(1.0001) == 1001)
-        #expect(Fetcher.milliseconds(86_399.9995) == 86_400_000)
-        #expect(Fetcher.milliseconds(1e300) == 86_400_000)
-        #expect(Fetcher.milliseconds(0.0001) == 1)
-        #expect(Fetcher.milliseconds(0) == 1)
-        #expect(Fetcher.milliseconds(-3) == 1)
-        #expect(Fetcher.milliseconds(.nan) == 1)
-        #expect(Fetcher.milliseconds(.infinity) == 86_400_000)
+        #expect(Fetcher.milliseconds(.seconds(5)) == 5000)
+        #expect(Fetcher.milliseconds(.milliseconds(250)) == 250)
+        #expect(Fetcher.milliseconds(.microseconds(1_000_100)) == 1001)
+        #expect(Fetcher.milliseconds(.nanoseconds(1_999_999_999)) == 2000)
+        #expect(Fetcher.milliseconds(.microseconds(86_399_999_500)) == 86_400_000)
+        #expect(Fetcher.milliseconds(.seconds(Int64.max)) == 86_400_000)
+        #expect(Fetcher.milliseconds(.microseconds(100)) == 1)
+        #expect(Fetcher.milliseconds(.zero) == 1)
+        #expect(Fetcher.milliseconds(.seconds(-3)) == 1)
+        #expect(Fetcher.milliseconds(.nanoseconds(-1)) == 1)
     }
 
     @Test func initializeIsIdempotentAndThreadSafe() throws {
@@ -281,7 +281,7 @@ func expectFetchError(
         let start = Date()
         let error = expectFetchError(
             .timedOut,
-            FetchRequest(url: server.baseURL + "/slow?secret=1", totalTimeout: 1, allowedSchemes: [.http]))
+            FetchRequest(url: server.baseURL + "/slow?secret=1", totalTimeout: .seconds(1), allowedSchemes: [.http]))
         let elapsed = Date().timeIntervalSince(start)
         #expect(elapsed >= 0.9 && elapsed < 4, "elapsed \(elapsed)")
         #expect(error?.curlCode == 28)
@@ -302,7 +302,7 @@ func expectFetchError(
         let server = try LoopbackServer { _ in httpResponse(body: Array("plaintext".utf8)) }
         defer { server.stop() }
         do {
-            let response = try Fetcher.perform(FetchRequest(url: "https://127.0.0.1:\(server.port)/", totalTimeout: 5))
+            let response = try Fetcher.perform(FetchRequest(url: "https://127.0.0.1:\(server.port)/", totalTimeout: .seconds(5)))
             Issue.record("https to a plaintext server succeeded with status \(response.status)")
         } catch {
             #expect(error.code == .tlsFailure || error.code == .transferFailed, "\(error)")

@@ -16,7 +16,7 @@ struct APIRouteLockTests {
             FetchRequest(
                 url: url, method: "POST",
                 headers: ["Content-Type: application/json"] + (authorization.map { ["Authorization: \($0)"] } ?? []),
-                body: Array("{}".utf8), connectTimeout: 5, totalTimeout: 30, allowedSchemes: [.http]))
+                body: Array("{}".utf8), connectTimeout: .seconds(5), totalTimeout: .seconds(30), allowedSchemes: [.http]))
     }
 
     @Test("every API route: 401 unauthorized + WWW-Authenticate without a token and with any wrong one; the right one passes the lock")

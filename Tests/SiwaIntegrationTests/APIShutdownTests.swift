@@ -46,7 +46,7 @@ struct APIShutdownTests {
         let late = try harness.exchange(code: "c.late")
         #expect(late.status == 503 && late.error == "busy", "\(late.status) \(late.body)")
         #expect(harness.fake.calls(to: "/auth/token").count == 1)
-        #expect(harness.eventually(Double(harness.app.configuration.shutdownTimeout)) { took.withLock { $0 } != nil })
+        #expect(harness.eventually(harness.app.configuration.shutdownTimeout.inSeconds) { took.withLock { $0 } != nil })
 
         #expect(harness.eventually(5) { reply.withLock { $0 } != nil || failure.withLock { $0 } != nil })
         let answer = reply.withLock { $0 }
@@ -55,7 +55,7 @@ struct APIShutdownTests {
         #expect(answer?.json?["sub"]?.stringValue == sub)
         // It waited for the exchange (about 3 s), not for the whole budget (20 s).
         let seconds = took.withLock { $0 } ?? -1
-        #expect(seconds >= 1 && seconds < Double(harness.app.configuration.shutdownTimeout), "shutdown took \(seconds) s")
+        #expect(seconds >= 1 && seconds < harness.app.configuration.shutdownTimeout.inSeconds, "shutdown took \(seconds) s")
         #expect(try harness.scalar("SELECT count(*) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]) == "1")
     }
 }

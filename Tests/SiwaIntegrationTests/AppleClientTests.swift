@@ -26,7 +26,7 @@ final class TestClock: Sendable {
         timeout: Double = 5, logs: LogSink = .capturing(), baseURL: String? = nil
     ) -> AppleClient {
         var options = AppleClient.Options()
-        options.timeout = timeout
+        options.timeout = .seconds(timeout)
         let configuration = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: "/unused.p8",
             tokenKeyFile: "/unused.key", baseURL: baseURL ?? fake.baseURL)
@@ -34,7 +34,7 @@ final class TestClock: Sendable {
         if let clock {
             return AppleClient(
                 configuration: configuration, privateKey: key, options: options, logger: logger,
-                clock: { clock.now })
+                clock: WallClock { .seconds(clock.now) })
         }
         return AppleClient(configuration: configuration, privateKey: key, options: options, logger: logger)
     }

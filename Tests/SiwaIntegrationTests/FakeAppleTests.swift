@@ -17,7 +17,7 @@ import Testing
             FetchRequest(
                 url: fake.baseURL + path, method: "POST",
                 headers: ["Content-Type: \(contentType)"] + (bearer.map { ["Authorization: Bearer \($0)"] } ?? []),
-                body: Array(FormURLEncoding.encode(fields).utf8), totalTimeout: timeout,
+                body: Array(FormURLEncoding.encode(fields).utf8), totalTimeout: .seconds(timeout),
                 allowedSchemes: [.http]))
     }
 

@@ -37,7 +37,8 @@ struct ForwardingTLSTests {
 
         let secrets = "\(dir)/secrets"
         try "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".write(toFile: secrets, atomically: true, encoding: .utf8)
-        let delivery = try ForwardDelivery.load(ForwardingConfiguration(url: "https://127.0.0.1:\(port)/hooks", secretFile: secrets), timeout: 5)
+        let delivery = try ForwardDelivery.load(
+            ForwardingConfiguration(url: "https://127.0.0.1:\(port)/hooks", secretFile: secrets), timeout: .seconds(5))
         let attempt = delivery.send(ForwardDelivery.sample(audience: "com.example.app"))
         #expect(!attempt.delivered)
         #expect(attempt.status == nil, "no HTTP answer may be read from an unverified peer")

@@ -5,6 +5,7 @@ import SiwaCrypto
 import SiwaDevTools
 import SiwaFetch
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 import Testing
 
@@ -19,6 +20,12 @@ struct KeyStoreTests {
 
     static func jwks(_ signers: NotificationSigner...) -> String {
         JWKSet.serialize(signers.map { JWK(kid: $0.kid, modulus: $0.key.modulus, exponent: $0.key.exponent) })
+    }
+
+    /// True when `left` is within 5 s under `ttl` (the fetch took a moment).
+    static func near(_ left: Duration?, _ ttl: Duration) -> Bool {
+        guard let left else { return false }
+        return left > ttl - .seconds(5) && left <= ttl
     }
 
     /// Runs `body` with a loopback JWKS server publishing key A, stopped afterwards.
@@ -39,7 +46,7 @@ struct KeyStoreTests {
     @Test("a fetched key admits its own signatures only: tampered, or another key's under its kid, is invalid")
     func signatureChecked() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, logger: Self.logger)
             try store.load()
             let token = try Self.keyA.sign(claims: NotificationSigner.claims(audience: "a", type: "consent-revoked", sub: "s"))
             let jws = try CompactJWS.parse(token)
@@ -55,7 +62,7 @@ struct KeyStoreTests {
     @Test("rotation: a new kid refused by a fetch is accepted after a later fetch has it; the old one keeps working")
     func rotation() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, logger: Self.logger)
             try store.load()
             #expect(try Self.check(store, Self.keyA) == .valid)
             #expect(try Self.check(store, Self.keyB) == .unknownKey)
@@ -75,7 +82,7 @@ struct KeyStoreTests {
     @Test("a failing endpoint keeps the old keys; an unknown kid then gets keys_unavailable")
     func failingEndpoint() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, logger: Self.logger)
             try store.load()
             server.set {
                 $0.status = 500
@@ -96,7 +103,7 @@ struct KeyStoreTests {
     @Test("a hanging endpoint is given up after the fetch timeout; an oversized one is refused")
     func hangingAndOversized() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, fetchTimeout: 1, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, fetchTimeout: .seconds(1), logger: Self.logger)
             try store.load()
             server.set { $0.delay = 5 }
             let started = Date()
@@ -114,7 +121,7 @@ struct KeyStoreTests {
     @Test("made-up kids cannot force a fetch storm: at most one fetch start per minimum interval, and no 401 they are unsure of")
     func rateLimited() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 10, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .seconds(10), logger: Self.logger)
             try store.load()
             #expect(server.requestCount == 1)
             for i in 0..<50 {
@@ -131,7 +138,7 @@ struct KeyStoreTests {
     @Test("an unknown kid does not block: the lookup says wait while the fetch runs, known kids are answered meanwhile")
     func unknownKidWaitsWithoutBlocking() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, fetchTimeout: 5, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, fetchTimeout: .seconds(5), logger: Self.logger)
             try store.load()
             server.set { $0.delay = 1 }
             let token = try Self.keyB.sign(claims: NotificationSigner.claims(audience: "a", type: "consent-revoked", sub: "s"))
@@ -162,17 +169,17 @@ struct KeyStoreTests {
     @Test("Cache-Control max-age sets the TTL (clamped to 60 s .. 1 day); without it one hour")
     func cacheControl() throws {
         try Self.withServer { server in
-            let store = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            let store = KeyStore(url: server.url, minRefreshInterval: .zero, logger: Self.logger)
             server.set { $0.cacheControl = "public, max-age=600, must-revalidate" }
             try store.refresh()
-            #expect(abs((store.expiresIn ?? 0) - 600) < 5)
+            #expect(Self.near(store.expiresIn, .seconds(600)))
             #expect(!store.isRefreshDue)
             server.set { $0.cacheControl = "max-age=1" }
             try store.refresh()
-            #expect(abs((store.expiresIn ?? 0) - 60) < 5)
+            #expect(Self.near(store.expiresIn, .seconds(60)))
             server.set { $0.cacheControl = nil }
             try store.refresh()
-            #expect(abs((store.expiresIn ?? 0) - KeyStore.defaultTTL) < 5)
+            #expect(Self.near(store.expiresIn, KeyStore.defaultTTL))
             #expect(KeyStore.maxAge("no-cache, max-age=0") == 0)
             #expect(KeyStore.maxAge("private") == nil)
         }
@@ -185,18 +192,18 @@ struct KeyStoreTests {
         defer { pool.close() }
         try Self.withServer { server in
             let persistence = Application.keyPersistence(pool: pool, url: server.url, saves: true, logger: Self.logger)
-            let first = KeyStore(url: server.url, minRefreshInterval: 0, persistence: persistence, logger: Self.logger)
+            let first = KeyStore(url: server.url, minRefreshInterval: .zero, persistence: persistence, logger: Self.logger)
             try first.load()
             // Saved right after the fetch, off the waiting callers' path.
             #expect(try eventually { try TestDatabase.query(url, "SELECT count(*) FROM siwa.key_sets").scalar == "1" })
 
             server.set { $0.status = 503 }
-            let restarted = KeyStore(url: server.url, minRefreshInterval: 0, persistence: persistence, logger: Self.logger)
+            let restarted = KeyStore(url: server.url, minRefreshInterval: .zero, persistence: persistence, logger: Self.logger)
             try restarted.load()
             #expect(restarted.isLoaded)
             #expect(try Self.check(restarted, Self.keyA) == .valid)
 
-            let nothingStored = KeyStore(url: server.url, minRefreshInterval: 0, logger: Self.logger)
+            let nothingStored = KeyStore(url: server.url, minRefreshInterval: .zero, logger: Self.logger)
             #expect(throws: (any Error).self) { try nothingStored.load() }
             #expect(!nothingStored.isLoaded)
         }
@@ -205,23 +212,23 @@ struct KeyStoreTests {
     @Test("an unreachable key endpoint: the scheduled refresh backs off (doubling) and logs one warning, then one line when it recovers")
     func failingRefreshBacksOffAndLogsStateChanges() throws {
         try Self.withServer { server in
-            let clock = Mutex<Double>(1000)
+            let clock = ManualClock(start: Deadline(uptimeNanoseconds: 1000 * 1_000_000_000))
             let logs = LogSink.capturing()
             let logger = Logger(label: "keys") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
             let store = KeyStore(
-                url: server.url, minRefreshInterval: 2, refreshBackoffLimit: 16, logger: logger,
-                clock: { clock.withLock { $0 } })
+                url: server.url, minRefreshInterval: .seconds(2), refreshBackoffLimit: .seconds(16), logger: logger,
+                clock: clock)
             try store.load()
             server.set { $0.status = 503 }
-            clock.withLock { $0 += 4000 }  // the one-hour TTL ran out
+            clock.advance(by: .seconds(4000))  // the one-hour TTL ran out
             // The key refresher's loop, checking every second of the injected clock for 100 s.
-            var tries: [Double] = []
+            var tries: [Int64] = []
             for _ in 0..<100 {
                 if store.isRefreshDue {
-                    tries.append(clock.withLock { $0 } - 5000)
+                    tries.append(Int64(clock.now.uptimeNanoseconds / 1_000_000_000) - 5000)
                     #expect(throws: (any Error).self) { try store.refresh() }
                 }
-                clock.withLock { $0 += 1 }
+                clock.advance(by: .seconds(1))
             }
             // Every 2 s before, this was 50 tries; now 2, 4, 8, 16 s apart, then 16 s.
             #expect(tries == [0, 2, 6, 14, 30, 46, 62, 78, 94])
@@ -233,7 +240,7 @@ struct KeyStoreTests {
             #expect(logs.lines.filter { $0.contains("key set refresh failed again") }.count == tries.count - 1)
 
             server.set { $0.status = 200 }
-            clock.withLock { $0 += 16 }
+            clock.advance(by: .seconds(16))
             #expect(store.isRefreshDue)
             try store.refresh()
             #expect(store.failedFetches == 0)

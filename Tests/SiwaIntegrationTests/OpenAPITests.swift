@@ -54,7 +54,7 @@ struct OpenAPITests {
             let response = try Fetcher.perform(
                 FetchRequest(
                     url: h.adminURL + path, method: method, headers: headers, body: body.map { Array($0.utf8) },
-                    connectTimeout: 5, totalTimeout: 30, allowedSchemes: [.http]))
+                    connectTimeout: .seconds(5), totalTimeout: .seconds(30), allowedSchemes: [.http]))
             lines.append(AdminAnswers.line(method: method, path: path, status: response.status, headers: response.headers, body: response.body))
             return response
         }

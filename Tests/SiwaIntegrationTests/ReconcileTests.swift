@@ -96,7 +96,7 @@ struct ReconcileTests {
     /// A reconciler alone (no worker), its Apple the fake: quick to look again, at most 0.5 s
     /// between calls unless `configure` says otherwise.
     static func reconciler(
-        _ fake: FakeApple, conninfo: String, vault: TokenVault = newVault(), interval: Double = 86_400,
+        _ fake: FakeApple, conninfo: String, vault: TokenVault = newVault(), interval: Duration = .seconds(86_400),
         _ configure: (inout Reconciler.Options) -> Void = { _ in }
     ) throws -> (Reconciler, TokenVault) {
         let client = AppleClient(
@@ -105,7 +105,7 @@ struct ReconcileTests {
         var options = Reconciler.Options()
         options.idleWait = .milliseconds(100)
         options.recount = .milliseconds(100)
-        options.maximumSpacing = 0.5
+        options.maximumSpacing = .milliseconds(500)
         configure(&options)
         let reconciler = Reconciler(
             conninfo: conninfo, interval: interval, apple: AppleAPICredentials(client: client, vault: vault), options: options,
@@ -238,12 +238,12 @@ struct ReconcileTests {
         // whole claim would run out while its later tokens wait, and the other reconciler would
         // take them again).
         let configure: (inout Reconciler.Options) -> Void = {
-            $0.maximumSpacing = 1
-            $0.leaseMargin = 3
+            $0.maximumSpacing = .seconds(1)
+            $0.leaseMargin = .seconds(3)
             $0.flushEvery = .seconds(1)
         }
-        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)
-        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: 3600, configure)
+        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: .seconds(3600), configure)
+        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: .seconds(3600), configure)
         a.start()
         b.start()
         defer {
@@ -274,8 +274,8 @@ struct ReconcileTests {
         try Self.storeTokens((0..<n).map { ("001.\($0)", "bulk-\($0)") }, vault: vault, conninfo: conninfo)
         // The real reconcilers, with their default pace (one call every interval / n = 5 ms, in
         // all), leases and batches; two of them, as two `work` processes.
-        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: interval) { $0 = Reconciler.Options() }
-        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: interval) { $0 = Reconciler.Options() }
+        let (a, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: .seconds(interval)) { $0 = Reconciler.Options() }
+        let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: .seconds(interval)) { $0 = Reconciler.Options() }
         a.start()
         b.start()
         Thread.sleep(forTimeInterval: interval * 1.5)

@@ -17,6 +17,17 @@ struct ClockAndSignalTests {
         #expect(Duration.milliseconds(250).inSeconds == 0.25)
     }
 
+    @Test("The wall clock reads Unix time: whole seconds and milliseconds round down; the system's is today's")
+    func wallClock() {
+        let fixed = WallClock.fixed(unixSeconds: 1_700_000_000)
+        #expect(fixed.unixSeconds == 1_700_000_000 && fixed.unixMilliseconds == 1_700_000_000_000)
+        let later = WallClock { .seconds(1_700_000_000) + .nanoseconds(999_999_999) }
+        #expect(later.unixSeconds == 1_700_000_000 && later.unixMilliseconds == 1_700_000_000_999)
+        let before = Int64(time(nil))
+        let read = WallClock.system.unixSeconds
+        #expect(read >= before && read <= Int64(time(nil)), "\(read) is not the time (\(before))")
+    }
+
     @Test("The system clock moves forward and waits end at their deadline")
     func systemClock() {
         let a = SystemClock.shared.now

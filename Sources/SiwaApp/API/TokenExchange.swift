@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 
 /// The two sign-in endpoints of the API (README "In-app account deletion"). Nothing the caller says about a user is
 /// believed: the user, email and flags come from an `id_token` Apple signed.
@@ -32,7 +33,7 @@ public final class TokenExchange: Sendable {
     private let audiences: [String]
     private let pool: PostgresPool
     private let logger: Logger
-    private let clock: @Sendable () -> Int64
+    private let clock: WallClock
     /// Keys trusted for some client ids only (the `--dev` key: the dev audience), as for notifications.
     private let keyAudiences: [String: Set<String>]
     /// Forwarding is on (`SIWA_FORWARD_URL`): a sign-in that maps a `transfer_sub` queues its
@@ -42,7 +43,7 @@ public final class TokenExchange: Sendable {
     public init(
         apple: AppleAPICredentials, keys: KeyStore, audiences: [String], pool: PostgresPool, logger: Logger,
         keyAudiences: [String: Set<String>] = [:], forwarding: Bool = false,
-        clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        clock: WallClock = .system
     ) {
         self.forwarding = forwarding
         self.keyAudiences = keyAudiences
@@ -162,7 +163,7 @@ public final class TokenExchange: Sendable {
     private func verify(_ idToken: String, clientID: String, nonce: String?, maxAge: Int64?) -> Result<IDTokenClaims, Answer> {
         do {
             let claims = try IDTokenVerifier(keyAudiences: keyAudiences).verify(
-                token: idToken, clientID: clientID, nonce: nonce, now: clock(), maxAgeSeconds: maxAge
+                token: idToken, clientID: clientID, nonce: nonce, now: clock.unixSeconds, maxAgeSeconds: maxAge
             ) { kid, input, signature in
                 keys.check(kid: kid, signingInput: input, signature: signature)
             }

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
+import SiwaRuntime
 import Synchronization
 
 /// Why a call to Apple did not succeed, for logs and metrics. Never contains a code, token or secret.
@@ -64,10 +65,10 @@ public enum AppleCallResult<Success: Sendable>: Sendable {
 public final class AppleClient: Sendable {
     /// Tuning; every field has a default.
     public struct Options: Sendable {
-        /// Seconds for a whole call, connect to last byte. Default 10.
-        public var timeout: Double = 10
-        /// Seconds to connect. Default 5.
-        public var connectTimeout: Double = 5
+        /// A whole call, connect to last byte. Default 10 s.
+        public var timeout: Duration = .seconds(10)
+        /// Connecting. Default 5 s.
+        public var connectTimeout: Duration = .seconds(5)
         /// Largest response body read. Default 64 KiB.
         public var maxResponseBytes: Int = 64 * 1024
         /// Client-secret lifetime and renewal. Default 30 days, renewed with 1 day left.
@@ -79,17 +80,17 @@ public final class AppleClient: Sendable {
     public let configuration: AppleAPIConfiguration
     public let options: Options
     private let privateKey: ECPrivateKey
-    private let clock: @Sendable () -> Int64
+    private let clock: WallClock
     private let logger: Logger
     private let secrets: Mutex<ClientSecretCache>
     private let minted = Atomic<Int>(0)
 
     /// - Parameters:
     ///   - privateKey: the key loaded from `configuration.privateKeyFile`.
-    ///   - clock: Unix seconds; the wall clock by default (tests inject one).
+    ///   - clock: the time of the client secrets; the system's by default (tests inject one).
     public init(
         configuration: AppleAPIConfiguration, privateKey: ECPrivateKey, options: Options = Options(),
-        logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        logger: Logger, clock: WallClock = .system
     ) {
         self.configuration = configuration
         self.options = options
@@ -106,7 +107,7 @@ public final class AppleClient: Sendable {
     /// The client secret for `clientID`: the cached one while the renewal policy allows, else a
     /// newly signed one (then cached).
     public func clientSecret(for clientID: String) throws -> String {
-        let now = clock()
+        let now = clock.unixSeconds
         if let entry = secrets.withLock({ $0.valid(for: clientID, now: now) }) { return entry.token }
         let secret = try ClientSecret(
             teamID: configuration.teamID, keyID: configuration.keyID, clientID: clientID,

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaFetch
+import SiwaRuntime
 import Synchronization
 
 /// Apple's user-migration API for an app transfer between teams (TN3159): an access token from
@@ -13,12 +14,12 @@ import Synchronization
 /// Blocking (libcurl); thread-safe. Logs never carry a token, `sub` or email.
 public final class AppleMigrationClient: Sendable {
     public let client: AppleClient
-    private let clock: @Sendable () -> Double
+    private let clock: WallClock
     private let tokens = Mutex<[String: BearerTokenCache]>([:])
     private let issued = Atomic<Int>(0)
     private let fetching = NSLock()
 
-    public init(client: AppleClient, clock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+    public init(client: AppleClient, clock: WallClock = .system) {
         self.client = client
         self.clock = clock
     }
@@ -39,10 +40,10 @@ public final class AppleMigrationClient: Sendable {
     /// The cached access token for `clientID`, or a new one (one call at a time: threads that
     /// need a token together wait for the same one).
     public func accessToken(clientID: String) -> AppleCallResult<String> {
-        if let token = tokens.withLock({ $0[clientID]?.valid(now: clock()) }) { return .success(token) }
+        if let token = tokens.withLock({ $0[clientID]?.valid(now: clock.sinceEpoch.inSeconds) }) { return .success(token) }
         fetching.lock()
         defer { fetching.unlock() }
-        let now = clock()
+        let now = clock.sinceEpoch.inSeconds
         if let token = tokens.withLock({ $0[clientID]?.valid(now: now) }) { return .success(token) }
         let result: AppleCallResult<AppleAccessToken> = post(
             path: "/auth/token", clientID: clientID,

@@ -18,26 +18,26 @@ import Synchronization
 public final class Reconciler: Service {
 
     public struct Options: Sendable {
-        /// Seconds a claimed token stays leased after its own slot (another process skips it
-        /// meanwhile; one that dies leaves it to come due again then). Default 60: the call's
+        /// How long a claimed token stays leased after its own slot (another process skips it
+        /// meanwhile; one that dies leaves it to come due again then). Default 60 s: the call's
         /// timeout (10 s), the recording of its answer (`flushEvery`) and slack.
-        public var leaseMargin: Double = 60
+        public var leaseMargin: Duration = .seconds(60)
         /// Longest idle wait between two looks at the table (new tokens, a shorter due time). Default 30 s.
         public var idleWait: Duration = .seconds(30)
         /// How often the token count (hence the pace) is read again. Default 60 s.
         public var recount: Duration = .seconds(60)
-        /// Seconds of slots one claim takes at most: the batch is as many tokens as fit (at least
-        /// one). Default 5.
-        public var batchSpan: Double = 5
+        /// The slots one claim takes at most: the batch is as many tokens as fit (at least
+        /// one). Default 5 s.
+        public var batchSpan: Duration = .seconds(5)
         /// Most tokens one claim takes. Default 100.
         public var maximumBatch: Int = 100
         /// Valid answers are recorded together, but never held longer than this: a process
         /// killed loses at most this much of its validations. Default 2 s.
         public var flushEvery: Duration = .seconds(2)
-        /// Least seconds between two calls (of all processes), whatever the count. Default 0.001.
-        public var minimumSpacing: Double = 0.001
-        /// Most seconds between two calls when a token is due (few tokens). Default 60.
-        public var maximumSpacing: Double = 60
+        /// The least time between two calls (of all processes), whatever the count. Default 1 ms.
+        public var minimumSpacing: Duration = .milliseconds(1)
+        /// The most time between two calls when a token is due (few tokens). Default 60 s.
+        public var maximumSpacing: Duration = .seconds(60)
         /// Validations at Apple at once, at most. Each starts at its slot: more than one only
         /// when Apple answers slower than the pace (a slow answer then delays no later slot).
         /// Default 4.
@@ -65,8 +65,8 @@ public final class Reconciler: Service {
         case valid(at: Deadline)
         /// `invalid_grant`: the grant is gone.
         case gone
-        /// Tried again after `delay` seconds.
-        case failed(delay: Double)
+        /// Tried again after `delay`.
+        case failed(delay: Duration)
 
         var validAt: Deadline? {
             if case .valid(let at) = self { return at }
@@ -75,7 +75,7 @@ public final class Reconciler: Service {
     }
 
     public init(
-        conninfo: String, interval: Double, apple: AppleAPICredentials, options: Options = Options(), logger: Logger,
+        conninfo: String, interval: Duration, apple: AppleAPICredentials, options: Options = Options(), logger: Logger,
         metrics: Metrics
     ) {
         let steps = Steps(interval: interval, apple: apple, options: options, logger: logger, metrics: metrics)
@@ -98,7 +98,7 @@ public final class Reconciler: Service {
     public var counts: Counts { steps.counters.withLock { $0 } }
 
     public func start() {
-        steps.logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(steps.interval)))"])
+        steps.logger.info("reconciliation on", metadata: ["every": "\(DurationText.format(Int(steps.interval.components.seconds)))"])
         loop.start()
     }
 
@@ -112,7 +112,7 @@ extension Reconciler {
     /// The claims in the shared pace, the calls to Apple and the recording of their answers (the
     /// loop's steps).
     final class Steps: Sendable {
-        let interval: Double
+        let interval: Duration
         let apple: AppleAPICredentials
         let options: Options
         let logger: Logger
@@ -123,7 +123,7 @@ extension Reconciler {
         /// The token count (hence the pace), and when it was read (nil: read it on the next claim).
         private let counted = Mutex<(tokens: Int, at: Deadline?)>((0, nil))
 
-        init(interval: Double, apple: AppleAPICredentials, options: Options, logger: Logger, metrics: Metrics) {
+        init(interval: Duration, apple: AppleAPICredentials, options: Options, logger: Logger, metrics: Metrics) {
             self.interval = interval
             self.apple = apple
             self.options = options
@@ -141,13 +141,14 @@ extension Reconciler {
         ) throws -> [ReconcileStatements.Claimed] {
             var (tokens, at) = counted.withLock { $0 }
             if at.map({ clock.now >= $0.adding(options.recount) }) ?? true {
-                tokens = try c.row(ReconcileStatements.schedule, interval) ?? 0
+                tokens = try c.row(ReconcileStatements.schedule, interval.inSeconds) ?? 0
                 at = clock.now
                 counted.withLock { $0 = (tokens, at) }
             }
             let spacing = schedule.spacing(tokens: tokens)
             let claim = ReconcileStatements.Claim(
-                spacing: spacing, limit: min(limit, schedule.batchSize(spacing: spacing)), leaseMargin: schedule.leaseMargin)
+                spacing: spacing.inSeconds, limit: min(limit, schedule.batchSize(spacing: spacing)),
+                leaseMargin: schedule.leaseMargin.inSeconds)
             let rows = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
                 try c.rows(ReconcileStatements.claim, claim)
             }
@@ -173,7 +174,7 @@ extension Reconciler {
                 let (token, answer) = pending[index]
                 switch answer {
                 case .gone: try recordGone(token, on: c)
-                case .failed(let delay): try c.affected(ReconcileStatements.recordFailure, (token.sub, token.clientID, delay))
+                case .failed(let delay): try c.affected(ReconcileStatements.recordFailure, (token.sub, token.clientID, delay.inSeconds))
                 case .valid: break
                 }
                 pending.remove(at: index)
@@ -186,7 +187,7 @@ extension Reconciler {
                 ReconcileStatements.Valid(sub: token.sub, clientID: token.clientID, ago: now.timeLeft(at: answer.validAt ?? now).inSeconds)
             }
             _ = try c.transaction(begin: WorkerStatements.beginKeyLookups) { c throws(PostgresError) in
-                try c.affected(ReconcileStatements.recordValid, (tokens, interval))
+                try c.affected(ReconcileStatements.recordValid, (tokens, interval.inSeconds))
             }
             pending.removeAll()
         }
@@ -229,7 +230,7 @@ extension Reconciler {
                 var retryAfter: Int?
                 if case .transient(let failure) = result { retryAfter = failure.retryAfter }
                 return .failed(
-                    delay: schedule.retryAt(now: 0, failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))
+                    delay: schedule.retryDelay(failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))
             }
         }
 

@@ -64,7 +64,7 @@ public final class LibraryTokenSweep: Service {
         /// Seconds between two pages. Default 0.2.
         public var pagePause = 0.2
         /// Seconds between the end of a pass and the next. Default 3600.
-        public var passEvery: Double = 3600
+        public var passEvery: Duration = .seconds(3600)
         public init() {}
     }
 
@@ -102,7 +102,7 @@ public final class LibraryTokenSweep: Service {
                     }
                     logger.info("library tokens: pass done", metadata: ["target": "\(schema.kind.rawValue)", "adopted": "\(progress.adopted)"])
                     progress = Progress(schema: (progress.schema + 1) % schemas.count)
-                    return progress.schema == 0 ? .wait(until: clock.now.adding(.seconds(options.passEvery))) : .again
+                    return progress.schema == 0 ? .wait(until: clock.now.adding(options.passEvery)) : .again
                 },
                 failed: { error, _, wait in
                     logger.warning(

@@ -10,8 +10,8 @@ import SiwaRuntime
 public struct ForwardDelivery: Sendable {
     public let url: String
     let keys: [[UInt8]]
-    /// Seconds an attempt may take (connect, send, answer). Default 10.
-    public let timeout: Double
+    /// How long an attempt may take (connect, send, answer). Default 10 s.
+    public let timeout: Duration
 
     /// What one attempt gave.
     public struct Attempt: Sendable {
@@ -29,7 +29,7 @@ public struct ForwardDelivery: Sendable {
         public var description: String
     }
 
-    init(url: String, keys: [[UInt8]], timeout: Double = 10) {
+    init(url: String, keys: [[UInt8]], timeout: Duration = .seconds(10)) {
         self.url = url
         self.keys = keys
         self.timeout = timeout
@@ -37,7 +37,7 @@ public struct ForwardDelivery: Sendable {
 
     /// Reads and checks `SIWA_FORWARD_SECRET_FILE`; a bad file is one line naming the variable
     /// (never a secret).
-    public static func load(_ configuration: ForwardingConfiguration, timeout: Double = 10) throws(SecretError) -> ForwardDelivery {
+    public static func load(_ configuration: ForwardingConfiguration, timeout: Duration = .seconds(10)) throws(SecretError) -> ForwardDelivery {
         let name = "SIWA_FORWARD_SECRET_FILE"
         guard let data = FileManager.default.contents(atPath: configuration.secretFile) else {
             throw SecretError(description: "\(name): cannot read \(configuration.secretFile)")
@@ -59,7 +59,7 @@ public struct ForwardDelivery: Sendable {
                 "Content-Type: application/json", "webhook-id: \(message.id)", "webhook-timestamp: \(timestamp)",
                 "webhook-signature: \(signature)",
             ],
-            body: body, connectTimeout: min(timeout, 5), totalTimeout: timeout, maxResponseBytes: 64 * 1024,
+            body: body, connectTimeout: min(timeout, .seconds(5)), totalTimeout: timeout, maxResponseBytes: 64 * 1024,
             allowedSchemes: FetchScheme(url: url) == .http ? [.http] : [.https])
     }
 

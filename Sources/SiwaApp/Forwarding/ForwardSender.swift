@@ -41,7 +41,7 @@ public final class ForwardSender: Service {
     public var stopBudget: StopBudget { loop.stopBudget }
 
     public init(
-        conninfo: String, delivery: ForwardDelivery, retryFor: Double, options: Options = Options(), logger: Logger,
+        conninfo: String, delivery: ForwardDelivery, retryFor: Duration, options: Options = Options(), logger: Logger,
         metrics: Metrics
     ) {
         let steps = Steps(

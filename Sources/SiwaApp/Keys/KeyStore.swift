@@ -67,44 +67,39 @@ public final class KeyStore: Sendable {
     struct State {
         var keys: [String: RSAPublicKey] = [:]
         var loaded = false
-        /// Monotonic seconds.
-        var expiresAt: Double?
+        var expiresAt: Deadline?
         var policy: KeyFetchPolicy
         var backoff: KeyRefreshBackoff
         var lastError: KeyStoreError?
     }
 
     public let url: String
-    public let minRefreshInterval: Double
-    /// Total seconds one fetch may take (connect 5 s at most). Default 10.
-    public let fetchTimeout: Double
+    public let minRefreshInterval: Duration
+    /// How long one fetch may take in all (connect 5 s at most). Default 10 s.
+    public let fetchTimeout: Duration
     /// Largest key set response accepted. 256 KiB.
     public static let maxResponseBytes = 256 * 1024
     /// TTL when the key set response has no `Cache-Control: max-age`.
-    public static let defaultTTL: Double = 3600
+    public static let defaultTTL = Duration.seconds(3600)
     private let extraKeys: [String: RSAPublicKey]
     private let persistence: Persistence?
     private let state: Mutex<State>
     private let logger: Logger
     private let metrics: Metrics?
-    private let clock: @Sendable () -> Double
+    private let clock: any MonotonicClock
     /// Who waits for a fetch, and the policy's timers.
-    private let waiters = DeadlineWaiters<Awaited, FetchResult>(name: "siwa-keys-waits", timedOut: .timedOut)
-
-    /// Monotonic seconds (the runtime's clock).
-    public static let monotonicSeconds: @Sendable () -> Double = { Double(Deadline.now.uptimeNanoseconds) / 1e9 }
+    private let waiters: DeadlineWaiters<Awaited, FetchResult>
 
     /// - Parameters:
     ///   - extraKeys: keys trusted besides the fetched set (the `--dev` key).
-    ///   - minRefreshInterval: seconds between two fetch starts. Default 10.
+    ///   - minRefreshInterval: the least time between two fetch starts. Default 10 s.
     ///   - refreshBackoffLimit: the longest wait between two scheduled refreshes while fetches
-    ///     fail (the first wait is `minRefreshInterval`, at least 1 s, then doubling). Default 300.
-    ///   - clock: monotonic seconds. Default `KeyStore.monotonicSeconds`.
+    ///     fail (the first wait is `minRefreshInterval`, at least 1 s, then doubling). Default 5 min.
     public init(
-        url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Double = 10,
-        fetchTimeout: Double = 10, refreshBackoffLimit: Double = KeyRefreshBackoff.defaultMaxDelay,
+        url: String, extraKeys: [String: RSAPublicKey] = [:], minRefreshInterval: Duration = .seconds(10),
+        fetchTimeout: Duration = .seconds(10), refreshBackoffLimit: Duration = KeyRefreshBackoff.defaultMaxDelay,
         persistence: Persistence? = nil, logger: Logger, metrics: Metrics? = nil,
-        clock: @escaping @Sendable () -> Double = KeyStore.monotonicSeconds
+        clock: any MonotonicClock = SystemClock.shared
     ) {
         self.url = url
         self.fetchTimeout = fetchTimeout
@@ -114,14 +109,15 @@ public final class KeyStore: Sendable {
         self.logger = logger
         self.metrics = metrics
         self.clock = clock
+        waiters = DeadlineWaiters(name: "siwa-keys-waits", timedOut: .timedOut, clock: clock)
         state = Mutex(
             State(
                 policy: KeyFetchPolicy(minInterval: minRefreshInterval),
-                backoff: KeyRefreshBackoff(baseDelay: max(1, minRefreshInterval), maxDelay: refreshBackoffLimit)))
+                backoff: KeyRefreshBackoff(baseDelay: max(.seconds(1), minRefreshInterval), maxDelay: refreshBackoffLimit)))
     }
 
-    /// The store's monotonic clock, in seconds: what `arrivedAt` is measured with.
-    public func now() -> Double { clock() }
+    /// The store's monotonic clock: what `arrivedAt` is measured with.
+    public func now() -> Deadline { clock.now }
 
     /// True once a key set is loaded (or extra keys are trusted).
     public var isLoaded: Bool {
@@ -131,17 +127,17 @@ public final class KeyStore: Sendable {
     /// Number of fetched keys held.
     public var keyCount: Int { state.withLock { $0.keys.count } }
 
-    /// Seconds until the TTL runs out (nil before the first successful fetch).
-    public var expiresIn: Double? {
-        let now = clock()
-        return state.withLock { $0.expiresAt.map { $0 - now } }
+    /// Time until the TTL runs out (nil before the first successful fetch).
+    public var expiresIn: Duration? {
+        let now = clock.now
+        return state.withLock { $0.expiresAt.map { $0.timeLeft(at: now) } }
     }
 
     /// True when the scheduled refresh should run now: the TTL has run out (or, while fetches
     /// fail, the backoff has passed) and a fetch may start (none in flight, and the minimum
     /// interval has passed).
     public var isRefreshDue: Bool {
-        let now = clock()
+        let now = clock.now
         return state.withLock { s in
             s.policy.mayStart(now: now) && s.backoff.isDue(now: now, expiresAt: s.expiresAt)
         }
@@ -170,12 +166,12 @@ public final class KeyStore: Sendable {
     /// calling thread: not for request threads. Throws when it cannot be fetched, holds no usable
     /// key, or the minimum interval since the last fetch start has not passed.
     public func refresh() throws {
-        let now = clock()
+        let now = clock.now
         let action = state.withLock { $0.policy.refreshRequested(now: now) }
         let fetch: KeyFetchPolicy.Fetch
         switch action {
         case .rateLimited:
-            throw KeyStoreError(message: "key set fetched less than \(minRefreshInterval) s ago")
+            throw KeyStoreError(message: "key set fetched less than \(minRefreshInterval) ago")
         case .join(let f):
             fetch = f
         case .start(let f):
@@ -200,11 +196,11 @@ public final class KeyStore: Sendable {
     /// A known `kid` is verified at once. For an unknown one (see the type's description) the
     /// answer is `unknownKey`, `.unavailable` (503), or `.wait` for a fetch that began after
     /// the arrival (never when `mayWait` is false).
-    public func check(kid: String, signingInput: [UInt8], signature: [UInt8], arrivedAt: Double, mayWait: Bool = true) -> Lookup {
+    public func check(kid: String, signingInput: [UInt8], signature: [UInt8], arrivedAt: Deadline, mayWait: Bool = true) -> Lookup {
         if let key = extraKeys[kid] {
             return .checked(key.verifyRS256(message: signingInput, signature: signature) ? .valid : .invalid)
         }
-        let now = clock()
+        let now = clock.now
         let (key, decision) = state.withLock { s -> (RSAPublicKey?, KeyFetchPolicy.Decision?) in
             if let key = s.keys[kid] { return (key, nil) }
             return (nil, s.policy.unknownKid(kid, arrivedAt: arrivedAt, now: now, mayWait: mayWait))
@@ -227,11 +223,11 @@ public final class KeyStore: Sendable {
     /// Blocking variant of `check(kid:signingInput:signature:arrivedAt:mayWait:)` for callers
     /// off the request path (tools, tests): waits for the fetch an unknown `kid` needs.
     public func check(kid: String, signingInput: [UInt8], signature: [UInt8]) -> SignatureCheck {
-        let arrivedAt = clock()
+        let arrivedAt = clock.now
         var lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt)
         if case .wait(let ticket) = lookup {
             let done = WakeSignal()
-            wait(ticket, until: Deadline.now.adding(.seconds(fetchTimeout + 1))) { done.stop() }
+            wait(ticket, until: clock.now.adding(fetchTimeout + .seconds(1))) { done.stop() }
             done.wait(until: .never)
             lookup = check(kid: kid, signingInput: signingInput, signature: signature, arrivedAt: arrivedAt, mayWait: false)
         }
@@ -274,9 +270,9 @@ public final class KeyStore: Sendable {
         case .startFetch(let fetch):
             run(fetch)
         case .scheduleTimer(let at):
-            waiters.add(.timer, until: Deadline.now.adding(.seconds(at - clock()))) { [weak self] _ in
+            waiters.add(.timer, until: at) { [weak self] _ in
                 guard let self else { return }
-                let now = clock()
+                let now = clock.now
                 perform(state.withLock { $0.policy.timerFired(now: now) })
             }
         }
@@ -289,14 +285,14 @@ public final class KeyStore: Sendable {
             var result: FetchResult
             var body: String?
             var loaded: [String: RSAPublicKey] = [:]
-            var ttl: Double = 0
+            var ttl = Duration.zero
             do {
                 let (keys, text, maxAge) = try self.fetch()
-                let now = clock()
+                let now = clock.now
                 state.withLock {
                     $0.keys = keys
                     $0.loaded = true
-                    $0.expiresAt = now + maxAge
+                    $0.expiresAt = now.adding(maxAge)
                     $0.lastError = nil
                 }
                 body = text
@@ -310,16 +306,16 @@ public final class KeyStore: Sendable {
                 state.withLock { $0.lastError = failure }
                 metrics?.keyRefresh(succeeded: false)
             }
-            let now = clock()
+            let now = clock.now
             let succeeded = if case .succeeded = result { true } else { false }
             let (effect, transition, retryAt) = state.withLock {
-                s -> (KeyFetchPolicy.Effect, KeyRefreshBackoff.Transition, Double?) in
+                s -> (KeyFetchPolicy.Effect, KeyRefreshBackoff.Transition, Deadline?) in
                 let effect = s.policy.fetchCompleted(id: fetch.id, succeeded: succeeded, now: now)
                 s.policy.forget(loaded.keys)
                 let transition = s.backoff.fetchCompleted(succeeded: succeeded, now: now)
                 return (effect, transition, s.backoff.retryAt)
             }
-            logOutcome(result, keys: loaded, ttl: ttl, transition: transition, retryIn: retryAt.map { $0 - now })
+            logOutcome(result, keys: loaded, ttl: ttl, transition: transition, retryIn: retryAt.map { $0.timeLeft(at: now) })
             waiters.answer(result) { $0.answered(byFetch: fetch.id) }
             perform(effect)
             if let body { persistence?.save(body) }
@@ -329,13 +325,13 @@ public final class KeyStore: Sendable {
     /// One line per success; for failures only the change of state is a warning (later ones are
     /// debug lines), and the first success after failures says so.
     private func logOutcome(
-        _ result: FetchResult, keys: [String: RSAPublicKey], ttl: Double, transition: KeyRefreshBackoff.Transition,
-        retryIn: Double?
+        _ result: FetchResult, keys: [String: RSAPublicKey], ttl: Duration, transition: KeyRefreshBackoff.Transition,
+        retryIn: Duration?
     ) {
         switch result {
         case .succeeded:
             var metadata: Logger.Metadata = [
-                "keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(Int(ttl))",
+                "keys": "\(keys.count)", "kids": "\(keys.keys.sorted().joined(separator: ","))", "ttl": "\(ttl.components.seconds)",
             ]
             if case .recovered(let failures) = transition {
                 metadata["failed_fetches"] = "\(failures)"
@@ -345,7 +341,7 @@ public final class KeyStore: Sendable {
             }
         case .failed(let error):
             var metadata: Logger.Metadata = ["error": "\(error)"]
-            if let retryIn { metadata["scheduled_retry_in"] = "\(Int(retryIn.rounded(.up)))" }
+            if let retryIn { metadata["scheduled_retry_in"] = "\(Int(retryIn.inSeconds.rounded(.up)))" }
             if transition == .failing {
                 logger.warning(
                     "key set refresh failing; keeping the current keys, retrying with backoff (logged again when it recovers)", metadata: metadata)
@@ -357,17 +353,17 @@ public final class KeyStore: Sendable {
         }
     }
 
-    private func fetch() throws -> ([String: RSAPublicKey], String, Double) {
+    private func fetch() throws -> ([String: RSAPublicKey], String, Duration) {
         let scheme = FetchScheme(url: url) ?? .https
         let response = try Fetcher.perform(
             FetchRequest(
-                url: url, connectTimeout: min(5, fetchTimeout), totalTimeout: fetchTimeout,
+                url: url, connectTimeout: min(.seconds(5), fetchTimeout), totalTimeout: fetchTimeout,
                 maxResponseBytes: Self.maxResponseBytes, allowedSchemes: [scheme]))
         guard response.status == 200 else {
             throw KeyStoreError(message: "key set endpoint answered HTTP \(response.status)")
         }
         let keys = try Self.parse(response.body, logger: logger)
-        let ttl = Self.maxAge(response.headers["cache-control"]).map { min(max($0, 60), 86_400) } ?? Self.defaultTTL
+        let ttl = Self.maxAge(response.headers["cache-control"]).map { Duration.seconds(min(max($0, 60), 86_400)) } ?? Self.defaultTTL
         return (keys, String(decoding: response.body, as: UTF8.self), ttl)
     }
 

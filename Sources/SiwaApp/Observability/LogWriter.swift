@@ -56,7 +56,8 @@ public final class LogWriter: Sendable {
     private let maxLines: Int
     private let maxBytes: Int
     private let state = Mutex(State())
-    private let wake = DispatchSemaphore(value: 0)
+    /// Woken when a line comes to an idle writer (or at stop).
+    private let wake = WakeSignal()
     /// Broadcast (under its lock) after the writer finished a batch: what `flush` waits on.
     private let batchFinished = Condition()
 
@@ -99,7 +100,7 @@ public final class LogWriter: Sendable {
             s.idle = false
             return true
         }
-        if signal { wake.signal() }
+        if signal { wake.wake() }
     }
 
     /// Waits until every line queued before the call was written (or dropped), at most
@@ -126,7 +127,7 @@ public final class LogWriter: Sendable {
             s.idle = false
             return true
         }
-        if signal { wake.signal() }
+        if signal { wake.wake() }
     }
 
     private enum Step {
@@ -160,7 +161,7 @@ public final class LogWriter: Sendable {
             case .stop:
                 return
             case .wait:
-                wake.wait()
+                wake.wait(until: .never)
             case .write(let lines, let notice, let format):
                 var noticeSize = 0
                 if notice > 0 {

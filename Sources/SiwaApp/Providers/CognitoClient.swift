@@ -212,7 +212,7 @@ public final class CognitoClient: HostedProviderClient {
             sha256: SHA256.hash, hmac: HMACSHA256.authenticate)
         let request = FetchRequest(
             url: url, method: "POST", headers: (headers + signed.headers).map { "\($0.0): \($0.1)" }, body: body,
-            connectTimeout: options.connectTimeout, totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes,
+            connectTimeout: .seconds(options.connectTimeout), totalTimeout: .seconds(options.timeout), maxResponseBytes: options.maxResponseBytes,
             allowedSchemes: [scheme])
         let response: FetchResponse
         do {

@@ -264,8 +264,8 @@ public final class FirebaseClient: HostedProviderClient {
     /// One POST; a network failure already classified.
     private func perform(_ target: String, headers: [String], body: [UInt8]) -> Result<FetchResponse, FirebaseStop> {
         let request = FetchRequest(
-            url: target, method: "POST", headers: headers, body: body, connectTimeout: options.connectTimeout.inSeconds,
-            totalTimeout: options.timeout.inSeconds, maxResponseBytes: options.maxResponseBytes,
+            url: target, method: "POST", headers: headers, body: body, connectTimeout: options.connectTimeout,
+            totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes,
             allowedSchemes: [target.lowercased().hasPrefix("http://") ? .http : .https])
         do {
             return .success(try Fetcher.perform(request))

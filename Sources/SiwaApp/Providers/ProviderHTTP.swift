@@ -68,8 +68,8 @@ struct ProviderHTTP: Sendable {
         do {
             let response = try Fetcher.perform(
                 FetchRequest(
-                    url: url, method: request.method, headers: headers, body: body, connectTimeout: options.connectTimeout,
-                    totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
+                    url: url, method: request.method, headers: headers, body: body, connectTimeout: .seconds(options.connectTimeout),
+                    totalTimeout: .seconds(options.timeout), maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
             result = (
                 response.status,
                 ProviderAnswer.classify(

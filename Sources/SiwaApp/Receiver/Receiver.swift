@@ -14,7 +14,7 @@ public final class Receiver: HTTPHandler {
     private let verifier: NotificationVerifier
     private let keys: KeyStore
     private let writer: any OutboxSink
-    private let wallClock: @Sendable () -> Int64
+    private let wallClock: WallClock
     private let logger: Logger
     private let metrics: Metrics
     private let requestCounter = Atomic<UInt64>(0)
@@ -27,13 +27,13 @@ public final class Receiver: HTTPHandler {
     /// answered 503. Default: the commit timeout.
     public let keyWaitLimit: Duration
 
-    /// - Parameter now: the wall clock tokens are checked against (`iat`, `exp`), in Unix
-    ///   seconds. Default: the system clock.
+    /// - Parameter now: the wall clock tokens are checked against (`iat`, `exp`). Default: the
+    ///   system clock.
     public init(
         gate: RequestGate, verifier: NotificationVerifier, keys: KeyStore, writer: any OutboxSink,
         logger: Logger, metrics: Metrics, retryAfterSeconds: Int = 5, commitTimeout: Duration = .seconds(5),
         keyWaitLimit: Duration? = nil,
-        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        now: WallClock = .system
     ) {
         self.gate = gate
         self.verifier = verifier
@@ -73,7 +73,7 @@ public final class Receiver: HTTPHandler {
     /// `deadline` is the request's arrival plus the commit timeout: the key wait and the commit
     /// both end there.
     private func process(
-        _ body: [UInt8], arrivedAt: Double, deadline: Deadline, mayWait: Bool, requestID: UInt64,
+        _ body: [UInt8], arrivedAt: Deadline, deadline: Deadline, mayWait: Bool, requestID: UInt64,
         responder: HTTPResponder
     ) {
         let started = Deadline.now
@@ -81,7 +81,7 @@ public final class Receiver: HTTPHandler {
         var ticket: KeyStore.Ticket?
         var retryAfter: Int?
         do throws(RejectReason) {
-            notification = try verifier.verify(body: body, now: wallClock()) { kid, input, signature in
+            notification = try verifier.verify(body: body, now: wallClock.unixSeconds) { kid, input, signature in
                 switch keys.check(kid: kid, signingInput: input, signature: signature, arrivedAt: arrivedAt, mayWait: mayWait) {
                 case .checked(let result):
                     return result

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaFetch
 import SiwaPostgres
+import SiwaRuntime
 import Synchronization
 
 /// `siwa-notify doctor`: gathers the facts of a deployment as its configuration sees them — the
@@ -80,7 +81,7 @@ public enum Doctor {
         let response: FetchResponse
         do {
             response = try Fetcher.perform(
-                FetchRequest(url: url, connectTimeout: 5, totalTimeout: 10, allowedSchemes: [FetchScheme(url: url) ?? .https]))
+                FetchRequest(url: url, connectTimeout: .seconds(5), totalTimeout: .seconds(10), allowedSchemes: [FetchScheme(url: url) ?? .https]))
         } catch {
             return DoctorFacts.KeySet(url: Application.redacted(url), problem: "\(error)", skewSeconds: nil)
         }
@@ -110,13 +111,13 @@ public enum Doctor {
 }
 
 /// The console's copy of `doctor`'s report: examined in the background, again once it is older
-/// than `maxAge` seconds, so that a page never waits on the key set's fetch or the catalogs.
+/// than `maxAge`, so that a page never waits on the key set's fetch or the catalogs.
 public final class DoctorWatch: Sendable {
     private let examine: @Sendable () -> DoctorReport
-    private let maxAge: Double
-    private let state = Mutex<(report: DoctorReport?, at: Double, running: Bool)>((nil, 0, false))
+    private let maxAge: Duration
+    private let state = Mutex<(report: DoctorReport?, at: Deadline, running: Bool)>((nil, .never, false))
 
-    public init(_ configuration: ServerConfiguration, process: DoctorProcess, maxAge: Double = 600) {
+    public init(_ configuration: ServerConfiguration, process: DoctorProcess, maxAge: Duration = .seconds(600)) {
         examine = { Doctor.examine(configuration, process: process) }
         self.maxAge = maxAge
     }
@@ -124,16 +125,16 @@ public final class DoctorWatch: Sendable {
     /// The latest report (nil until the first is done); a fresh one starts in the background
     /// when it is due.
     public func latest() -> DoctorReport? {
-        let now = Date().timeIntervalSince1970
+        let now = Deadline.now
         let (report, due) = state.withLock { s -> (DoctorReport?, Bool) in
-            let due = !s.running && (s.report == nil || now - s.at >= maxAge)
+            let due = !s.running && (s.report == nil || now >= s.at.adding(maxAge))
             if due { s.running = true }
             return (s.report, due)
         }
         if due {
-            DispatchQueue.global().async { [self] in
+            _ = LoopThread(name: "siwa-doctor") { [self] in
                 let fresh = examine()
-                state.withLock { $0 = (fresh, Date().timeIntervalSince1970, false) }
+                state.withLock { $0 = (fresh, .now, false) }
             }
         }
         return report

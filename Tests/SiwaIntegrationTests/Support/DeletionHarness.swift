@@ -64,14 +64,14 @@ final class DeletionHarness: Sendable {
         config.jwksURL = jwksURL ?? fake.jwksURL
         config.listen = ListenAddress(host: "127.0.0.1", port: 0)
         config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
-        config.connectionTimeout = 3
+        config.connectionTimeout = .seconds(3)
         config.httpThreads = 2
-        config.keyRefreshInterval = 1
+        config.keyRefreshInterval = .seconds(1)
         config.maxAttempts = maxAttempts
         config.apiTokenFile = apiTokenFile
         config.apiConcurrency = apiConcurrency
         config.trustedProxies = trustedProxies
-        if let reconcileEvery { config.reconcileEvery = reconcileEvery }
+        if let reconcileEvery { config.reconcileEvery = .seconds(reconcileEvery) }
         if let authLibraries { config.authLibraries = authLibraries }
         if let forwardURL {
             let secrets = directory + "/forward-secrets"
@@ -81,7 +81,7 @@ final class DeletionHarness: Sendable {
         var options = TestHarness.options(retryBaseDelay: retryBaseDelay)
         options.reconciler.idleWait = .milliseconds(200)
         options.reconciler.recount = .milliseconds(200)
-        options.reconciler.maximumSpacing = 2
+        options.reconciler.maximumSpacing = .seconds(2)
         config.appleAPI = AppleAPIConfiguration(
             teamID: S.teamID, keyID: S.keyID, privateKeyFile: privateKeyFile,
             tokenKeyFile: tokenKeyFile, baseURL: fake.baseURL)
@@ -150,7 +150,7 @@ final class DeletionHarness: Sendable {
             FetchRequest(
                 url: url, method: "POST",
                 headers: ["Content-Type: \(contentType)"] + (token.map { ["Authorization: Bearer \($0)"] } ?? []),
-                body: Array(json.utf8), connectTimeout: 5, totalTimeout: timeout,
+                body: Array(json.utf8), connectTimeout: .seconds(5), totalTimeout: .seconds(timeout),
                 allowedSchemes: [.http]))
         AdminAnswers.record(method: "POST", url: url, status: response.status, headers: response.headers, body: response.body)
         return Reply(status: response.status, body: String(decoding: response.body, as: UTF8.self))

@@ -40,7 +40,7 @@ final class LoadSender: Sendable {
                         let r = try Fetcher.perform(
                             FetchRequest(
                                 url: url, method: "POST", headers: ["Content-Type: application/json"],
-                                body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: 2, totalTimeout: 5,
+                                body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: .seconds(2), totalTimeout: .seconds(5),
                                 allowedSchemes: [.http]))
                         let text = String(decoding: r.body, as: UTF8.self)
                         let code = text.split(separator: "\"").dropFirst(3).first.map(String.init)

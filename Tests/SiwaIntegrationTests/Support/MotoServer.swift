@@ -30,7 +30,7 @@ final class MotoServer {
         try process.run()
         let ready = eventually(timeout: 30) {
             guard process.isRunning else { return true }
-            let probe = FetchRequest(url: url + "moto-api/data.json", connectTimeout: 1, totalTimeout: 2, allowedSchemes: [.http])
+            let probe = FetchRequest(url: url + "moto-api/data.json", connectTimeout: .seconds(1), totalTimeout: .seconds(2), allowedSchemes: [.http])
             return (try? Fetcher.perform(probe))?.status == 200
         }
         guard ready, process.isRunning else {

@@ -68,14 +68,14 @@ final class TestHarness: Sendable {
         config.listen = ListenAddress(host: "127.0.0.1", port: 0)
         config.adminListen = ListenAddress(host: "127.0.0.1", port: 0)
         config.maxBody = maxBody
-        config.connectionTimeout = 3
+        config.connectionTimeout = .seconds(3)
         config.httpThreads = 4
-        config.keyRefreshInterval = keyRefreshInterval
+        config.keyRefreshInterval = .seconds(keyRefreshInterval)
         self.keyRefreshInterval = keyRefreshInterval
         config.maxAttempts = maxAttempts
-        if let t = timeouts.commit { config.commitTimeout = t }
-        if let t = timeouts.workerStatement { config.workerStatementTimeout = t }
-        if let t = timeouts.workerLock { config.workerLockTimeout = t }
+        if let t = timeouts.commit { config.commitTimeout = .seconds(t) }
+        if let t = timeouts.workerStatement { config.workerStatementTimeout = .seconds(t) }
+        if let t = timeouts.workerLock { config.workerLockTimeout = .seconds(t) }
         config.forwarding = forwarding
         var options = Self.options(retryBaseDelay: retryBaseDelay)
         options.forwarding = forwardOptions
@@ -168,7 +168,7 @@ final class TestHarness: Sendable {
             FetchRequest(
                 url: baseURL + path, method: method, headers: headers,
                 body: body.isEmpty && method != "POST" ? nil : Array(body.utf8),
-                connectTimeout: 5, totalTimeout: 15, allowedSchemes: [.http]))
+                connectTimeout: .seconds(5), totalTimeout: .seconds(15), allowedSchemes: [.http]))
         return Reply(status: response.status, headers: response.headers, body: String(decoding: response.body, as: UTF8.self))
     }
 

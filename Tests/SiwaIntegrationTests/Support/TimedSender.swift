@@ -63,8 +63,8 @@ final class TimedSender: Sendable {
                     if let r = try? Fetcher.perform(
                         FetchRequest(
                             url: url, method: "POST", headers: ["Content-Type: application/json;charset=UTF-8"],
-                            body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: timeout,
-                            totalTimeout: timeout, allowedSchemes: [.http]))
+                            body: Array(NotificationSigner.body(token: token).utf8), connectTimeout: .seconds(timeout),
+                            totalTimeout: .seconds(timeout), allowedSchemes: [.http]))
                     {
                         exchange.status = r.status
                         let value = try? JSONParser.parse(String(decoding: r.body, as: UTF8.self))
