@@ -81,7 +81,7 @@ final class CognitoFixture: ProviderFixture {
                 "Content-Type: \(Cognito.contentType)", "X-Amz-Target: \(seen.target ?? "")",
                 "Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/cognito-idp/aws4_request, SignedHeaders=host, Signature=0",
             ],
-            body: body, connectTimeout: 5, totalTimeout: 20, allowedSchemes: [.http])
+            body: body, connectTimeout: .seconds(5), totalTimeout: .seconds(20), allowedSchemes: [.http])
         guard let response = try? Fetcher.perform(request) else { return HTTPResponse(status: 502) }
         return .json(response.status, String(decoding: response.body, as: UTF8.self))
     }
