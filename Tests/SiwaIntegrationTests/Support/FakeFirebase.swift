@@ -63,6 +63,10 @@ final class FakeFirebase: HTTPHandler {
         var tokenAnswer: HTTPResponse?
         /// How long the token endpoint takes to answer.
         var tokenDelay: Duration = .zero
+        /// Answered to every API request while set (the service down).
+        var outage: HTTPResponse?
+        /// The identities `deleteProvider` removed, in order.
+        var unlinked: [Identity] = []
     }
 
     let projectID: String
@@ -119,6 +123,13 @@ final class FakeFirebase: HTTPHandler {
     var snapshot: State { state.withLock { $0 } }
     /// The API requests (not the token endpoint's).
     var requests: [Request] { state.withLock { $0.requests } }
+    /// Whether a refresh token the user of `localID` got at `issuedAt` (Unix seconds) still
+    /// refreshes: Google's token service refuses it (`TOKEN_EXPIRED`) once the account's
+    /// `validSince` is after it, and (`USER_NOT_FOUND`) once the account is gone.
+    func refreshes(localID: String, issuedAt: Int64) -> Bool {
+        guard let user = user(localID) else { return false }
+        return issuedAt >= user.validSince
+    }
     /// Every access token stops working, as when it expires or is revoked.
     func expireTokens() { state.withLock { $0.tokens.removeAll() } }
 
@@ -217,6 +228,7 @@ final class FakeFirebase: HTTPHandler {
             if let index = s.injected.firstIndex(where: { $0.operation == nil || $0.operation == operation }) {
                 return s.injected.remove(at: index).answer
             }
+            if let outage = s.outage { return outage }
             let bearer = request.head.authorization.flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
             if publicKey == nil {
                 guard bearer == Firebase.emulatorBearer else { return Self.unauthenticated }
@@ -268,6 +280,7 @@ final class FakeFirebase: HTTPHandler {
             s.users[index].validSince = seconds
         }
         let removed = Set(body["deleteProvider"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        s.unlinked += s.users[index].identities.filter { removed.contains($0.providerID) }
         s.users[index].identities.removeAll { removed.contains($0.providerID) }
         let user = s.users[index]
         return .json(

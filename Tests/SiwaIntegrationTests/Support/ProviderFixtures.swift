@@ -30,6 +30,20 @@ protocol ProviderFixture {
     func refuseCredential()
     func up()
     func stop()
+    /// What its target does where the providers differ (docs/hosted-providers.md).
+    var behaviour: ProviderBehaviour { get }
+}
+
+/// Where a provider's behaviour makes an effect's outcome differ from the common one.
+struct ProviderBehaviour {
+    /// The actions of `delete_user` on an Apple-only user.
+    var deleteAppleOnly = "deleted"
+    /// The actions of `delete_user` on a user with another way in, who keeps it.
+    var deleteLinked = "signed_out,unlinked"
+    /// `unlink` removes an Apple-only user's Apple identity (otherwise the user keeps it, signed out).
+    var unlinksSoleIdentity = true
+    /// `last_reason` of a call made with a credential the provider refuses.
+    var refusedCredential: String
 }
 
 /// Amazon Cognito: moto's server behind a loopback front that answers what moto lacks
@@ -50,6 +64,7 @@ final class CognitoFixture: ProviderFixture {
     private let front: FakeCognito
     private let state = State()
     var provider: HostedProvider { .cognito }
+    var behaviour: ProviderBehaviour { ProviderBehaviour(refusedCredential: "UnrecognizedClientException [credential]") }
 
     init() throws {
         moto = try MotoServer()
