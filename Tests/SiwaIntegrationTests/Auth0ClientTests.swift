@@ -11,7 +11,7 @@ import Testing
 /// Fixtures/providers/): users with linked identities, sessions and refresh tokens, a token
 /// endpoint whose tokens expire, Auth0's error shape, 429s with `x-ratelimit-reset`. Every
 /// request a test makes, and the fake's answer, is checked against those descriptions.
-@Suite("Auth0 Management API client", .serialized, .enabled(if: OpenAPIChecker.isInstalled, "needs python3 with jsonschema"))
+@Suite("Auth0 Management API client", .serialized, .enabled(if: OpenAPIChecker.runs, "needs python3 with jsonschema"))
 struct Auth0ClientTests {
     static let specs = ["auth0-management-api.json", "auth0-authentication-api.json"]
     static let appleSub = "001234.5f3c8a9b0d1e4f2a8b7c6d5e4f3a2b1c.0042"

@@ -11,7 +11,7 @@ import Testing
 /// accounts, e-mail addresses and sessions, Clerk's error shape `{errors:[{code,message}]}`,
 /// 429s with Retry-After. Every request and answer is checked against the description; the
 /// 429 is documented on Clerk's rate-limits page, not in it, so it is allowed besides.
-@Suite("Clerk Backend API client", .serialized, .enabled(if: OpenAPIChecker.isInstalled, "needs python3 with jsonschema"))
+@Suite("Clerk Backend API client", .serialized, .enabled(if: OpenAPIChecker.runs, "needs python3 with jsonschema"))
 struct ClerkClientTests {
     static let appleSub = "001234.5f3c8a9b0d1e4f2a8b7c6d5e4f3a2b1c.0042"
     static let linkedSub = "001234.aa11bb22cc33dd44ee55ff6677889900.0007"
