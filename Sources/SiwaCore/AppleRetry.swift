@@ -2,19 +2,21 @@
 /// exponential backoff with jitter, and never less than Apple's `Retry-After`.
 public struct AppleRetry: Sendable, Equatable {
     public var policy: RetryPolicy
-    /// Largest `Retry-After` honored, seconds (a bigger one is capped). Default 3600.
-    public var maxRetryAfter: Double
+    /// Largest `Retry-After` honored (a bigger one is capped). Default 3600 s.
+    public var maxRetryAfter: Duration
 
-    public init(policy: RetryPolicy = RetryPolicy(maxAttempts: 8, baseDelay: 1, maxDelay: 120), maxRetryAfter: Double = 3600) {
+    public init(
+        policy: RetryPolicy = RetryPolicy(maxAttempts: 8, baseDelay: .seconds(1), maxDelay: .seconds(120)), maxRetryAfter: Duration = .seconds(3600)
+    ) {
         self.policy = policy
         self.maxRetryAfter = maxRetryAfter
     }
 
-    /// Seconds to wait after `attempts` failed attempts; `retryAfter` is Apple's header, if any.
-    public func delay(afterAttempts attempts: Int, retryAfter: Int?, jitter: Double) -> Double {
+    /// The wait after `attempts` failed attempts; `retryAfter` is Apple's header, if any.
+    public func delay(afterAttempts attempts: Int, retryAfter: Duration?, jitter: Double) -> Duration {
         let backoff = policy.delay(afterAttempts: attempts, jitter: jitter)
-        guard let retryAfter, retryAfter > 0 else { return backoff }
-        return max(backoff, min(Double(retryAfter), maxRetryAfter))
+        guard let retryAfter, retryAfter > .zero else { return backoff }
+        return max(backoff, min(retryAfter, maxRetryAfter))
     }
 
     /// True when no attempt is left after `attempts` failed ones.

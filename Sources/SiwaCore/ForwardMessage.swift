@@ -102,7 +102,7 @@ public struct ForwardMessage: Sendable, Equatable {
 /// retry is placed at the deadline, not past it.
 public struct ForwardSchedule: Sendable, Equatable {
     public enum Next: Sendable, Equatable {
-        case retry(afterSeconds: Double)
+        case retry(after: Duration)
         case dead
     }
 
@@ -111,16 +111,16 @@ public struct ForwardSchedule: Sendable, Equatable {
     /// Backoff; its `maxAttempts` is not used (time decides).
     public var backoff: RetryPolicy
 
-    public init(retryFor: Duration, backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)) {
+    public init(retryFor: Duration, backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: .seconds(1), maxDelay: .seconds(3600))) {
         self.retryFor = retryFor
         self.backoff = backoff
     }
 
-    /// After `attempts` failed attempts (this one included), `ageSeconds` after the forward was
+    /// After `attempts` failed attempts (this one included), `age` after the forward was
     /// queued; `jitter` in [0, 1).
-    public func next(afterAttempts attempts: Int, ageSeconds: Double, jitter: Double) -> Next {
-        let left = retryFor.inSeconds - ageSeconds
-        guard left > 0 else { return .dead }
-        return .retry(afterSeconds: min(backoff.delay(afterAttempts: attempts, jitter: jitter), left))
+    public func next(afterAttempts attempts: Int, age: Duration, jitter: Double) -> Next {
+        let left = retryFor - age
+        guard left > .zero else { return .dead }
+        return .retry(after: min(backoff.delay(afterAttempts: attempts, jitter: jitter), left))
     }
 }

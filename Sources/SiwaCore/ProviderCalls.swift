@@ -66,31 +66,32 @@ public struct ProviderCallSchedule: Sendable, Equatable {
     public enum Next: Sendable, Equatable {
         case done
         case userUnknown
-        case retry(afterSeconds: Double)
+        case retry(after: Duration)
         case dead
     }
 
-    /// Seconds a call is retried, from when it was queued (or replayed), before it is dead.
-    public var retryFor: Double
+    /// How long a call is retried, from when it was queued (or replayed), before it is dead.
+    public var retryFor: Duration
     /// Backoff; its `maxAttempts` is not used (time decides).
     public var backoff: RetryPolicy
 
     /// Three days, as forwards: a provider down for a weekend loses nothing.
-    public static let defaultRetryFor: Double = 3 * 86_400
+    public static let defaultRetryFor: Duration = .seconds(3 * 86_400)
 
     public init(
-        retryFor: Double = ProviderCallSchedule.defaultRetryFor, backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: 2, maxDelay: 3600)
+        retryFor: Duration = ProviderCallSchedule.defaultRetryFor,
+        backoff: RetryPolicy = RetryPolicy(maxAttempts: .max, baseDelay: .seconds(2), maxDelay: .seconds(3600))
     ) {
         self.retryFor = retryFor
         self.backoff = backoff
     }
 
-    /// After an attempt that ended in `outcome`, the `attempts`-th (this one included), `ageSeconds`
+    /// After an attempt that ended in `outcome`, the `attempts`-th (this one included), `age`
     /// after the call was queued; `jitter` in [0, 1). The provider's `Retry-After` is honoured: a
     /// retry never comes before it. A request the provider refuses as such is dead at once (retrying
     /// sends the same); a refused credential, permission or tenant waits with backoff for the
     /// operator to fix it (a rotated credential, a policy), until the bound.
-    public func next(after outcome: ProviderOutcome, attempts: Int, ageSeconds: Double, jitter: Double) -> Next {
+    public func next(after outcome: ProviderOutcome, attempts: Int, age: Duration, jitter: Double) -> Next {
         let failure: ProviderFailure
         switch outcome {
         case .done: return .done
@@ -100,11 +101,11 @@ public struct ProviderCallSchedule: Sendable, Equatable {
             if f.blame == nil || f.blame == .request { return .dead }
             failure = f
         }
-        let left = retryFor - ageSeconds
-        guard left > 0 else { return .dead }
+        let left = retryFor - age
+        guard left > .zero else { return .dead }
         // As forwards: the last retry comes at the bound, unless the provider asks for later.
-        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), failure.retryAfter?.inSeconds ?? 0)
+        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), failure.retryAfter ?? .zero)
         guard delay <= left else { return .dead }
-        return .retry(afterSeconds: delay)
+        return .retry(after: delay)
     }
 }

@@ -33,7 +33,7 @@ public struct ReconcileSchedule: Sendable, Equatable {
     public init(
         interval: Duration, minimumSpacing: Duration = .milliseconds(1), maximumSpacing: Duration = .seconds(60),
         batchSpan: Duration = .seconds(5), maximumBatch: Int = 100, leaseMargin: Duration = .seconds(60),
-        retry: AppleRetry = AppleRetry(policy: RetryPolicy(maxAttempts: .max, baseDelay: 60, maxDelay: 6 * 3600))
+        retry: AppleRetry = AppleRetry(policy: RetryPolicy(maxAttempts: .max, baseDelay: .seconds(60), maxDelay: .seconds(6 * 3600)))
     ) {
         precondition(interval > .zero, "interval must be positive")
         self.interval = interval
@@ -59,7 +59,7 @@ public struct ReconcileSchedule: Sendable, Equatable {
 
     /// How long after now a token whose validation failed transiently `failures` times in a row
     /// is tried again (Apple's `Retry-After` honoured, never later than one interval).
-    public func retryDelay(failures: Int, retryAfter: Int?, jitter: Double) -> Duration {
-        min(interval, .seconds(retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: jitter)))
+    public func retryDelay(failures: Int, retryAfter: Duration?, jitter: Double) -> Duration {
+        min(interval, retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: jitter))
     }
 }

@@ -2,26 +2,28 @@
 public struct RetryPolicy: Sendable, Equatable {
     /// Attempts after which the item is given up (default 12).
     public var maxAttempts: Int
-    /// Seconds; delay scale of the first retry (default 1).
-    public var baseDelay: Double
-    /// Seconds; cap of the exponential delay (default 3600).
-    public var maxDelay: Double
+    /// Delay scale of the first retry (default 1 s).
+    public var baseDelay: Duration
+    /// Cap of the exponential delay (default 3600 s).
+    public var maxDelay: Duration
 
-    public init(maxAttempts: Int = 12, baseDelay: Double = 1, maxDelay: Double = 3600) {
+    public init(maxAttempts: Int = 12, baseDelay: Duration = .seconds(1), maxDelay: Duration = .seconds(3600)) {
         self.maxAttempts = maxAttempts
         self.baseDelay = baseDelay
         self.maxDelay = maxDelay
     }
 
-    /// Seconds to wait after `attempts` failed attempts (values below 1 count as 1):
+    /// The wait after `attempts` failed attempts (values below 1 count as 1):
     /// `d = min(maxDelay, baseDelay * 2^(attempts-1))`, result `d/2 + jitter * d/2`.
     /// `jitter` is clamped to [0, 1); NaN counts as 0.
-    public func delay(afterAttempts attempts: Int, jitter: Double) -> Double {
+    public func delay(afterAttempts attempts: Int, jitter: Double) -> Duration {
+        // In Double seconds: 2^(attempts-1) saturates to +inf where a Duration would overflow.
         let exponent = max(attempts, 1) - 1
         let factor = Double(sign: .plus, exponent: min(exponent, 2_000), significand: 1)  // saturates to +inf
-        let d = min(maxDelay, baseDelay * factor)
+        let d = min(maxDelay.inSeconds, baseDelay.inSeconds * factor)
+        guard d.isFinite, d > 0 else { return .zero }
         let j = jitter.isNaN ? 0 : min(max(jitter, 0), 1.0.nextDown)
-        return d / 2 + j * d / 2
+        return .seconds(d / 2 + j * d / 2)
     }
 
     /// True when `attempts >= maxAttempts`.

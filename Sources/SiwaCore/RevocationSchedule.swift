@@ -7,24 +7,27 @@ public struct RevocationSchedule: Sendable, Equatable {
     /// Backoff: 1 s doubling, capped at 3600 s, half of it jittered.
     public var backoff: RetryPolicy
 
-    public init(retryFor: Duration = .seconds(7 * 86_400), backoff: RetryPolicy = RetryPolicy(maxAttempts: Int.max, baseDelay: 1, maxDelay: 3600)) {
+    public init(
+        retryFor: Duration = .seconds(7 * 86_400),
+        backoff: RetryPolicy = RetryPolicy(maxAttempts: Int.max, baseDelay: .seconds(1), maxDelay: .seconds(3600))
+    ) {
         self.retryFor = retryFor
         self.backoff = backoff
     }
 
     public enum Next: Sendable, Equatable {
-        case retry(inSeconds: Double)
+        case retry(in: Duration)
         case dead
     }
 
-    /// After attempt number `attempts` failed, `ageSeconds` after the revocation was queued.
+    /// After attempt number `attempts` failed, `age` after the revocation was queued.
     /// `retryAfter` (Apple's `Retry-After`) is honoured, within the window.
-    public func next(afterAttempts attempts: Int, ageSeconds: Double, retryAfter: Int?, jitter: Double) -> Next {
-        let left = retryFor.inSeconds - ageSeconds
-        guard left > 0 else { return .dead }
+    public func next(afterAttempts attempts: Int, age: Duration, retryAfter: Duration?, jitter: Double) -> Next {
+        let left = retryFor - age
+        guard left > .zero else { return .dead }
         var delay = backoff.delay(afterAttempts: attempts, jitter: jitter)
-        if let retryAfter { delay = max(delay, Double(retryAfter)) }
+        if let retryAfter { delay = max(delay, retryAfter) }
         // The last try falls at the end of the window, not after it.
-        return .retry(inSeconds: min(delay, left))
+        return .retry(in: min(delay, left))
     }
 }

@@ -71,7 +71,7 @@ struct TransferTuning: ParsableArguments {
         var o = AppTransfer.Options()
         o.rate = rate
         o.concurrency = concurrency
-        o.retry = AppleRetry(policy: RetryPolicy(maxAttempts: appleAttempts, baseDelay: 1, maxDelay: 120))
+        o.retry = AppleRetry(policy: RetryPolicy(maxAttempts: appleAttempts, baseDelay: .seconds(1), maxDelay: .seconds(120)))
         let meter = ProgressMeter(label: label)
         o.progress = { meter.show($0) }
         return o

@@ -287,8 +287,8 @@ import Testing
         #expect(error(base, overrides: ["SIWA_REVOKE_RETRY_FOR": "3"])?.variable == "SIWA_REVOKE_RETRY_FOR")
         // The schedule takes the configured window: 90 s after queueing the revocation is dead.
         let schedule = RevocationSchedule(retryFor: try load(with("SIWA_REVOKE_RETRY_FOR", "90s")).revokeRetryFor)
-        #expect(schedule.next(afterAttempts: 1, ageSeconds: 89, retryAfter: nil, jitter: 0) == .retry(inSeconds: 0.5))
-        #expect(schedule.next(afterAttempts: 1, ageSeconds: 90, retryAfter: nil, jitter: 0) == .dead)
+        #expect(schedule.next(afterAttempts: 1, age: .seconds(89), retryAfter: nil, jitter: 0) == .retry(in: .milliseconds(500)))
+        #expect(schedule.next(afterAttempts: 1, age: .seconds(90), retryAfter: nil, jitter: 0) == .dead)
     }
 
     @Test("durations take one unit: s, m, h, d")

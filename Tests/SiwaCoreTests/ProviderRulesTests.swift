@@ -83,33 +83,34 @@ struct ProviderRulesTests {
 
     // MARK: - Schedule
 
-    let schedule = ProviderCallSchedule(retryFor: 3600, backoff: RetryPolicy(maxAttempts: .max, baseDelay: 2, maxDelay: 600))
+    let schedule = ProviderCallSchedule(
+        retryFor: .seconds(3600), backoff: RetryPolicy(maxAttempts: .max, baseDelay: .seconds(2), maxDelay: .seconds(600)))
 
     @Test("done and a user the provider does not know are final; throttling and 5xx retry with backoff, never before Retry-After")
     func retries() {
-        #expect(schedule.next(after: .done([.signedOut], status: 200), attempts: 1, ageSeconds: 0, jitter: 0) == .done)
-        #expect(schedule.next(after: .userNotFound(status: 404), attempts: 1, ageSeconds: 0, jitter: 0) == .userUnknown)
+        #expect(schedule.next(after: .done([.signedOut], status: 200), attempts: 1, age: .seconds(0), jitter: 0) == .done)
+        #expect(schedule.next(after: .userNotFound(status: 404), attempts: 1, age: .seconds(0), jitter: 0) == .userUnknown)
         let throttled = ProviderFailure(status: 429, reason: "http_429")
-        #expect(schedule.next(after: .retryLater(throttled), attempts: 1, ageSeconds: 0, jitter: 0) == .retry(afterSeconds: 1))
-        #expect(schedule.next(after: .retryLater(throttled), attempts: 3, ageSeconds: 0, jitter: 0.99) == .retry(afterSeconds: 4 + 0.99 * 4))
+        #expect(schedule.next(after: .retryLater(throttled), attempts: 1, age: .seconds(0), jitter: 0) == .retry(after: .seconds(1)))
+        #expect(schedule.next(after: .retryLater(throttled), attempts: 3, age: .seconds(0), jitter: 0.99) == .retry(after: .seconds(4 + 0.99 * 4)))
         var later = throttled
         later.retryAfter = .seconds(30)
-        #expect(schedule.next(after: .retryLater(later), attempts: 1, ageSeconds: 0, jitter: 0) == .retry(afterSeconds: 30))
+        #expect(schedule.next(after: .retryLater(later), attempts: 1, age: .seconds(0), jitter: 0) == .retry(after: .seconds(30)))
         // The last retry comes at the bound; past it, or asked for after it, the call is dead.
-        #expect(schedule.next(after: .retryLater(throttled), attempts: 12, ageSeconds: 3500, jitter: 0.5) == .retry(afterSeconds: 100))
-        #expect(schedule.next(after: .retryLater(throttled), attempts: 12, ageSeconds: 3600, jitter: 0) == .dead)
-        #expect(schedule.next(after: .retryLater(later), attempts: 1, ageSeconds: 3590, jitter: 0) == .dead)
+        #expect(schedule.next(after: .retryLater(throttled), attempts: 12, age: .seconds(3500), jitter: 0.5) == .retry(after: .seconds(100)))
+        #expect(schedule.next(after: .retryLater(throttled), attempts: 12, age: .seconds(3600), jitter: 0) == .dead)
+        #expect(schedule.next(after: .retryLater(later), attempts: 1, age: .seconds(3590), jitter: 0) == .dead)
     }
 
     @Test("a refused request is dead at once; a refused credential, permission or tenant waits for the fix until the bound")
     func refusals() {
         let request = ProviderFailure(status: 400, reason: "InvalidParameterException", blame: .request)
-        #expect(schedule.next(after: .refused(request), attempts: 1, ageSeconds: 0, jitter: 0) == .dead)
-        #expect(schedule.next(after: .refused(ProviderFailure(reason: "x")), attempts: 1, ageSeconds: 0, jitter: 0) == .dead)
+        #expect(schedule.next(after: .refused(request), attempts: 1, age: .seconds(0), jitter: 0) == .dead)
+        #expect(schedule.next(after: .refused(ProviderFailure(reason: "x")), attempts: 1, age: .seconds(0), jitter: 0) == .dead)
         for blame in [ProviderBlame.credential, .permission, .tenant] {
             let refused = ProviderOutcome.refused(ProviderFailure(status: 401, reason: "r", blame: blame))
-            #expect(schedule.next(after: refused, attempts: 2, ageSeconds: 10, jitter: 0) == .retry(afterSeconds: 2))
-            #expect(schedule.next(after: refused, attempts: 2, ageSeconds: 3600, jitter: 0) == .dead)
+            #expect(schedule.next(after: refused, attempts: 2, age: .seconds(10), jitter: 0) == .retry(after: .seconds(2)))
+            #expect(schedule.next(after: refused, attempts: 2, age: .seconds(3600), jitter: 0) == .dead)
         }
     }
 

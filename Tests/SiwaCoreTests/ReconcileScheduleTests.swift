@@ -31,10 +31,10 @@ import Testing
         let schedule = ReconcileSchedule(interval: .seconds(86_400))
         #expect(schedule.retryDelay(failures: 1, retryAfter: nil, jitter: 0) == .seconds(30))
         #expect(schedule.retryDelay(failures: 3, retryAfter: nil, jitter: 0) == .seconds(120))
-        #expect(schedule.retryDelay(failures: 1, retryAfter: 600, jitter: 0) == .seconds(600))
+        #expect(schedule.retryDelay(failures: 1, retryAfter: .seconds(600), jitter: 0) == .seconds(600))
         #expect(schedule.retryDelay(failures: 40, retryAfter: nil, jitter: 0.9) <= .seconds(86_400))
         let short = ReconcileSchedule(interval: .seconds(10))
-        #expect(short.retryDelay(failures: 1, retryAfter: 3600, jitter: 0) == .seconds(10))
+        #expect(short.retryDelay(failures: 1, retryAfter: .seconds(3600), jitter: 0) == .seconds(10))
     }
 
     @Test func durationsTakeAUnit() throws {

@@ -108,12 +108,12 @@ import Testing
     @Test("retries back off with jitter until SIWA_FORWARD_RETRY_FOR, the last one at the deadline, then dead")
     func schedule() {
         let s = ForwardSchedule(retryFor: .seconds(3 * 86_400))
-        #expect(s.next(afterAttempts: 1, ageSeconds: 0.1, jitter: 0) == .retry(afterSeconds: 0.5))
-        #expect(s.next(afterAttempts: 3, ageSeconds: 10, jitter: 0.5) == .retry(afterSeconds: 3))
-        #expect(s.next(afterAttempts: 30, ageSeconds: 1000, jitter: 0.999) < .retry(afterSeconds: 3600))
-        #expect(s.next(afterAttempts: 30, ageSeconds: 3 * 86_400 - 60, jitter: 0.9) == .retry(afterSeconds: 60))
-        #expect(s.next(afterAttempts: 31, ageSeconds: 3 * 86_400, jitter: 0) == .dead)
-        #expect(s.next(afterAttempts: 1, ageSeconds: 4 * 86_400, jitter: 0) == .dead)
+        #expect(s.next(afterAttempts: 1, age: .seconds(0.1), jitter: 0) == .retry(after: .seconds(0.5)))
+        #expect(s.next(afterAttempts: 3, age: .seconds(10), jitter: 0.5) == .retry(after: .seconds(3)))
+        #expect(s.next(afterAttempts: 30, age: .seconds(1000), jitter: 0.999) < .retry(after: .seconds(3600)))
+        #expect(s.next(afterAttempts: 30, age: .seconds(3 * 86_400 - 60), jitter: 0.9) == .retry(after: .seconds(60)))
+        #expect(s.next(afterAttempts: 31, age: .seconds(3 * 86_400), jitter: 0) == .dead)
+        #expect(s.next(afterAttempts: 1, age: .seconds(4 * 86_400), jitter: 0) == .dead)
     }
 }
 

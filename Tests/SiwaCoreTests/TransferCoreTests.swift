@@ -58,11 +58,11 @@ import Testing
     }
 
     @Test func retryHonorsRetryAfterAndBacksOff() {
-        let retry = AppleRetry(policy: RetryPolicy(maxAttempts: 3, baseDelay: 1, maxDelay: 60), maxRetryAfter: 600)
-        #expect(retry.delay(afterAttempts: 1, retryAfter: nil, jitter: 0) == 0.5)
-        #expect(retry.delay(afterAttempts: 3, retryAfter: nil, jitter: 0.999) > 3.9)
-        #expect(retry.delay(afterAttempts: 1, retryAfter: 30, jitter: 0) == 30)
-        #expect(retry.delay(afterAttempts: 1, retryAfter: 86_400, jitter: 0) == 600)
+        let retry = AppleRetry(policy: RetryPolicy(maxAttempts: 3, baseDelay: .seconds(1), maxDelay: .seconds(60)), maxRetryAfter: .seconds(600))
+        #expect(retry.delay(afterAttempts: 1, retryAfter: nil, jitter: 0) == .milliseconds(500))
+        #expect(retry.delay(afterAttempts: 3, retryAfter: nil, jitter: 0.999) > .milliseconds(3900))
+        #expect(retry.delay(afterAttempts: 1, retryAfter: .seconds(30), jitter: 0) == .seconds(30))
+        #expect(retry.delay(afterAttempts: 1, retryAfter: .seconds(86_400), jitter: 0) == .seconds(600))
         #expect(!retry.isExhausted(attempts: 2) && retry.isExhausted(attempts: 3))
     }
 

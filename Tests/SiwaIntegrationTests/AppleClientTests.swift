@@ -221,7 +221,7 @@ final class TestClock: Sendable {
         if case .invalidClient = classify(401, #"{"error":"invalid_client"}"#) {} else { Issue.record("invalid_client") }
         if case .rejected(let f) = classify(403, "Forbidden") { #expect(f.reason == "http_403") } else { Issue.record("403") }
         if case .transient(let f) = classify(429, "", headers: ["retry-after": "30"]) {
-            #expect(f.retryAfter == 30)
+            #expect(f.retryAfter == .seconds(30))
         } else {
             Issue.record("429")
         }

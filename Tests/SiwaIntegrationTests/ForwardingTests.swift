@@ -19,7 +19,7 @@ struct ForwardingTests {
         let file = NSTemporaryDirectory() + "siwa-forward-secrets-\(UInt64.random(in: 0...UInt64.max))"
         try secrets.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
         var options = ForwardSender.Options()
-        options.backoff = RetryPolicy(maxAttempts: .max, baseDelay: 0.1, maxDelay: 0.2)
+        options.backoff = RetryPolicy(maxAttempts: .max, baseDelay: .milliseconds(100), maxDelay: .milliseconds(200))
         options.pollInterval = .milliseconds(100)
         options.timeout = .seconds(timeout)
         return try TestHarness(

@@ -34,7 +34,7 @@ struct ProviderCallTests {
             config.authLibraries.onAccountDelete = policy
             options.providers.pollInterval = .milliseconds(100)
             options.providers.schedule = ProviderCallSchedule(
-                retryFor: 3600, backoff: RetryPolicy(maxAttempts: .max, baseDelay: 0.2, maxDelay: 0.4))
+                retryFor: .seconds(3600), backoff: RetryPolicy(maxAttempts: .max, baseDelay: .milliseconds(200), maxDelay: .milliseconds(400)))
         }
     }
 

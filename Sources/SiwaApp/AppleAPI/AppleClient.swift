@@ -17,10 +17,10 @@ public struct AppleCallFailure: Sendable, Equatable, CustomStringConvertible {
     public var reason: String
     /// Detail: Apple's `error` value, a fetch or response error code.
     public var detail: String?
-    /// Seconds from a numeric `Retry-After` header (429/503), if any.
-    public var retryAfter: Int?
+    /// A numeric `Retry-After` header (429/503), if any.
+    public var retryAfter: Duration?
 
-    public init(status: Int? = nil, reason: String, detail: String? = nil, retryAfter: Int? = nil) {
+    public init(status: Int? = nil, reason: String, detail: String? = nil, retryAfter: Duration? = nil) {
         self.status = status
         self.reason = reason
         self.detail = detail
@@ -243,7 +243,7 @@ public final class AppleClient: Sendable {
         onSuccess: ([UInt8]) -> AppleCallResult<T>,
         onInvalidClient: () -> Void = {}
     ) -> AppleCallResult<T> {
-        let retryAfter = headers["retry-after"].flatMap { Int($0) }
+        let retryAfter = headers["retry-after"].flatMap { Int($0) }.map { Duration.seconds($0) }
         switch status {
         case 200..<300:
             return onSuccess(body)

@@ -18,7 +18,7 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
         /// Stop everything (e.g. `invalid_client`), with one clear line.
         case fatal(String)
         /// Retry later (429, 5xx, network): `retryAfter` from Apple, `reason` for the last error.
-        case transient(reason: String, retryAfter: Int?)
+        case transient(reason: String, retryAfter: Duration?)
     }
 
     struct Progress: Sendable, Equatable {
@@ -84,7 +84,7 @@ struct CallPipeline<Item: Sendable, Output: Sendable>: Sendable {
                         }
                         progress.retries += 1
                         let delay = retry.delay(afterAttempts: failures, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
-                        let until = clock.now.adding(.seconds(delay))
+                        let until = clock.now.adding(delay)
                         // Throttled: the whole pace waits, not only this call.
                         if retryAfter != nil || reason.hasPrefix("http_429") { rounds.hold(until: until) }
                         rounds.queue([(Attempt(item: attempt.item, failures: failures), until)])

@@ -227,7 +227,7 @@ extension Reconciler {
                 return .gone
             case .invalidClient, .rejected, .transient:
                 count(\.errors, "error")
-                var retryAfter: Int?
+                var retryAfter: Duration?
                 if case .transient(let failure) = result { retryAfter = failure.retryAfter }
                 return .failed(
                     delay: schedule.retryDelay(failures: claimed.failures + 1, retryAfter: retryAfter, jitter: Double.random(in: 0..<1)))

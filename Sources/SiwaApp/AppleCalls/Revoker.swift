@@ -46,7 +46,7 @@ public final class Revoker: Service {
         /// Finished: Apple refuses the token (`confirmed`), or there was no token to revoke.
         case revoked(confirmed: Bool)
         /// Retried with backoff, then dead. `confirmation`: the job's from now on.
-        case failed(String, retryAfter: Int?, confirmation: String?)
+        case failed(String, retryAfter: Duration?, confirmation: String?)
     }
 
     /// An attempt's outcome and the calls to Apple it made, in order.
@@ -216,13 +216,13 @@ extension Revoker {
                 }
             case .failed(let message, let retryAfter, let confirmation):
                 let next = options.schedule.next(
-                    afterAttempts: job.attempts, ageSeconds: job.ageSeconds, retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
+                    afterAttempts: job.attempts, age: .seconds(job.ageSeconds), retryAfter: retryAfter, jitter: Double.random(in: 0..<1))
                 let dead = next == .dead
-                let delay: Double
-                if case .retry(let seconds) = next { delay = seconds } else { delay = 0 }
+                let delay: Duration
+                if case .retry(let wait) = next { delay = wait } else { delay = .zero }
                 try c.affected(
                     RevocationStatements.markFailed,
-                    .init(id: job.id, dead: dead, error: message, retryInSeconds: delay, confirmation: confirmation))
+                    .init(id: job.id, dead: dead, error: message, retryInSeconds: delay.inSeconds, confirmation: confirmation))
                 let unconfirmed = confirmation == "unconfirmed" && attempt.calls.last?.kind == "validate"
                 return {
                     metrics.revocation(outcome: dead ? "dead" : unconfirmed ? "unconfirmed" : "failed")
@@ -234,7 +234,7 @@ extension Revoker {
                                 : "revocation at Apple failed, will retry",
                         metadata: [
                             "revocation_id": "\(job.id)", "sub_hash": "\(subHash)", "client_id": "\(job.clientID)",
-                            "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay)",
+                            "attempts": "\(job.attempts)", "error": "\(message)", "retry_in": "\(dead ? 0 : delay.inSeconds)",
                         ])
                 }
             }

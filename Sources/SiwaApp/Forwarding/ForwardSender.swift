@@ -29,7 +29,7 @@ public final class ForwardSender: Service {
         /// Default 11 s: a POST's timeout, and a second.
         public var stopGrace: Duration = .seconds(11)
         /// Backoff after a failed attempt (until `SIWA_FORWARD_RETRY_FOR`).
-        public var backoff = RetryPolicy(maxAttempts: .max, baseDelay: 1, maxDelay: 3600)
+        public var backoff = RetryPolicy(maxAttempts: .max, baseDelay: .seconds(1), maxDelay: .seconds(3600))
         public init() {}
     }
 
@@ -86,12 +86,12 @@ extension ForwardSender {
                     outcomes.append(.init(id: item.message.id, status: "delivered", error: nil, retryInSeconds: 0, deliveryMillis: nil))
                     verdicts.append(nil)
                 } else {
-                    let next = schedule.next(afterAttempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: Double.random(in: 0..<1))
-                    let delay: Double
-                    if case .retry(let d) = next { delay = d } else { delay = 0 }
+                    let next = schedule.next(afterAttempts: item.attempts + 1, age: .seconds(item.ageSeconds), jitter: Double.random(in: 0..<1))
+                    let delay: Duration
+                    if case .retry(let d) = next { delay = d } else { delay = .zero }
                     outcomes.append(
                         .init(
-                            id: item.message.id, status: next == .dead ? "dead" : "failed", error: attempt.error, retryInSeconds: delay,
+                            id: item.message.id, status: next == .dead ? "dead" : "failed", error: attempt.error, retryInSeconds: delay.inSeconds,
                             deliveryMillis: nil))
                     verdicts.append(next)
                 }
@@ -160,7 +160,7 @@ extension ForwardSender {
                         "forward failed, will retry",
                         metadata: [
                             "forward_id": "\(item.message.id)", "type": "\(type)", "sub_hash": "\(subHash)",
-                            "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")", "retry_in": "\(delay)",
+                            "attempts": "\(item.attempts + 1)", "error": "\(attempt.error ?? "")", "retry_in": "\(delay.inSeconds)",
                         ])
                 case .dead:
                     metrics.forward(outcome: "dead", type: type)

@@ -84,7 +84,7 @@ extension ProviderSender {
     )
         -> (ProviderCallStatements.Outcome, ProviderCallSchedule.Next)
     {
-        let next = schedule.next(after: answer.outcome, attempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: answer.jitter)
+        let next = schedule.next(after: answer.outcome, attempts: item.attempts + 1, age: .seconds(item.ageSeconds), jitter: answer.jitter)
         var row = ProviderCallStatements.Outcome(id: item.id, state: .pending, status: nil, reason: nil, actions: nil, retryInSeconds: 0)
         switch answer.outcome {
         case .done(let actions, let status):
@@ -102,7 +102,7 @@ extension ProviderSender {
         case .dead: row.state = .dead
         case .retry(let delay):
             row.state = .pending
-            row.retryInSeconds = delay
+            row.retryInSeconds = delay.inSeconds
         }
         return (row, next)
     }
@@ -158,7 +158,7 @@ extension ProviderSender {
                     logger.info("provider call: the provider does not know the user", metadata: metadata)
                 case .retry(let delay):
                     metrics.providerCall(target: item.target.rawValue, outcome: "retry")
-                    metadata["retry_in"] = "\(delay)"
+                    metadata["retry_in"] = "\(delay.inSeconds)"
                     logger.warning("provider call failed, will retry", metadata: metadata)
                 case .dead:
                     metrics.providerCall(target: item.target.rawValue, outcome: "dead")

@@ -217,7 +217,7 @@ public final class Worker: Service {
                 metadata: [
                     "event_id": "\(failure.item.id)", "type": "\(failure.item.event.type.rawValue)",
                     "attempts": "\(failure.attempts)", "sqlstate": "\(failure.sqlState)",
-                    "retry_in": "\(failure.dead ? 0 : failure.delay)",
+                    "retry_in": "\(failure.dead ? 0 : failure.delay.inSeconds)",
                 ])
         }
         return count
@@ -229,7 +229,7 @@ public final class Worker: Service {
             var item: ClaimedEvent
             var dead: Bool
             var attempts: Int
-            var delay: Double
+            var delay: Duration
             var sqlState: String
         }
 
@@ -265,7 +265,7 @@ public final class Worker: Service {
                 WorkerStatements.markFailed,
                 .init(
                     id: item.id, status: dead ? .dead : .failed, error: message,
-                    retryInSeconds: delay))
+                    retryInSeconds: delay.inSeconds))
             // Its erasure was rolled back with it: a deleted user's address goes now all the same.
             try c.affected(WorkerStatements.eraseFailedEventEmail, item.id)
             report.failed.append(

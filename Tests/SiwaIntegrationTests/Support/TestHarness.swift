@@ -18,11 +18,11 @@ final class TestHarness: Sendable {
     /// Application options of the in-process harnesses: quick retries and polls.
     static func options(retryBaseDelay: Double) -> Application.Options {
         var options = Application.Options()
-        options.worker.retry.baseDelay = retryBaseDelay
-        options.worker.retry.maxDelay = max(retryBaseDelay, 0.5)
+        options.worker.retry.baseDelay = .seconds(retryBaseDelay)
+        options.worker.retry.maxDelay = .seconds(max(retryBaseDelay, 0.5))
         options.worker.pollInterval = .milliseconds(200)
-        options.revoker.schedule.backoff.baseDelay = retryBaseDelay
-        options.revoker.schedule.backoff.maxDelay = max(retryBaseDelay, 0.5)
+        options.revoker.schedule.backoff.baseDelay = .seconds(retryBaseDelay)
+        options.revoker.schedule.backoff.maxDelay = .seconds(max(retryBaseDelay, 0.5))
         options.revoker.pollInterval = .milliseconds(200)
         options.metricsRefreshInterval = .milliseconds(200)
         return options
