@@ -48,12 +48,13 @@ public enum Auth0 {
         return description.hasPrefix("Service not enabled within domain") ? .tenant : nil
     }
 
-    /// The access token and its lifetime in seconds of a token answer; nil when either is missing.
-    public static func token(_ body: [UInt8]) -> (token: String, lifetime: Double)? {
+    /// The access token and its lifetime of a token answer; nil when either is missing. A
+    /// lifetime past a year counts as a year (renewed then all the same; no overflow).
+    public static func token(_ body: [UInt8]) -> (token: String, lifetime: Duration)? {
         guard let answer = try? JSONParser.parse(body), let token = answer["access_token"]?.stringValue, !token.isEmpty,
             case .number(let lifetime)? = answer["expires_in"], lifetime > 0, lifetime.isFinite
         else { return nil }
-        return (token, lifetime)
+        return (token, .seconds(min(lifetime, 365 * 86_400)))
     }
 
     /// The user in `value` (one user object) when it holds the Apple identity `sub`.

@@ -1,27 +1,29 @@
-/// A cached bearer token and when to renew it: before it expires, with `margin` seconds left
-/// (at most a tenth of its lifetime), so no call goes out with a token about to die.
+/// A cached bearer token and when to renew it: before it expires, with `margin` left (at most a
+/// tenth of its lifetime), so no call goes out with a token about to die. Its moments are the
+/// wall clock's time since the Unix epoch (`WallClock.sinceEpoch`), the clock the token's
+/// issuer dates it by.
 public struct BearerTokenCache: Sendable, Equatable {
     public struct Entry: Sendable, Equatable {
         public var token: String
-        public var renewAt: Double
+        public var renewAt: Duration
     }
 
-    /// Seconds before expiry a token is renewed. Default 300.
-    public var margin: Double
+    /// How long before expiry a token is renewed. Default 300 s.
+    public var margin: Duration
     public private(set) var entry: Entry?
 
-    public init(margin: Double = 300) {
+    public init(margin: Duration = .seconds(300)) {
         self.margin = margin
     }
 
     /// The cached token while `now` is before its renewal time.
-    public func valid(now: Double) -> String? {
+    public func valid(now: Duration) -> String? {
         guard let entry, now < entry.renewAt else { return nil }
         return entry.token
     }
 
-    /// Caches `token`, obtained at `now`, living `lifetime` seconds.
-    public mutating func store(_ token: String, now: Double, lifetime: Double) {
+    /// Caches `token`, obtained at `now`, living `lifetime`.
+    public mutating func store(_ token: String, now: Duration, lifetime: Duration) {
         entry = Entry(token: token, renewAt: now + lifetime - min(margin, lifetime / 10))
     }
 

@@ -73,13 +73,13 @@ public struct DoctorFacts: Sendable {
         public var url: String
         /// Why no usable key set came back; nil when it did.
         public var problem: String?
-        /// The answer's `Date` minus this machine's clock, in seconds; nil without a `Date` header.
-        public var skewSeconds: Double?
+        /// The answer's `Date` minus this machine's clock; nil without a `Date` header.
+        public var skew: Duration?
 
-        public init(url: String, problem: String?, skewSeconds: Double?) {
+        public init(url: String, problem: String?, skew: Duration?) {
             self.url = url
             self.problem = problem
-            self.skewSeconds = skewSeconds
+            self.skew = skew
         }
     }
 
@@ -100,12 +100,12 @@ public struct DoctorFacts: Sendable {
     public var adminListen: ListenAddress
     public var keySet: KeySet?
     /// The verifier's tolerance for `iat`/`exp` (`VerificationPolicy.clockSkewSeconds`).
-    public var clockSkewAllowance: Double
+    public var clockSkewAllowance: Duration
 
     public init(
         process: DoctorProcess, api: Bool, conninfoOptions: [String: String]?, database: Database?, databaseProblem: String?,
         expectedGrants: Set<String>, authLibraryProblem: String?, secretFiles: [SecretFile], adminListen: ListenAddress,
-        keySet: KeySet?, clockSkewAllowance: Double = 60
+        keySet: KeySet?, clockSkewAllowance: Duration = .seconds(60)
     ) {
         self.process = process
         self.api = api
@@ -325,9 +325,9 @@ public enum DoctorRules {
 
     /// Past this the clock is off for a machine with time synchronisation (the `Date` header has
     /// whole seconds, and the fetch's own time adds to it).
-    static let skewWarning: Double = 5
+    static let skewWarning = Duration.seconds(5)
 
-    static func keySet(_ k: DoctorFacts.KeySet, allowance: Double) -> [DoctorFinding] {
+    static func keySet(_ k: DoctorFacts.KeySet, allowance: Duration) -> [DoctorFinding] {
         var out: [DoctorFinding] = []
         if let problem = k.problem {
             out.append(
@@ -336,7 +336,7 @@ public enum DoctorRules {
                     "Apple's key set (\(k.url)) could not be fetched: \(problem); a notification signed with a key not stored yet is refused",
                     fix: "allow outbound HTTPS to appleid.apple.com (a proxy, DNS, the firewall), or fix SIWA_JWKS_URL"))
         }
-        guard let skew = k.skewSeconds else {
+        guard let skew = k.skew else {
             if k.problem == nil {
                 out.append(
                     DoctorFinding(
@@ -345,20 +345,22 @@ public enum DoctorRules {
             }
             return out
         }
-        let seconds = Int(skew.rounded())
-        let direction = skew > 0 ? "behind" : "ahead of"
+        let magnitude = skew < .zero ? .zero - skew : skew
+        let seconds = Int(magnitude.inSeconds.rounded())
+        let tolerance = allowance.components.seconds
+        let direction = skew > .zero ? "behind" : "ahead of"
         let fix = "synchronise this machine's clock (NTP: chrony, systemd-timesyncd)"
-        if abs(skew) >= allowance {
+        if magnitude >= allowance {
             out.append(
                 DoctorFinding(
                     "clock-skew", .high,
-                    "this machine's clock is \(abs(seconds)) s \(direction) the key set server's: beyond the \(Int(allowance)) s tolerance, notifications are refused",
+                    "this machine's clock is \(seconds) s \(direction) the key set server's: beyond the \(tolerance) s tolerance, notifications are refused",
                     fix: fix))
-        } else if abs(skew) > skewWarning {
+        } else if magnitude > skewWarning {
             out.append(
                 DoctorFinding(
                     "clock-skew", .medium,
-                    "this machine's clock is \(abs(seconds)) s \(direction) the key set server's (tolerance \(Int(allowance)) s)", fix: fix))
+                    "this machine's clock is \(seconds) s \(direction) the key set server's (tolerance \(tolerance) s)", fix: fix))
         }
         return out
     }

@@ -1,29 +1,30 @@
 /// Spaces calls evenly: at most `rate` a second, and never two closer than `1/rate` apart, even
-/// after an idle spell (no bursts). Pure: the caller gives the clock and waits itself.
+/// after an idle spell (no bursts). Pure: the caller gives the monotonic clock's `now` and waits
+/// itself.
 public struct RatePacer: Sendable, Equatable {
-    /// Seconds between two calls.
-    public let spacing: Double
-    private var nextSlot = -Double.infinity
+    /// Between two calls.
+    public let spacing: Duration
+    /// The earliest the next call may start (nil: no call yet).
+    private var nextSlot: Deadline?
 
     /// `rate`: calls a second (> 0).
     public init(perSecond rate: Double) {
         precondition(rate > 0 && rate.isFinite, "rate must be positive")
-        spacing = 1 / rate
+        spacing = .seconds(1 / rate)
     }
 
-    /// Reserves the next slot: the time (same clock as `now`) at which the call may start,
-    /// never before `now`.
-    public mutating func reserve(now: Double) -> Double {
-        let slot = max(now, nextSlot)
-        nextSlot = slot + spacing
+    /// Reserves the next slot: the moment at which the call may start, never before `now`.
+    public mutating func reserve(now: Deadline) -> Deadline {
+        let slot = slot(now: now)
+        nextSlot = slot.adding(spacing)
         return slot
     }
 
-    /// The time the next call may start (same clock as `now`), never before `now`; not reserved.
-    public func slot(now: Double) -> Double { max(now, nextSlot) }
+    /// The moment the next call may start, never before `now`; not reserved.
+    public func slot(now: Deadline) -> Deadline { max(now, nextSlot ?? now) }
 
     /// Pushes every later slot to `time` at least (after a 429: the whole pace waits).
-    public mutating func hold(until time: Double) {
-        nextSlot = max(nextSlot, time)
+    public mutating func hold(until time: Deadline) {
+        nextSlot = max(nextSlot ?? time, time)
     }
 }

@@ -84,8 +84,8 @@ public struct CallRounds<Item, Answer> {
         var due: [Item] = []
         while inFlight + due.count < callsInFlight, let first = queued.first, first.at <= now {
             if pacer != nil {
-                guard pacer!.slot(now: now.seconds) <= now.seconds else { break }
-                _ = pacer!.reserve(now: now.seconds)
+                guard pacer!.slot(now: now) <= now else { break }
+                _ = pacer!.reserve(now: now)
             }
             due.append(queued.removeFirst().item)
         }
@@ -101,7 +101,7 @@ public struct CallRounds<Item, Answer> {
 
     /// No call starts before `deadline` (Apple throttles: the whole pace waits, not one call).
     public mutating func hold(until deadline: Deadline) {
-        pacer?.hold(until: deadline.seconds)
+        pacer?.hold(until: deadline)
     }
 
     /// Calls that answered since the last round.
@@ -154,16 +154,11 @@ public struct CallRounds<Item, Answer> {
         if claimed > 0 && claimed == limit && claimLimit > 0 { return .again }
         var until = now.adding(poll)
         if inFlight < callsInFlight, let first = queued.first {
-            let paced = pacer.map { now.adding(.seconds($0.slot(now: now.seconds) - now.seconds)) } ?? now
+            let paced = pacer?.slot(now: now) ?? now
             until = min(until, max(first.at, paced))
         }
         return .wait(until: until)
     }
-}
-
-extension Deadline {
-    /// Seconds on the monotonic clock, the unit `RatePacer` counts in.
-    fileprivate var seconds: Double { Double(uptimeNanoseconds) / 1e9 }
 }
 
 /// Where the calls leave their answers for the loop's next round (or for `finish`, which waits

@@ -131,14 +131,14 @@ import Testing
     @Test("the key set: unreachable HIGH; the clock past the tolerance HIGH, past a few seconds MEDIUM, no Date INFO")
     func keySet() {
         func codes(_ problem: String?, _ skew: Double?) -> [String] {
-            Self.codes(Self.facts(keySet: DoctorFacts.KeySet(url: "https://k", problem: problem, skewSeconds: skew)))
+            Self.codes(Self.facts(keySet: DoctorFacts.KeySet(url: "https://k", problem: problem, skew: skew.map { .seconds($0) })))
         }
         #expect(codes(nil, 0.4).isEmpty && codes(nil, -4.9).isEmpty)
         #expect(codes(nil, 6) == ["clock-skew MEDIUM"] && codes(nil, -59) == ["clock-skew MEDIUM"])
         #expect(codes(nil, 60) == ["clock-skew HIGH"] && codes(nil, -3600) == ["clock-skew HIGH"])
         #expect(codes(nil, nil) == ["clock-skew-unknown INFO"])
         #expect(codes("fetch error: couldNotConnect", nil) == ["jwks-unreachable HIGH"])
-        let ahead = DoctorRules.findings(Self.facts(keySet: DoctorFacts.KeySet(url: "https://k", problem: nil, skewSeconds: -90)))[0]
+        let ahead = DoctorRules.findings(Self.facts(keySet: DoctorFacts.KeySet(url: "https://k", problem: nil, skew: .seconds(-90))))[0]
         #expect(ahead.message.contains("90 s ahead of"))
     }
 

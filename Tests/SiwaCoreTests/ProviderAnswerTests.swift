@@ -100,7 +100,9 @@ import Testing
 
     @Test("Auth0: a token answer needs a token and a positive lifetime")
     func auth0Token() {
-        #expect(Auth0.token(Array(#"{"access_token":"t","token_type":"Bearer","expires_in":86400}"#.utf8))! == ("t", 86400))
+        #expect(Auth0.token(Array(#"{"access_token":"t","token_type":"Bearer","expires_in":86400}"#.utf8))! == ("t", .seconds(86400)))
+        // An absurd lifetime counts as a year: renewed then, and no overflow of the moment it ends.
+        #expect(Auth0.token(Array(#"{"access_token":"t","expires_in":1e30}"#.utf8))?.lifetime == .seconds(365 * 86_400))
         #expect(Auth0.token(Array(#"{"access_token":"t","expires_in":0}"#.utf8)) == nil)
         #expect(Auth0.token(Array(#"{"access_token":"","expires_in":60}"#.utf8)) == nil)
         #expect(Auth0.token(Array(#"{"expires_in":60}"#.utf8)) == nil)

@@ -47,14 +47,17 @@ import Testing
     }
 
     @Test func pacerSpacesCallsEvenWithoutBurstsAfterIdle() {
+        /// The moment `seconds` after the monotonic clock's origin.
+        func at(_ seconds: Double) -> Deadline { Deadline(uptimeNanoseconds: UInt64(seconds * 1e9)) }
         var pacer = RatePacer(perSecond: 4)
-        let slots = (0..<8).map { _ in pacer.reserve(now: 100) }
-        #expect(slots == [100, 100.25, 100.5, 100.75, 101, 101.25, 101.5, 101.75])
+        #expect(pacer.spacing == .milliseconds(250))
+        let slots = (0..<8).map { _ in pacer.reserve(now: at(100)) }
+        #expect(slots == [100, 100.25, 100.5, 100.75, 101, 101.25, 101.5, 101.75].map(at))
         // After ten idle seconds the next call goes at once, and the one after waits a full spacing.
-        #expect(pacer.reserve(now: 112) == 112)
-        #expect(pacer.reserve(now: 112) == 112.25)
-        pacer.hold(until: 120)
-        #expect(pacer.reserve(now: 113) == 120)
+        #expect(pacer.reserve(now: at(112)) == at(112))
+        #expect(pacer.reserve(now: at(112)) == at(112.25))
+        pacer.hold(until: at(120))
+        #expect(pacer.reserve(now: at(113)) == at(120))
     }
 
     @Test func retryHonorsRetryAfterAndBacksOff() {
@@ -68,13 +71,13 @@ import Testing
 
     @Test func bearerTokenRenewedBeforeItExpires() {
         var cache = BearerTokenCache()
-        #expect(cache.valid(now: 0) == nil)
-        cache.store("a1", now: 1000, lifetime: 3600)
-        #expect(cache.valid(now: 1000 + 3299) == "a1")
-        #expect(cache.valid(now: 1000 + 3300) == nil)  // five minutes left: renew
-        cache.store("a2", now: 0, lifetime: 60)  // a short-lived token keeps 90% of its life
-        #expect(cache.valid(now: 53) == "a2" && cache.valid(now: 54) == nil)
+        #expect(cache.valid(now: .zero) == nil)
+        cache.store("a1", now: .seconds(1000), lifetime: .seconds(3600))
+        #expect(cache.valid(now: .seconds(1000 + 3299)) == "a1")
+        #expect(cache.valid(now: .seconds(1000 + 3300)) == nil)  // five minutes left: renew
+        cache.store("a2", now: .zero, lifetime: .seconds(60))  // a short-lived token keeps 90% of its life
+        #expect(cache.valid(now: .seconds(53)) == "a2" && cache.valid(now: .seconds(54)) == nil)
         cache.invalidate()
-        #expect(cache.valid(now: 0) == nil)
+        #expect(cache.valid(now: .zero) == nil)
     }
 }

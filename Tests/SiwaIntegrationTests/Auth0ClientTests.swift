@@ -3,6 +3,7 @@ import Logging
 import SiwaApp
 import SiwaCore
 import SiwaHTTP
+import SiwaRuntime
 import Synchronization
 import Testing
 
@@ -21,7 +22,7 @@ struct Auth0ClientTests {
     static func client(_ tenant: FakeAuth0, secret: String = FakeAuth0.secret) throws -> Auth0Client {
         try Auth0Client(
             domain: FakeAuth0.domain, clientID: FakeAuth0.clientID, clientSecret: secret, url: tenant.fake.url, logger: Logger(label: "auth0-test"),
-            clock: { tenant.now })
+            clock: WallClock { .seconds(tenant.now) })
     }
 
     /// A tenant with: the Apple-only user, a password user with another Apple identity linked,
@@ -206,7 +207,7 @@ struct Auth0ClientTests {
         #expect(try Self.client(tenant).check() == .refused(ProviderFailure(status: 403, reason: "insufficient_scope", blame: .permission)))
         let otherDomain = try Auth0Client(
             domain: "other.eu.auth0.com", clientID: FakeAuth0.clientID, clientSecret: FakeAuth0.secret, url: tenant.fake.url,
-            logger: Logger(label: "t"), clock: { tenant.now })
+            logger: Logger(label: "t"), clock: WallClock { .seconds(tenant.now) })
         #expect(otherDomain.check() == .refused(ProviderFailure(status: 403, reason: "access_denied", blame: .tenant)))
         tenant.fake.answer { _ in .json(429, #"{"error":"too_many_requests","error_description":"Too many requests"}"#) }
         #expect(try Self.client(tenant).check() == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests")))

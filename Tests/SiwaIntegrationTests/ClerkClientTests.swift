@@ -18,7 +18,8 @@ struct ClerkClientTests {
     static let codeSub = "001234.cc11bb22cc33dd44ee55ff6677889900.0003"
 
     static func client(_ instance: FakeClerk, key: String = FakeClerk.secretKey) throws -> ClerkClient {
-        try ClerkClient(secretKey: key, url: instance.fake.url + "/v1", logger: Logger(label: "clerk-test"), clock: { 1_800_000_000 })
+        try ClerkClient(
+            secretKey: key, url: instance.fake.url + "/v1", logger: Logger(label: "clerk-test"), clock: .fixed(unixSeconds: 1_800_000_000))
     }
 
     static func expectValid(_ instance: FakeClerk, sourceLocation: SourceLocation = #_sourceLocation) throws {

@@ -4,6 +4,7 @@ import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaHTTP
+import SiwaRuntime
 import Synchronization
 import Testing
 
@@ -25,6 +26,7 @@ struct FirebaseClientTests {
         var now: Int64 { seconds.load(ordering: .relaxed) }
         func advance(_ by: Int64) { seconds.add(by, ordering: .relaxed) }
         var read: @Sendable () -> Int64 { { [self] in now } }
+        var wall: WallClock { WallClock { [self] in .seconds(now) } }
     }
 
     static func keyFile(email: String = email, key: RSAPrivateKey = key, tokenURI: String) -> [UInt8] {
@@ -46,7 +48,7 @@ struct FirebaseClientTests {
             fake = try FakeFirebase(key: FirebaseClientTests.key, clock: clock.read)
             let credential = try FirebaseCredential(json: FirebaseClientTests.keyFile(key: signingKey, tokenURI: fake.tokenURL))
             client = try FirebaseClient(
-                projectID: projectID, credential: credential, url: fake.url, logger: TestHarness.logger(into: logs), clock: clock.read)
+                projectID: projectID, credential: credential, url: fake.url, logger: TestHarness.logger(into: logs), clock: clock.wall)
         }
 
         /// The Apple-only user of `appleSub`, a user with a password and another Apple identity,
@@ -295,7 +297,7 @@ struct FirebaseClientTests {
 
         let other = try FirebaseClient(
             projectID: "no-such-project", credential: FirebaseCredential(json: Self.keyFile(tokenURI: s.fake.tokenURL)), url: s.fake.url,
-            logger: Logger(label: "t"), clock: s.clock.read)
+            logger: Logger(label: "t"), clock: s.clock.wall)
         #expect(other.check() == .refused(ProviderFailure(status: 400, reason: "CONFIGURATION_NOT_FOUND", blame: .tenant)))
 
         s.fake.change { $0.permissionDenied = true }
@@ -330,9 +332,9 @@ struct FirebaseClientTests {
         let fake = try FakeFirebase(key: nil, pathPrefix: "/identitytoolkit.googleapis.com", clock: clock.read)
         defer { fake.stop() }
         fake.add(.init(localID: "u-apple", identities: [.init(providerID: "apple.com", rawID: Self.appleSub)]))
-        let client = try FirebaseClient(projectID: "demo-siwa", credential: nil, url: fake.url, logger: Logger(label: "t"), clock: clock.read)
+        let client = try FirebaseClient(projectID: "demo-siwa", credential: nil, url: fake.url, logger: Logger(label: "t"), clock: clock.wall)
         #expect(client.check() == .refused(ProviderFailure(status: 400, reason: "CONFIGURATION_NOT_FOUND", blame: .tenant)))
-        let emulated = try FirebaseClient(projectID: "siwa-test", credential: nil, url: fake.url, logger: Logger(label: "t"), clock: clock.read)
+        let emulated = try FirebaseClient(projectID: "siwa-test", credential: nil, url: fake.url, logger: Logger(label: "t"), clock: clock.wall)
         #expect(emulated.check() == .done([], status: 200))
         #expect(emulated.apply(.deleteUser, sub: Self.appleSub) == .done([.deleted], status: 200))
         #expect(fake.requests.allSatisfy { $0.authorization == "Bearer owner" })

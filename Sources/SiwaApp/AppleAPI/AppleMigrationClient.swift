@@ -40,10 +40,10 @@ public final class AppleMigrationClient: Sendable {
     /// The cached access token for `clientID`, or a new one (one call at a time: threads that
     /// need a token together wait for the same one).
     public func accessToken(clientID: String) -> AppleCallResult<String> {
-        if let token = tokens.withLock({ $0[clientID]?.valid(now: clock.sinceEpoch.inSeconds) }) { return .success(token) }
+        if let token = tokens.withLock({ $0[clientID]?.valid(now: clock.sinceEpoch) }) { return .success(token) }
         fetching.lock()
         defer { fetching.unlock() }
-        let now = clock.sinceEpoch.inSeconds
+        let now = clock.sinceEpoch
         if let token = tokens.withLock({ $0[clientID]?.valid(now: now) }) { return .success(token) }
         let result: AppleCallResult<AppleAccessToken> = post(
             path: "/auth/token", clientID: clientID,
@@ -54,7 +54,7 @@ public final class AppleMigrationClient: Sendable {
         case .success(let token):
             tokens.withLock { caches in
                 var cache = caches[clientID] ?? BearerTokenCache()
-                cache.store(token.token, now: now, lifetime: Double(token.expiresIn))
+                cache.store(token.token, now: now, lifetime: .seconds(token.expiresIn))
                 caches[clientID] = cache
             }
             issued.add(1, ordering: .relaxed)

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaCore
+import SiwaRuntime
 import Synchronization
 
 /// Calls an Auth0 tenant's Management API v2 with a Machine-to-Machine application's client
@@ -21,11 +22,11 @@ public final class Auth0Client: HostedProviderClient {
     /// - Parameters:
     ///   - domain: the tenant's domain (`SIWA_AUTH0_DOMAIN`: `example.eu.auth0.com` or a custom domain).
     ///   - url: the tenant's address when not `https://<domain>` (`SIWA_AUTH0_URL`).
-    ///   - clock: Unix seconds, for the token's lifetime and `x-ratelimit-reset` (tests give one).
+    ///   - clock: for the token's lifetime and `x-ratelimit-reset` (tests give one).
     /// - Throws: an unusable `url`, as a `ConfigurationError` whose `variable` is `url`.
     public init(
         domain: String, clientID: String, clientSecret: String, url: String? = nil, options: ProviderHTTPOptions = ProviderHTTPOptions(),
-        logger: Logger, clock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+        logger: Logger, clock: WallClock = .system
     ) throws(ConfigurationError) {
         self.domain = domain
         self.clientID = clientID
@@ -178,10 +179,10 @@ public final class Auth0Client: HostedProviderClient {
     /// The cached access token, or a new one (one request at a time: threads that need a
     /// token together wait for the same one).
     func accessToken() -> TokenAnswer {
-        if let token = tokens.withLock({ $0.valid(now: http.clock()) }) { return .token(token) }
+        if let token = tokens.withLock({ $0.valid(now: http.clock.sinceEpoch) }) { return .token(token) }
         fetching.lock()
         defer { fetching.unlock() }
-        let now = http.clock()
+        let now = http.clock.sinceEpoch
         if let token = tokens.withLock({ $0.valid(now: now) }) { return .token(token) }
         let (status, answer) = http.send(
             .init(

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaCore
+import SiwaRuntime
 
 /// Calls a Clerk instance's Backend API with its secret key (`Authorization: Bearer sk_…`).
 /// Blocking (libcurl); thread-safe. Logs name the operation and the outcome, never the key, a
@@ -17,11 +18,11 @@ public final class ClerkClient: HostedProviderClient {
     /// - Parameters:
     ///   - secretKey: the instance's secret key (read from `SIWA_CLERK_SECRET_KEY_FILE`).
     ///   - url: the Backend API's base when not `https://api.clerk.com/v1` (`SIWA_CLERK_URL`).
-    ///   - clock: Unix seconds, for a rate-limit reset (tests give one).
+    ///   - clock: for a rate-limit reset (tests give one).
     /// - Throws: an unusable `url`, as a `ConfigurationError` whose `variable` is `url`.
     public init(
         secretKey: String, url: String? = nil, options: ProviderHTTPOptions = ProviderHTTPOptions(), logger: Logger,
-        clock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
+        clock: WallClock = .system
     ) throws(ConfigurationError) {
         self.secretKey = secretKey
         http = try ProviderHTTP(provider: .clerk, url: url ?? Clerk.baseURL, options: options, logger: logger, clock: clock)

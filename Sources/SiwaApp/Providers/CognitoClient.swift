@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
+import SiwaRuntime
 
 /// A user of the pool that an Apple `sub` signs in as.
 public struct CognitoUser: Sendable, Equatable {
@@ -26,10 +27,10 @@ public struct CognitoUser: Sendable, Equatable {
 /// the credential, a username or a `sub`.
 public final class CognitoClient: HostedProviderClient {
     public struct Options: Sendable {
-        /// Seconds for a whole call. Default 10.
-        public var timeout: Double = 10
-        /// Seconds to connect. Default 5.
-        public var connectTimeout: Double = 5
+        /// A whole call. Default 10 s.
+        public var timeout: Duration = .seconds(10)
+        /// Connecting. Default 5 s.
+        public var connectTimeout: Duration = .seconds(5)
         /// Largest answer read. Default 1 MiB (a ListUsers page of 60 users is far less).
         public var maxResponseBytes: Int = 1 << 20
         /// ListUsers pages (60 users each) read to find a native user linked to an Apple
@@ -48,18 +49,18 @@ public final class CognitoClient: HostedProviderClient {
     private let host: String
     private let path: String
     private let scheme: FetchScheme
-    private let clock: @Sendable () -> Int64
+    private let clock: WallClock
     private let logger: Logger
 
     /// - Parameters:
     ///   - url: the API's base; the region's endpoint when nil (`https://`, or `http://` to a
     ///     loopback host for a local emulator).
-    ///   - clock: Unix seconds, for the signature's date (tests give one).
+    ///   - clock: for the signature's date (tests give one).
     /// - Throws: an unusable `url`, as a `ConfigurationError` whose `variable` is `url`: the
     ///   caller that read it from a variable names that variable.
     public init(
         region: String, userPoolID: String, credentials: SigV4.Credentials, url: String? = nil, options: Options = Options(),
-        logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        logger: Logger, clock: WallClock = .system
     ) throws(ConfigurationError) {
         let base = url ?? Cognito.endpoint(region: region)
         if let problem = Cognito.problem(withURL: base) { throw ConfigurationError(variable: "url", problem: problem) }
@@ -208,11 +209,11 @@ public final class CognitoClient: HostedProviderClient {
         ]
         let signed = SigV4.sign(
             SigV4.Request(method: "POST", path: path, headers: headers, body: body), credentials: credentials,
-            region: region, service: Cognito.service, amzDate: SigV4.amzDate(unixSeconds: clock()),
+            region: region, service: Cognito.service, amzDate: SigV4.amzDate(unixSeconds: clock.unixSeconds),
             sha256: SHA256.hash, hmac: HMACSHA256.authenticate)
         let request = FetchRequest(
             url: url, method: "POST", headers: (headers + signed.headers).map { "\($0.0): \($0.1)" }, body: body,
-            connectTimeout: .seconds(options.connectTimeout), totalTimeout: .seconds(options.timeout), maxResponseBytes: options.maxResponseBytes,
+            connectTimeout: options.connectTimeout, totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes,
             allowedSchemes: [scheme])
         let response: FetchResponse
         do {

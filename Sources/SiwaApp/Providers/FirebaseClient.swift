@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
+import SiwaRuntime
 import Synchronization
 
 /// A service-account key, parsed and its private key loaded: what signs the assertions.
@@ -63,7 +64,7 @@ public final class FirebaseClient: HostedProviderClient {
     public let options: Options
     private let credential: FirebaseCredential?
     private let tokenURL: String?
-    private let clock: @Sendable () -> Int64
+    private let clock: WallClock
     private let logger: Logger
     private let tokens: Mutex<BearerTokenCache>
     private let fetching = Mutex<Void>(())
@@ -75,12 +76,12 @@ public final class FirebaseClient: HostedProviderClient {
     ///     emulator's `http://127.0.0.1:9099/identitytoolkit.googleapis.com/`).
     ///   - tokenURL: where assertions are exchanged, instead of the credential's `token_uri`
     ///     (which stays their audience).
-    ///   - clock: Unix seconds: the assertion's `iat`, `validSince`, the token's expiry.
+    ///   - clock: the assertion's `iat`, `validSince`, the token's expiry.
     /// - Throws: a `ConfigurationError` whose `variable` is `projectID`, `url`, `tokenURL` or
     ///   `credential`: the caller that read it from a variable names that variable.
     public init(
         projectID: String, credential: FirebaseCredential?, url: String? = nil, tokenURL: String? = nil, options: Options = Options(),
-        logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        logger: Logger, clock: WallClock = .system
     ) throws(ConfigurationError) {
         if let problem = Firebase.problem(withProjectID: projectID) { throw ConfigurationError(variable: "projectID", problem: problem) }
         let base = url ?? Firebase.defaultURL
@@ -98,7 +99,7 @@ public final class FirebaseClient: HostedProviderClient {
         self.tokenURL = tokenURL
         self.clock = clock
         self.logger = logger
-        self.tokens = Mutex(BearerTokenCache(margin: options.tokenMargin.inSeconds))
+        self.tokens = Mutex(BearerTokenCache(margin: options.tokenMargin))
         Fetcher.initialize()
     }
 
@@ -134,7 +135,7 @@ public final class FirebaseClient: HostedProviderClient {
             }
         }
         let unlink = effect != .endSessions
-        switch call("update", Firebase.updateBody(localID: user.localID, now: clock(), unlink: unlink)) {
+        switch call("update", Firebase.updateBody(localID: user.localID, now: clock.unixSeconds, unlink: unlink)) {
         case .done(_, let status): return .done(unlink ? [.signedOut, .unlinked] : [.signedOut], status: status)
         case let other: return ending(other)
         }
@@ -218,14 +219,14 @@ public final class FirebaseClient: HostedProviderClient {
     /// together wait for the same one). The emulator's bearer without a credential.
     func accessToken() -> Result<String, FirebaseStop> {
         guard let credential else { return .success(Firebase.emulatorBearer) }
-        if let token = tokens.withLock({ $0.valid(now: Double(clock())) }) { return .success(token) }
+        if let token = tokens.withLock({ $0.valid(now: clock.sinceEpoch) }) { return .success(token) }
         return fetching.withLock { _ in
-            let now = clock()
-            if let token = tokens.withLock({ $0.valid(now: Double(now)) }) { return .success(token) }
+            let now = clock.unixSeconds
+            if let token = tokens.withLock({ $0.valid(now: .seconds(now)) }) { return .success(token) }
             let result = exchange(credential, now: now)
             switch result {
             case .success(let token):
-                tokens.withLock { $0.store(token.token, now: Double(now), lifetime: Double(token.expiresIn)) }
+                tokens.withLock { $0.store(token.token, now: .seconds(now), lifetime: .seconds(token.expiresIn)) }
                 issued.add(1, ordering: .relaxed)
             case .failure(let stop):
                 logger.error("firebase token exchange failed", metadata: ["reason": "\(stop.failure)", "later": "\(!stop.permanent)"])

@@ -2,13 +2,14 @@ import Foundation
 import Logging
 import SiwaCore
 import SiwaFetch
+import SiwaRuntime
 
 /// Limits of one call to a hosted provider's JSON admin API.
 public struct ProviderHTTPOptions: Sendable {
-    /// Seconds for a whole call. Default 10.
-    public var timeout: Double = 10
-    /// Seconds to connect. Default 5.
-    public var connectTimeout: Double = 5
+    /// A whole call. Default 10 s.
+    public var timeout: Duration = .seconds(10)
+    /// Connecting. Default 5 s.
+    public var connectTimeout: Duration = .seconds(5)
     /// Largest answer read. Default 1 MiB.
     public var maxResponseBytes: Int = 1 << 20
 
@@ -33,12 +34,12 @@ struct ProviderHTTP: Sendable {
     let base: String
     let options: ProviderHTTPOptions
     let logger: Logger
-    let clock: @Sendable () -> Double
+    let clock: WallClock
     private let scheme: FetchScheme
 
     /// - Throws: an unusable `url` as a `ConfigurationError` whose `variable` is `url`.
     init(
-        provider: HostedProvider, url: String, options: ProviderHTTPOptions, logger: Logger, clock: @escaping @Sendable () -> Double
+        provider: HostedProvider, url: String, options: ProviderHTTPOptions, logger: Logger, clock: WallClock
     ) throws(ConfigurationError) {
         if let problem = ProviderAnswer.problem(withURL: url) { throw ConfigurationError(variable: "url", problem: problem) }
         self.provider = provider
@@ -68,12 +69,13 @@ struct ProviderHTTP: Sendable {
         do {
             let response = try Fetcher.perform(
                 FetchRequest(
-                    url: url, method: request.method, headers: headers, body: body, connectTimeout: .seconds(options.connectTimeout),
-                    totalTimeout: .seconds(options.timeout), maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
+                    url: url, method: request.method, headers: headers, body: body, connectTimeout: options.connectTimeout,
+                    totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
             result = (
                 response.status,
                 ProviderAnswer.classify(
-                    status: response.status, headers: response.headers, body: response.body, code: code(response.body), now: clock(),
+                    status: response.status, headers: response.headers, body: response.body, code: code(response.body),
+                    now: clock.sinceEpoch.inSeconds,
                     blame: blame)
             )
         } catch {

@@ -16,7 +16,7 @@ public enum Doctor {
             process: process, api: config.apiTokenFile != nil, conninfoOptions: nil, database: nil, databaseProblem: nil,
             expectedGrants: GrantMatrix.expected, authLibraryProblem: nil, secretFiles: secretFiles(config),
             adminListen: config.adminListen, keySet: keySet(url: config.jwksURL),
-            clockSkewAllowance: Double(VerificationPolicy(audiences: []).clockSkewSeconds))
+            clockSkewAllowance: .seconds(VerificationPolicy(audiences: []).clockSkewSeconds))
         if let url = config.databaseURL {
             facts.conninfoOptions = PostgresConninfo.options(url) ?? [:]
             do {
@@ -83,10 +83,10 @@ public enum Doctor {
             response = try Fetcher.perform(
                 FetchRequest(url: url, connectTimeout: .seconds(5), totalTimeout: .seconds(10), allowedSchemes: [FetchScheme(url: url) ?? .https]))
         } catch {
-            return DoctorFacts.KeySet(url: Application.redacted(url), problem: "\(error)", skewSeconds: nil)
+            return DoctorFacts.KeySet(url: Application.redacted(url), problem: "\(error)", skew: nil)
         }
         let middle = before.addingTimeInterval(Date().timeIntervalSince(before) / 2)
-        let skew = response.headers["date"].flatMap(httpDate).map { $0.timeIntervalSince(middle) }
+        let skew = response.headers["date"].flatMap(httpDate).map { Duration.seconds($0.timeIntervalSince(middle)) }
         var problem: String?
         if response.status != 200 {
             problem = "HTTP \(response.status)"
@@ -97,7 +97,7 @@ public enum Doctor {
                 problem = "\(error)"
             }
         }
-        return DoctorFacts.KeySet(url: Application.redacted(url), problem: problem, skewSeconds: skew)
+        return DoctorFacts.KeySet(url: Application.redacted(url), problem: problem, skew: skew)
     }
 
     /// An HTTP `Date` (IMF-fixdate, RFC 9110), e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
