@@ -55,8 +55,12 @@ public final class Revoker: Service {
         var calls: [RevocationStatements.Call] = []
     }
 
-    public init(conninfo: String, apple: AppleAPICredentials, options: Options = Options(), logger: Logger, metrics: Metrics) {
-        let steps = Steps(apple: apple, options: options, logger: logger, metrics: metrics)
+    /// `clock`: the time each call to Apple is recorded at.
+    public init(
+        conninfo: String, apple: AppleAPICredentials, options: Options = Options(), logger: Logger, metrics: Metrics,
+        clock: WallClock = .system
+    ) {
+        let steps = Steps(apple: apple, options: options, logger: logger, metrics: metrics, clock: clock)
         loop = CallLoop(
             .init(
                 name: "revoker", thread: "siwa-revoker", calls: "siwa-revoke", callsInFlight: options.callsInFlight,
@@ -88,6 +92,7 @@ extension Revoker {
         let options: Options
         let logger: Logger
         let metrics: Metrics
+        let clock: WallClock
 
         /// The calls to Apple of one attempt (the revoke unless Apple already accepted it, then the
         /// validation that proves it), no database.
@@ -107,7 +112,7 @@ extension Revoker {
             var calls: [RevocationStatements.Call] = []
             if job.confirmation != "pending" {
                 // Wall-clock time: the call's timestamp in its evidence (read by operators), no timeout.
-                let sent = Date().timeIntervalSince1970
+                let sent = clock.sinceEpoch.inSeconds
                 let result = apple.client.revoke(refreshToken: token, clientID: job.clientID)
                 calls.append(Self.call("revoke", at: sent, result))
                 switch result {
@@ -124,7 +129,7 @@ extension Revoker {
                 }
             }
             // Apple said 200, which it says to anything: the same token, validated once, proves it.
-            let sent = Date().timeIntervalSince1970
+            let sent = clock.sinceEpoch.inSeconds
             let check = apple.client.validate(refreshToken: token, clientID: job.clientID)
             calls.append(Self.call("validate", at: sent, check))
             switch check {

@@ -33,12 +33,15 @@ public final class ConsoleHandler: Sendable {
     private let features: ConsolePages.Features
     private let logger: Logger
     private let doctor: DoctorWatch?
+    /// The pages' "now", sessions' idle time and the sign-in limiter's window.
+    private let clock: WallClock
 
     public init(
         pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
-        logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil
+        logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
     ) {
         self.doctor = doctor
+        self.clock = clock
         self.pool = pool
         self.secureCookie = secureCookie
         self.trustedProxies = trustedProxies
@@ -53,7 +56,7 @@ public final class ConsoleHandler: Sendable {
             var moved: Int64 = 1
             var steps = 0
             while moved > 0 && steps < 10 {
-                moved = try pool.withConnection(timeout: .seconds(5)) { c in try ConsoleReads.refreshRollup(c) }
+                moved = try pool.withConnection(timeout: .seconds(5)) { c in try ConsoleReads.refreshRollup(c, now: clock.sinceEpoch.inSeconds) }
                 steps += 1
             }
         } catch {
@@ -157,7 +160,9 @@ public final class ConsoleHandler: Sendable {
             case "/console", "/console/":
                 return Self.html(
                     200,
-                    ConsolePages.overview(try ConsoleReads.overview(c), features: features, nav: context.nav("/console"), doctor: doctor?.latest()))
+                    ConsolePages.overview(
+                        try ConsoleReads.overview(c, now: clock.sinceEpoch.inSeconds), features: features, nav: context.nav("/console"),
+                        doctor: doctor?.latest()))
             case "/console/events":
                 let filter = Self.eventFilter(context)
                 return Self.html(200, ConsolePages.events(try ConsoleReads.events(filter, c), filter: filter, nav: context.nav("/console/events")))
@@ -167,7 +172,8 @@ public final class ConsoleHandler: Sendable {
             case "/console/users":
                 return try userPage(context, c, reveal: false, error: nil, status: 200)
             case "/console/sync":
-                return Self.html(200, ConsolePages.sync(try Self.sync(c), features: features, nav: context.nav("/console/sync")))
+                return Self.html(
+                    200, ConsolePages.sync(try Self.sync(c, now: clock.sinceEpoch.inSeconds), features: features, nav: context.nav("/console/sync")))
             case "/console/audit":
                 let before = context.query("before").flatMap { Int64($0) } ?? Int64.max
                 let rows = try c.rows(ConsoleStatements.actions, (before, 101))
@@ -225,7 +231,7 @@ public final class ConsoleHandler: Sendable {
         let typedName = context.field("operator")?.trimmingCharacters(in: .whitespaces)
         let name = typedName.flatMap { ConsoleSecurity.isValidOperatorName($0) ? $0 : nil }
         let keys = ["address:" + client] + (name.map { ["operator:" + $0] } ?? [])
-        let now = Date().timeIntervalSince1970
+        let now = clock.sinceEpoch.inSeconds
         let allowed = limiter.withLock { $0.admit(keys, now: now) }
         guard allowed else {
             let wait = limiter.withLock { $0.retryAfter(keys, now: now) }
@@ -392,11 +398,11 @@ public final class ConsoleHandler: Sendable {
             deadForwards: try c.rows(ConsoleStatements.deadForwards, 200))
     }
 
-    private static func sync(_ c: PostgresConnection) throws -> ConsolePages.Sync {
+    private static func sync(_ c: PostgresConnection, now: Double) throws -> ConsolePages.Sync {
         var revocations: [String: Int] = [:]
         for row in try c.rows(RevocationStatements.counts) { revocations[row.status] = row.count }
         return ConsolePages.Sync(
-            now: Date().timeIntervalSince1970, reconcile: try c.row(ReconcileStatements.counts),
+            now: now, reconcile: try c.row(ReconcileStatements.counts),
             tokensDue: try c.row(ConsoleStatements.tokensDue) ?? 0,
             nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations)
     }

@@ -58,8 +58,8 @@ enum ConsoleReads {
         var durability: DatabaseDurability?
     }
 
-    static func overview(_ c: PostgresConnection) throws -> Overview {
-        let now = Date().timeIntervalSince1970
+    /// `now`: the wall clock's Unix time.
+    static func overview(_ c: PostgresConnection, now: Double) throws -> Overview {
         let backlog =
             try c.row(OperatorStatements.backlog)
             ?? OperatorStatements.Backlog(pending: 0, failed: 0, dead: 0, oldestPendingAgeSeconds: 0)
@@ -129,10 +129,10 @@ enum ConsoleReads {
     /// (at most `rollupStep` ids; skipped while another process refreshes it). Returns how many
     /// ids it moved past.
     @discardableResult
-    static func refreshRollup(_ c: PostgresConnection) throws -> Int64 {
+    static func refreshRollup(_ c: PostgresConnection, now: Double) throws -> Int64 {
         guard let mark = try c.row(ConsoleStatements.lockRollup) else { return 0 }
         var after = mark
-        if after == 0, let first = try firstID(receivedAtOrAfter: Date().timeIntervalSince1970 - 7 * 86_400, c) {
+        if after == 0, let first = try firstID(receivedAtOrAfter: now - 7 * 86_400, c) {
             after = first - 1
         }
         let bound = try c.row(ConsoleStatements.finalBound) ?? 0

@@ -12,6 +12,8 @@ public struct ForwardDelivery: Sendable {
     let keys: [[UInt8]]
     /// How long an attempt may take (connect, send, answer). Default 10 s.
     public let timeout: Duration
+    /// Where `webhook-timestamp` is read.
+    let clock: WallClock
 
     /// What one attempt gave.
     public struct Attempt: Sendable {
@@ -29,21 +31,24 @@ public struct ForwardDelivery: Sendable {
         public var description: String
     }
 
-    init(url: String, keys: [[UInt8]], timeout: Duration = .seconds(10)) {
+    init(url: String, keys: [[UInt8]], timeout: Duration = .seconds(10), clock: WallClock = .system) {
         self.url = url
         self.keys = keys
         self.timeout = timeout
+        self.clock = clock
     }
 
     /// Reads and checks `SIWA_FORWARD_SECRET_FILE`; a bad file is one line naming the variable
     /// (never a secret).
-    public static func load(_ configuration: ForwardingConfiguration, timeout: Duration = .seconds(10)) throws(SecretError) -> ForwardDelivery {
+    public static func load(
+        _ configuration: ForwardingConfiguration, timeout: Duration = .seconds(10), clock: WallClock = .system
+    ) throws(SecretError) -> ForwardDelivery {
         let name = "SIWA_FORWARD_SECRET_FILE"
         guard let data = FileManager.default.contents(atPath: configuration.secretFile) else {
             throw SecretError(description: "\(name): cannot read \(configuration.secretFile)")
         }
         switch StandardWebhookSecret.parse(file: String(decoding: data, as: UTF8.self)) {
-        case .success(let keys): return ForwardDelivery(url: configuration.url, keys: keys, timeout: timeout)
+        case .success(let keys): return ForwardDelivery(url: configuration.url, keys: keys, timeout: timeout, clock: clock)
         case .failure(let problem): throw SecretError(description: "\(name): \(problem)")
         }
     }
@@ -67,7 +72,7 @@ public struct ForwardDelivery: Sendable {
     /// `session` (one per sender thread), the connection of its last attempt is used again.
     public func send(_ message: ForwardMessage, session: FetchSession? = nil) -> Attempt {
         let started = Deadline.now.uptimeNanoseconds
-        let request = request(message, timestamp: Int64(Date().timeIntervalSince1970))
+        let request = request(message, timestamp: clock.unixSeconds)
         do {
             let response = try session.map { s throws(FetchError) in try s.perform(request) } ?? Fetcher.perform(request)
             let ok = (200...299).contains(response.status)
@@ -77,10 +82,11 @@ public struct ForwardDelivery: Sendable {
         }
     }
 
-    /// The sample `forward-test` sends: a `consent-revoked` of a made-up user, id `msg_test_<random>`.
-    public static func sample(audience: String) -> ForwardMessage {
+    /// The sample `forward-test` sends: a `consent-revoked` of a made-up user, id `msg_test_<random>`,
+    /// dated by `clock`.
+    public static func sample(audience: String, clock: WallClock = .system) -> ForwardMessage {
         ForwardMessage(
             id: "msg_test_\(UInt64.random(in: 0...UInt64.max))", type: .consentRevoked, sub: "000000.forward-test.0000",
-            audience: audience, eventTimeMillis: Int64(Date().timeIntervalSince1970 * 1000), source: .apple)
+            audience: audience, eventTimeMillis: clock.unixMilliseconds, source: .apple)
     }
 }
