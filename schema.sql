@@ -1583,10 +1583,13 @@ GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.accou
 -- Hosted identity providers: the worker queues and sends the calls; dashboards read the views.
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
 GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
+-- The console's overview card, and its replay of dead calls (their progress columns only).
+GRANT SELECT ON siwa.provider_call_backlog TO siwa_console;
+GRANT UPDATE (state, attempts, next_attempt_at, last_reason, lease_until, retry_since, updated_at) ON siwa.provider_calls TO siwa_console;
 
 -- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
 -- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
--- the operators' actions (replaying dead events, forwards and revocations: their progress
+-- the operators' actions (replaying dead events, forwards, revocations and provider calls: their progress
 -- columns only; a deletion through the owner's function). It reads no stored refresh token (of
 -- siwa.apple_tokens only when each is due), and writes no operator nor token hash
 -- (`operator add|remove` is the owner's).
