@@ -166,7 +166,7 @@ import Testing
     }
 
     @Test("each hosted provider: passing INFO; a credential unreadable, a provider silent or refusing HIGH, each naming its variable")
-    func providers() {
+    func providers() throws {
         var f = Self.facts()
         f.hostedProviders = HostedProviderConfiguration(targets: [.clerk, .auth0, .cognito, .firebase])
         f.hostedProviders.auth0 = .init(domain: "t.eu.auth0.com", clientID: "c", clientSecretFile: "/s", url: nil)
@@ -181,6 +181,7 @@ import Testing
         #expect(
             found.map { "\($0.code) \($0.severity.rawValue)" }
                 == ["provider-check INFO", "provider-unreachable HIGH", "provider-credential HIGH", "provider-refused HIGH"])
+        try #require(found.count == 4)
         #expect(found[0].message == "clerk answers and accepts the credential")
         #expect(found[1].message.hasPrefix("SIWA_AUTH0_URL: auth0 did not answer") && found[1].message.hasSuffix("SIWA_APPLY_TO=auth0)"))
         #expect(
@@ -194,7 +195,7 @@ import Testing
     }
 
     @Test("provider calls: a dead one HIGH with the replay that brings it back; the oldest waiting past 15 min MEDIUM, not before")
-    func providerQueues() {
+    func providerQueues() throws {
         var f = Self.facts()
         f.providerQueues = [
             .init(target: "clerk", waiting: 0, dead: 2, oldestWaitingAgeSeconds: 0),
@@ -204,6 +205,7 @@ import Testing
         ]
         let found = DoctorRules.findings(f)
         #expect(found.map { "\($0.code) \($0.severity.rawValue)" } == ["provider-calls-dead HIGH", "provider-calls-waiting MEDIUM"])
+        try #require(found.count == 2)
         #expect(found[0].message.hasPrefix("2 calls to clerk gave up") && found[0].fix.contains("replay --provider-calls --type clerk"))
         #expect(found[1].message == "the oldest of 3 calls waiting for auth0 was queued 16 min ago")
         f.providerQueues = nil
