@@ -478,7 +478,7 @@ enum ConsolePages {
             body +=
                 "<section class=\"card\"><h2>Evidence for a reviewer</h2><details><summary>The user's timeline as "
                 + "<code>siwa-notify user-report</code> prints it (deletion requested, applied, each call to Apple, "
-                + "confirmed; emails masked, no token)</summary><pre class=\"report\">\(e(report))</pre></details></section>"
+                + "confirmed; each call to a hosted provider; emails masked, no token or credential)</summary><pre class=\"report\">\(e(report))</pre></details></section>"
         }
         return page("User \(hash)", nav: nav, notice: notice, error: error, body: body)
     }
