@@ -1184,8 +1184,10 @@ REVOKE ALL ON FUNCTION siwa.request_deletion(text, text) FROM PUBLIC;
 -- (oldest first) with what the worker made of it, the sessions it revoked, the refresh tokens
 -- held (which app, when; never the token), every revocation at Apple with each call and its
 -- proof, and each in-app deletion's evidence (requested, applied locally, the revocations it
--- queued). Emails masked (siwa.mask_email), no token, no claims. `siwa-notify user-report` prints
--- it; the console's user page reads the same function. Every lookup is an index probe by sub.
+-- queued), and each call to a hosted provider (which provider and effect, when queued and last
+-- tried, the provider's last HTTP status and error code, what it did; never a credential). Emails
+-- masked (siwa.mask_email), no token, no claims. `siwa-notify user-report` prints it; the
+-- console's user page reads the same function. Every lookup is an index probe by sub.
 CREATE OR REPLACE FUNCTION siwa.user_report(apple_sub text) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1245,7 +1247,16 @@ AS $$
                                                     WHERE r.created_at = e.processed_at), '[]'::jsonb))
                     ORDER BY e.event_time, e.id)
                     FROM siwa.events e
-                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb))
+                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb),
+        'provider_calls', coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'id', p.id, 'target', p.target, 'effect', p.effect, 'event_id', p.event_id, 'event_type', p.event_type,
+                        'event_time', p.event_time, 'state', p.state, 'attempts', p.attempts, 'queued_at', p.created_at,
+                        'last_attempt_at', CASE WHEN p.attempts > 0 THEN p.updated_at END,
+                        'finished_at', CASE WHEN p.state IN ('done', 'user_unknown', 'dead') THEN p.updated_at END,
+                        'next_attempt_at', CASE WHEN p.state = 'pending' THEN p.next_attempt_at END,
+                        'http_status', p.last_status, 'reason', p.last_reason, 'actions', p.actions)
+                    ORDER BY p.id)
+                    FROM siwa.provider_calls p WHERE p.apple_sub = user_report.apple_sub), '[]'::jsonb))
 $$;
 REVOKE ALL ON FUNCTION siwa.user_report(text) FROM PUBLIC;
 
@@ -1572,10 +1583,13 @@ GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.accou
 -- Hosted identity providers: the worker queues and sends the calls; dashboards read the views.
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
 GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
+-- The console's overview card, and its replay of dead calls (their progress columns only).
+GRANT SELECT ON siwa.provider_call_backlog TO siwa_console;
+GRANT UPDATE (state, attempts, next_attempt_at, last_reason, lease_until, retry_since, updated_at) ON siwa.provider_calls TO siwa_console;
 
 -- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
 -- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
--- the operators' actions (replaying dead events, forwards and revocations: their progress
+-- the operators' actions (replaying dead events, forwards, revocations and provider calls: their progress
 -- columns only; a deletion through the owner's function). It reads no stored refresh token (of
 -- siwa.apple_tokens only when each is due), and writes no operator nor token hash
 -- (`operator add|remove` is the owner's).
