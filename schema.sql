@@ -495,7 +495,8 @@ BEGIN
 END
 $$;
 -- Outbox: indexes of earlier shapes (the dedupe key without `aud`, the queue's and the
--- dashboards' indexes that named `status`, the time-led dedupe key and its sub index).
+-- dashboards' indexes that named `status`, the time-led dedupe key and its sub index, the day
+-- index that also held the type).
 DROP INDEX IF EXISTS siwa.events_sub_type_time_key;
 DROP INDEX IF EXISTS siwa.events_deletion_due_idx;
 DROP INDEX IF EXISTS siwa.events_due_idx;
@@ -505,6 +506,7 @@ DROP INDEX IF EXISTS siwa.events_day_idx;
 DROP INDEX IF EXISTS siwa.events_received_at_idx;
 DROP INDEX IF EXISTS siwa.events_dedupe_time_key;
 DROP INDEX IF EXISTS siwa.events_email_sub_idx;
+DROP INDEX IF EXISTS siwa.events_day_type_idx;
 -- Outbox: the NOTIFY trigger of earlier shapes (siwa.queue_inserted_events notifies).
 DROP TRIGGER IF EXISTS events_notify ON siwa.events;
 DROP FUNCTION IF EXISTS siwa.notify_new_events();
@@ -735,9 +737,10 @@ REVOKE ALL ON FUNCTION siwa.mask_email(text) FROM PUBLIC;
 -- (`aud` is part of the key: the same event for a second configured app is its own row.) `sub`
 -- leads, so a user's events are also found by it (erasure on account-delete).
 CREATE UNIQUE INDEX IF NOT EXISTS events_dedupe_key ON siwa.events (sub, type, event_time, aud);
--- Dashboards by (UTC) day and type, `status` by hour/day, the retention sweep: a day range.
-CREATE INDEX IF NOT EXISTS events_day_type_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date), type)
-    INCLUDE (received_at);
+-- A (UTC) day range for `events_per_day`, `status`'s last day and the retention sweep. The day
+-- alone: every one of them reads `status` from the heap (no index names it), so a type or a
+-- time in the entry would serve none; a key this narrow is deduplicated, a seventh of the size.
+CREATE INDEX IF NOT EXISTS events_received_day_idx ON siwa.events (((received_at AT TIME ZONE 'UTC')::date));
 -- Recent events of unknown types, for the worker's sweep of those that raced a deletion.
 -- (The predicate is the one `WorkerStatements.eraseRacedIgnoredEmails` states, word for word.)
 CREATE INDEX IF NOT EXISTS events_unknown_type_idx ON siwa.events (received_at)
@@ -997,7 +1000,7 @@ REVOKE ALL ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) FROM PUBLIC;
 -- Dashboard views (read-only role siwa_dashboard). None exposes raw emails. Each is shaped to
 -- use an index, so they stay fast on tens of millions of events (plans: docs/dashboards.md).
 -- Events per UTC day, type and status. Filter on `day` (e.g. `WHERE day >= current_date - 7`):
--- it is the leading column of events_day_type_idx.
+-- it is the key of events_received_day_idx.
 CREATE OR REPLACE VIEW siwa.events_per_day AS
     SELECT (received_at AT TIME ZONE 'UTC')::date AS day, type, status, count(*) AS events
     FROM siwa.events
@@ -1184,8 +1187,10 @@ REVOKE ALL ON FUNCTION siwa.request_deletion(text, text) FROM PUBLIC;
 -- (oldest first) with what the worker made of it, the sessions it revoked, the refresh tokens
 -- held (which app, when; never the token), every revocation at Apple with each call and its
 -- proof, and each in-app deletion's evidence (requested, applied locally, the revocations it
--- queued). Emails masked (siwa.mask_email), no token, no claims. `siwa-notify user-report` prints
--- it; the console's user page reads the same function. Every lookup is an index probe by sub.
+-- queued), and each call to a hosted provider (which provider and effect, when queued and last
+-- tried, the provider's last HTTP status and error code, what it did; never a credential). Emails
+-- masked (siwa.mask_email), no token, no claims. `siwa-notify user-report` prints it; the
+-- console's user page reads the same function. Every lookup is an index probe by sub.
 CREATE OR REPLACE FUNCTION siwa.user_report(apple_sub text) RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1245,7 +1250,16 @@ AS $$
                                                     WHERE r.created_at = e.processed_at), '[]'::jsonb))
                     ORDER BY e.event_time, e.id)
                     FROM siwa.events e
-                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb))
+                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb),
+        'provider_calls', coalesce((SELECT jsonb_agg(jsonb_build_object(
+                        'id', p.id, 'target', p.target, 'effect', p.effect, 'event_id', p.event_id, 'event_type', p.event_type,
+                        'event_time', p.event_time, 'state', p.state, 'attempts', p.attempts, 'queued_at', p.created_at,
+                        'last_attempt_at', CASE WHEN p.attempts > 0 THEN p.updated_at END,
+                        'finished_at', CASE WHEN p.state IN ('done', 'user_unknown', 'dead') THEN p.updated_at END,
+                        'next_attempt_at', CASE WHEN p.state = 'pending' THEN p.next_attempt_at END,
+                        'http_status', p.last_status, 'reason', p.last_reason, 'actions', p.actions)
+                    ORDER BY p.id)
+                    FROM siwa.provider_calls p WHERE p.apple_sub = user_report.apple_sub), '[]'::jsonb))
 $$;
 REVOKE ALL ON FUNCTION siwa.user_report(text) FROM PUBLIC;
 
@@ -1572,10 +1586,13 @@ GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.accou
 -- Hosted identity providers: the worker queues and sends the calls; dashboards read the views.
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
 GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
+-- The console's overview card, and its replay of dead calls (their progress columns only).
+GRANT SELECT ON siwa.provider_call_backlog TO siwa_console;
+GRANT UPDATE (state, attempts, next_attempt_at, last_reason, lease_until, retry_since, updated_at) ON siwa.provider_calls TO siwa_console;
 
 -- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
 -- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
--- the operators' actions (replaying dead events, forwards and revocations: their progress
+-- the operators' actions (replaying dead events, forwards, revocations and provider calls: their progress
 -- columns only; a deletion through the owner's function). It reads no stored refresh token (of
 -- siwa.apple_tokens only when each is due), and writes no operator nor token hash
 -- (`operator add|remove` is the owner's).

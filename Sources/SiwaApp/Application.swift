@@ -363,7 +363,8 @@ public final class Application: Sendable {
             conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginConsole)
         let console = ConsoleHandler(
             pool: pool, secureCookie: configuration.consoleSecureCookie, trustedProxies: configuration.trustedProxies,
-            inAppDeletion: inAppDeletion, forwarding: configuration.forwarding != nil, logger: logger,
+            inAppDeletion: inAppDeletion, forwarding: configuration.forwarding != nil, providers: configuration.hostedProviders.targets,
+            logger: logger,
             doctor: DoctorWatch(configuration, process: roles == .all ? .serve : roles.contains(.receive) ? .receive : .work))
         try group.start(
             ClosureService(

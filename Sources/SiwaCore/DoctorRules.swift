@@ -83,6 +83,39 @@ public struct DoctorFacts: Sendable {
         }
     }
 
+    /// One hosted provider of `SIWA_APPLY_TO`, put through the start-up check the work role runs.
+    public struct Provider: Sendable {
+        public enum Check: Sendable {
+            /// Its client could not be made (a credential file unreadable, a value refused).
+            case unusable(ConfigurationError)
+            /// The provider's answer to the start-up check.
+            case answered(ProviderOutcome)
+        }
+
+        public var provider: HostedProvider
+        public var check: Check
+
+        public init(_ provider: HostedProvider, _ check: Check) {
+            self.provider = provider
+            self.check = check
+        }
+    }
+
+    /// One provider's call queue (`siwa.provider_call_backlog`).
+    public struct ProviderQueue: Sendable {
+        public var target: String
+        public var waiting: Int
+        public var dead: Int
+        public var oldestWaitingAgeSeconds: Double
+
+        public init(target: String, waiting: Int, dead: Int, oldestWaitingAgeSeconds: Double) {
+            self.target = target
+            self.waiting = waiting
+            self.dead = dead
+            self.oldestWaitingAgeSeconds = oldestWaitingAgeSeconds
+        }
+    }
+
     public var process: DoctorProcess
     /// `SIWA_API_TOKEN_FILE` is set: the API and the console are on.
     public var api: Bool
@@ -101,6 +134,12 @@ public struct DoctorFacts: Sendable {
     public var keySet: KeySet?
     /// The verifier's tolerance for `iat`/`exp` (`VerificationPolicy.clockSkewSeconds`).
     public var clockSkewAllowance: Duration
+    /// `SIWA_APPLY_TO`'s hosted providers (the variables each finding names).
+    public var hostedProviders = HostedProviderConfiguration()
+    /// Each of them checked (the work role's processes only).
+    public var providers: [Provider] = []
+    /// The providers' call queues, read as the worker's role (nil: not read).
+    public var providerQueues: [ProviderQueue]? = nil
 
     public init(
         process: DoctorProcess, api: Bool, conninfoOptions: [String: String]?, database: Database?, databaseProblem: String?,
@@ -157,6 +196,61 @@ public enum DoctorRules {
                 ))
         }
         if let keySet = facts.keySet { out += self.keySet(keySet, allowance: facts.clockSkewAllowance) }
+        out += facts.providers.map { provider($0, facts.hostedProviders) }
+        out += (facts.providerQueues ?? []).flatMap(providerQueue)
+        return out
+    }
+
+    // MARK: Hosted providers
+
+    /// A call waiting longer than this is worth a look: a provider that answers takes seconds.
+    public static let providerWaitingWarning: Double = 900
+
+    /// The start-up check's verdict on one provider: a client that could not be made, a provider
+    /// that does not answer, or one that refuses, each naming the variable; INFO when it passes.
+    static func provider(_ p: DoctorFacts.Provider, _ configuration: HostedProviderConfiguration) -> DoctorFinding {
+        let name = p.provider.rawValue
+        let docs = "docs/hosted-providers.md, \"\(name)\""
+        let stops = "(the work role does not start with SIWA_APPLY_TO=\(name))"
+        switch p.check {
+        case .unusable(let problem):
+            return DoctorFinding(
+                "provider-credential", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
+        case .answered(let outcome):
+            guard let problem = configuration.startProblem(p.provider, outcome) else {
+                return DoctorFinding(
+                    "provider-check", .info, "\(name) answers and accepts the credential", fix: "nothing to do")
+            }
+            if case .retryLater = outcome {
+                return DoctorFinding(
+                    "provider-unreachable", .high, "\(problem) \(stops)",
+                    fix: "allow outbound HTTPS to \(name)'s API (a proxy, DNS, the firewall), or fix \(problem.variable)")
+            }
+            return DoctorFinding("provider-refused", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
+        }
+    }
+
+    /// Dead calls (sessions at the provider that were not ended: HIGH) and a call waiting for long.
+    static func providerQueue(_ q: DoctorFacts.ProviderQueue) -> [DoctorFinding] {
+        var out: [DoctorFinding] = []
+        if q.dead > 0 {
+            out.append(
+                DoctorFinding(
+                    "provider-calls-dead", .high,
+                    "\(q.dead) call\(q.dead == 1 ? "" : "s") to \(q.target) gave up: those users' sessions there were not ended",
+                    fix:
+                        "read each one's last error (the console's Failures, siwa.dead_provider_calls), fix the cause, then `siwa-notify replay --provider-calls --type \(q.target)`"
+                ))
+        }
+        if q.waiting > 0, q.oldestWaitingAgeSeconds > providerWaitingWarning {
+            out.append(
+                DoctorFinding(
+                    "provider-calls-waiting", .medium,
+                    "the oldest of \(q.waiting) call\(q.waiting == 1 ? "" : "s") waiting for \(q.target) was queued \(Int(q.oldestWaitingAgeSeconds / 60)) min ago",
+                    fix:
+                        "read its last error (`siwa-notify user-report`, the console's user page); check that \(q.target) answers and that a worker runs with it in SIWA_APPLY_TO"
+                ))
+        }
         return out
     }
 

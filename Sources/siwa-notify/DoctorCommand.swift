@@ -11,10 +11,11 @@ struct DoctorCommand: ParsableCommand {
         abstract: "The deployment's security and durability findings, each with its severity and fix.",
         discussion: """
             Run it with the environment of a process after deploying: it reads what that process's database login may \
-            read (the catalogs), the modes of the credential files, and Apple's key set once. Checks: the login (a \
+            read (the catalogs), the modes of the credential files, Apple's key set once, and each hosted provider once. Checks: the login (a \
             superuser, the schema's owner, siwa roles it does not need), CREATE on schema public for PUBLIC, grants \
-            against the grants matrix (docs/security.md), sslmode to a remote database, commit durability, SIWA_APPLY_TO's tables, the files' \
-            modes, the admin listener's address, the clock against the key set's Date. Exit 0 when no finding is HIGH, \
+            against the grants matrix (docs/security.md), sslmode to a remote database, commit durability, SIWA_APPLY_TO's tables, \
+            each hosted provider's start-up check and its dead or long-waiting calls, the files' modes, the admin listener's address, \
+            the clock against the key set's Date. Exit 0 when no finding is HIGH, \
             1 otherwise.
             """)
     @Option(help: "The process whose configuration this is: serve, receive or work (what its login needs).")

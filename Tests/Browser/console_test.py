@@ -272,6 +272,21 @@ def main():
         eventually(lambda: server.sql(f"SELECT status FROM siwa.events WHERE id = {dead1}") == "done", 20, "the replayed event to apply")
         check(True, "the replayed dead letter was applied")
 
+        # A dead call to a hosted provider: on the overview's card, listed on Failures, replayed by
+        # its row's button (no provider is configured here: it then waits in the queue).
+        call = server.sql("INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, "
+                          f"state, attempts, last_status, last_reason) VALUES ('clerk', '000739.browser.dead1', 'end_sessions', {dead1}, "
+                          "'consent-revoked', now(), 'dead', 9, 503, 'service_unavailable') RETURNING id").splitlines()[0]
+        driver.get(server.base + "/console")
+        card = driver.find_element(By.ID, "provider-calls").text
+        check("clerk" in card and "not configured" in card, "the overview's provider-calls card shows the dead call's provider")
+        driver.get(server.base + "/console/failures")
+        check("Dead provider calls" in text(driver) and "service_unavailable" in text(driver), "the dead provider call is listed")
+        driver.find_element(By.CSS_SELECTOR, f"#replay-provider-calls button[name=one][value='{call}']").click()
+        check(shows(driver, "1 dead provider call put back in the queue."), "provider call replay confirmed on the page")
+        check(server.sql(f"SELECT state || ' ' || attempts FROM siwa.provider_calls WHERE id = {call}") == "pending 0",
+              "the replayed provider call is back in the queue")
+
         # A user found by the hash of their sub, deleted after typing the sub again.
         driver.get(server.base + "/console/users")
         box = driver.find_element(By.NAME, "q")

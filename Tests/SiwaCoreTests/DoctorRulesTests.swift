@@ -165,6 +165,53 @@ import Testing
         #expect(Self.codes(f) == ["database-unreachable HIGH"])
     }
 
+    @Test("each hosted provider: passing INFO; a credential unreadable, a provider silent or refusing HIGH, each naming its variable")
+    func providers() throws {
+        var f = Self.facts()
+        f.hostedProviders = HostedProviderConfiguration(targets: [.clerk, .auth0, .cognito, .firebase])
+        f.hostedProviders.auth0 = .init(domain: "t.eu.auth0.com", clientID: "c", clientSecretFile: "/s", url: nil)
+        f.hostedProviders.firebase = .init(projectID: "p", credentialsFile: "/sa.json", url: nil)
+        f.providers = [
+            .init(.clerk, .answered(.done([], status: 200))),
+            .init(.auth0, .answered(.retryLater(ProviderFailure(status: 503, reason: "http_503")))),
+            .init(.cognito, .unusable(ConfigurationError(variable: "AWS_SHARED_CREDENTIALS_FILE", problem: "cannot read /aws"))),
+            .init(.firebase, .answered(.refused(ProviderFailure(status: 401, reason: "invalid_grant", blame: .credential)))),
+        ]
+        let found = DoctorRules.findings(f)
+        #expect(
+            found.map { "\($0.code) \($0.severity.rawValue)" }
+                == ["provider-check INFO", "provider-unreachable HIGH", "provider-credential HIGH", "provider-refused HIGH"])
+        try #require(found.count == 4)
+        #expect(found[0].message == "clerk answers and accepts the credential")
+        #expect(found[1].message.hasPrefix("SIWA_AUTH0_URL: auth0 did not answer") && found[1].message.hasSuffix("SIWA_APPLY_TO=auth0)"))
+        #expect(
+            found[2].message.hasPrefix("AWS_SHARED_CREDENTIALS_FILE: cannot read /aws") && found[2].fix.hasPrefix("fix AWS_SHARED_CREDENTIALS_FILE"))
+        #expect(
+            found[3].message.hasPrefix("SIWA_FIREBASE_CREDENTIALS_FILE: firebase refused the credential")
+                && found[3].fix.contains("SIWA_FIREBASE_CREDENTIALS_FILE"))
+        // A user the provider does not know answers the check too: it passes.
+        f.providers = [.init(.clerk, .answered(.userNotFound(status: 404)))]
+        #expect(Self.codes(f) == ["provider-check INFO"])
+    }
+
+    @Test("provider calls: a dead one HIGH with the replay that brings it back; the oldest waiting past 15 min MEDIUM, not before")
+    func providerQueues() throws {
+        var f = Self.facts()
+        f.providerQueues = [
+            .init(target: "clerk", waiting: 0, dead: 2, oldestWaitingAgeSeconds: 0),
+            .init(target: "auth0", waiting: 3, dead: 0, oldestWaitingAgeSeconds: DoctorRules.providerWaitingWarning + 60),
+            .init(target: "cognito", waiting: 5, dead: 0, oldestWaitingAgeSeconds: DoctorRules.providerWaitingWarning),
+            .init(target: "firebase", waiting: 0, dead: 0, oldestWaitingAgeSeconds: 0),
+        ]
+        let found = DoctorRules.findings(f)
+        #expect(found.map { "\($0.code) \($0.severity.rawValue)" } == ["provider-calls-dead HIGH", "provider-calls-waiting MEDIUM"])
+        try #require(found.count == 2)
+        #expect(found[0].message.hasPrefix("2 calls to clerk gave up") && found[0].fix.contains("replay --provider-calls --type clerk"))
+        #expect(found[1].message == "the oldest of 3 calls waiting for auth0 was queued 16 min ago")
+        f.providerQueues = nil
+        #expect(DoctorRules.findings(f).isEmpty)
+    }
+
     @Test("the report: HIGH first, exit status from HIGH only, the text names each code and fix")
     func report() {
         let report = DoctorReport(

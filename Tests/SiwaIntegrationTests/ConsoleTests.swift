@@ -277,6 +277,21 @@ struct ConsoleTests {
         _ = try TestDatabase.query(url, "UPDATE siwa.events SET status = 'done', processed_at = now() WHERE sub = $1", [sub])
         _ = try TestDatabase.query(url, "UPDATE siwa.events SET status = 'dead', last_error = 'boom' WHERE sub = $1", [other])
         let dead = try #require(try TestDatabase.query(url, "SELECT id FROM siwa.events WHERE sub = $1", [other]).scalar)
+        // As the provider sender would have left them: a dead call to Clerk, a call to Auth0 waiting for two hours.
+        let deadCall = try #require(
+            try TestDatabase.query(
+                url,
+                """
+                INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, state, attempts, last_status, last_reason)
+                VALUES ('clerk', $1, 'end_sessions', $2, 'consent-revoked', now(), 'dead', 7, 503, 'service_unavailable') RETURNING id
+                """, [other, dead]
+            ).scalar)
+        _ = try TestDatabase.query(
+            url,
+            """
+            INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, attempts, created_at)
+            VALUES ('auth0', $1, 'end_sessions', $2, 'consent-revoked', now(), 3, now() - interval '2 hours')
+            """, [other, dead])
         // The hourly charts' rollup (every 5 s, in the background) has counted both.
         #expect(
             eventually(timeout: 15) { (try? TestDatabase.query(url, "SELECT last_id FROM siwa.console_rollup").scalar) == dead },
@@ -293,6 +308,21 @@ struct ConsoleTests {
             let page = try client.get(path)
             #expect(page.status == 200, "\(path): \(page.status) \(page.body.prefix(300))")
         }
+        // The overview's provider card: per provider with calls, waiting, in flight, dead, the oldest waiting one's age.
+        let overview = try client.get("/console").body
+        #expect(
+            overview.contains(
+                "<tr><td>auth0 <span class=\"muted\">(not configured)</span></td><td>1</td><td>0</td><td>0</td><td>2 h</td><td>0</td></tr>"),
+            "\(overview)")
+        #expect(
+            overview.contains(
+                "<tr><td>clerk <span class=\"muted\">(not configured)</span></td><td>0</td><td>0</td><td><span class=\"badge bad\">1</span></td><td>–</td><td>0</td></tr>"
+            ))
+        // The failures page lists the dead call with its replay button.
+        let failures = try client.get("/console/failures").body
+        #expect(failures.contains("Dead provider calls <span class=\"count\">1</span>") && failures.contains("service_unavailable"))
+        #expect(failures.contains("<button type=\"submit\" name=\"one\" value=\"\(deadCall)\" class=\"small\">Replay</button>"))
+        #expect(failures.contains("Replay all clerk (1)"))
         let csrf = try client.csrf()
         let revealed = try client.post("/console/users/reveal", [("csrf", csrf), ("sub", sub)])
         #expect(revealed.status == 200 && revealed.body.contains(email), "\(revealed.status)")
@@ -300,18 +330,32 @@ struct ConsoleTests {
             [("kind", "events"), ("one", dead)], [("kind", "events"), ("scope", "all"), ("type", "consent-revoked")],
             [("kind", "revocations"), ("scope", "all")], [("kind", "revocations"), ("one", "1")],
             [("kind", "forwards"), ("scope", "all")], [("kind", "forwards"), ("one", "msg_none")],
+            [("kind", "provider-calls"), ("scope", "all"), ("type", "auth0")],
         ] {
             let replay = try client.post("/console/replay", [("csrf", csrf)] + fields)
             #expect(replay.status == 303 && replay.header("Location")?.contains("replayed-") == true, "\(fields): \(replay.status)")
         }
         #expect(try TestDatabase.query(url, "SELECT status FROM siwa.events WHERE id = $1", [dead]).scalar == "pending")
+        // The dead call, replayed by its own button: back in the queue with a fresh retry bound, audited, said so.
+        #expect(try TestDatabase.query(url, "SELECT state FROM siwa.provider_calls WHERE id = $1", [deadCall]).scalar == "dead")
+        let replayed = try client.post("/console/replay", [("csrf", csrf), ("kind", "provider-calls"), ("one", deadCall)])
+        #expect(replayed.header("Location") == "/console/failures?notice=replayed-1-provider-calls")
+        #expect(
+            try TestDatabase.query(
+                url, "SELECT state || ' ' || attempts || ' ' || (retry_since > now() - interval '1 minute') FROM siwa.provider_calls WHERE id = $1",
+                [deadCall]
+            ).scalar == "pending 0 true")
+        #expect(
+            try TestDatabase.query(url, "SELECT target FROM siwa.operator_actions WHERE action = 'replay' ORDER BY id DESC LIMIT 1").scalar
+                == "provider-calls:ids=\(deadCall) (1)")
+        #expect(try client.get("/console/failures?notice=replayed-1-provider-calls").body.contains("1 dead provider call put back in the queue."))
         let deleted = try client.post("/console/users/delete", [("csrf", csrf), ("sub", sub), ("confirm", sub)])
         #expect(deleted.status == 303, "\(deleted.status) \(deleted.body.prefix(300))")
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE sub = $1 AND type = 'deletion-requested'", [sub]).scalar == "1")
         #expect(try client.post("/console/sign-out", [("csrf", csrf)]).status == 303)
         #expect(
             try TestDatabase.query(url, "SELECT string_agg(action, ',' ORDER BY id) FROM siwa.operator_actions").scalar
-                == "sign-in,reveal-email,replay,replay,replay,replay,replay,replay,delete-user,sign-out")
+                == "sign-in,reveal-email,replay,replay,replay,replay,replay,replay,replay,replay,delete-user,sign-out")
         let refused = harness.logs.lines.filter { $0.contains("42501") || $0.contains("permission denied") }
         #expect(refused.isEmpty, "\(refused)")
 
@@ -324,6 +368,7 @@ struct ConsoleTests {
             "UPDATE siwa.events SET type = 'account-delete'",
             "INSERT INTO siwa.events (jti, aud, sub, type, event_time) VALUES ('c1', 'app', 's', 'account-delete', now())",
             "UPDATE siwa.accounts SET status = 'deleted'",
+            "UPDATE siwa.provider_calls SET apple_sub = 'someone', effect = 'delete_user'",
             "UPDATE siwa.operator_actions SET operator = 'someone'",
             "DELETE FROM siwa.operator_actions",
             "SELECT siwa.store_apple_token('s', 'app', 'k', '\\x00', NULL, NULL, now())",

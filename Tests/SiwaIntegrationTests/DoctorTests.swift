@@ -219,6 +219,49 @@ struct DoctorTests {
         #expect(d.problems() == [], "\(d.examine().text)")
     }
 
+    @Test(
+        "a hosted provider as the start checks it: passing INFO; refusing, down or its secret unreadable HIGH naming the variable; dead or long-waiting calls found"
+    )
+    func hostedProvider() throws {
+        let d = try Deployment()
+        let fixture = try ClerkFixture()
+        defer { fixture.stop() }
+        fixture.configure(&d.config)
+        let key = try #require(d.config.hostedProviders.clerk?.secretKeyFile)
+        chmod(key, 0o600)
+        #expect(d.problems() == [], "\(d.examine().text)")
+        #expect(d.finding("provider-check")?.message == "clerk answers and accepts the credential")
+        fixture.refuseCredential()
+        let refused = try #require(d.finding("provider-refused"))
+        #expect(refused.severity == .high && refused.message.hasPrefix("SIWA_CLERK_SECRET_KEY_FILE: clerk refused the credential"), "\(refused)")
+        // The receiver makes no provider call: not asked of it.
+        #expect(d.examine(.receive).findings.allSatisfy { !$0.code.hasPrefix("provider") })
+        fixture.down()
+        let down = try #require(d.finding("provider-unreachable"))
+        #expect(down.severity == .high && down.message.hasPrefix("SIWA_CLERK_URL: clerk did not answer"), "\(down)")
+        fixture.up()
+        d.config.hostedProviders.clerk?.secretKeyFile = d.directory + "/missing"
+        let unreadable = try #require(d.finding("provider-credential"))
+        #expect(unreadable.severity == .high && unreadable.message.hasPrefix("SIWA_CLERK_SECRET_KEY_FILE: cannot read"), "\(unreadable)")
+        d.config.hostedProviders.clerk?.secretKeyFile = key
+        #expect(d.problems() == [], "\(d.examine().text)")
+
+        // The queue, read as the worker's role: a dead call HIGH until replayed; one waiting for an hour MEDIUM.
+        try d.sql(
+            """
+            INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, state)
+            VALUES ('clerk', '001234.doctor.0001', 'end_sessions', 1, 'consent-revoked', now(), 'dead')
+            """)
+        let dead = try #require(d.finding("provider-calls-dead"))
+        #expect(dead.severity == .high && dead.fix.contains("siwa-notify replay --provider-calls --type clerk"))
+        #expect(d.problems() == ["provider-calls-dead HIGH"])
+        #expect(try OutboxAdmin.replayProviderCalls(target: "clerk", conninfo: d.url) == 1)
+        #expect(d.problems() == [], "\(d.examine().text)")
+        try d.sql("UPDATE siwa.provider_calls SET created_at = now() - interval '1 hour'")
+        #expect(d.problems() == ["provider-calls-waiting MEDIUM"])
+        #expect(d.finding("provider-calls-waiting")?.message == "the oldest of 1 call waiting for clerk was queued 60 min ago")
+    }
+
     @Test("credential files readable by others or writable by the group: HIGH; group-readable: LOW; 0600: gone")
     func secretFiles() throws {
         let d = try Deployment()

@@ -208,6 +208,47 @@ struct ProviderCallTests {
         #expect(try Self.settled(h, sub: Self.apple).map(\.state) == ["done"])
     }
 
+    @Test("user-report shows each provider call: which, when, the provider's status and what it did; never the credential")
+    func userReport() throws {
+        let fixture = try ClerkFixture()
+        defer { fixture.stop() }
+        try fixture.addAppleUser(sub: Self.apple)
+        try fixture.addAppleUser(sub: Self.other)
+        let h = try Self.harness(fixture)
+        defer { h.stop() }
+        try post(h, "consent-revoked", sub: Self.apple, at: 1_750_000_000_000)
+        #expect(try Self.settled(h, sub: Self.apple).map(\.state) == ["done"])
+        fixture.down()
+        try post(h, "consent-revoked", sub: Self.other, at: 1_750_000_000_000)
+        #expect(try eventually(timeout: 10) { (try Self.calls(h, sub: Self.other).first?.attempts ?? 0) >= 1 })
+
+        let text = try #require(try UserReport.json(sub: Self.apple, conninfo: h.conninfo))
+        #expect(!text.contains(FakeClerk.secretKey), "the report holds the provider's credential")
+        let report = try JSONParser.parse(Array(text.utf8))
+        // Only this user's call (the other user's is in their report).
+        guard case .array(let calls)? = report["provider_calls"], calls.count == 1, let done = calls.first else {
+            Issue.record("not one provider call in \(text)")
+            return
+        }
+        #expect(done["target"]?.stringValue == "clerk" && done["effect"]?.stringValue == "end_sessions")
+        #expect(done["event_type"]?.stringValue == "consent-revoked" && done["event_id"]?.int64Value != nil)
+        #expect(done["state"]?.stringValue == "done" && done["attempts"]?.int64Value == 1 && done["http_status"]?.int64Value == 200)
+        #expect(done["actions"]?.stringValue == "signed_out" && done["reason"] == .null)
+        #expect(done["queued_at"]?.stringValue != nil && done["last_attempt_at"]?.stringValue != nil)
+        #expect(done["finished_at"]?.stringValue != nil && done["next_attempt_at"] == .null)
+
+        // A call waiting on a provider that is down: its status and error code, when it is tried next.
+        let waitingText = try #require(try UserReport.json(sub: Self.other, conninfo: h.conninfo))
+        guard case .array(let waitingCalls)? = try JSONParser.parse(Array(waitingText.utf8))["provider_calls"], let waiting = waitingCalls.first
+        else {
+            Issue.record("no provider call in \(waitingText)")
+            return
+        }
+        #expect(waiting["state"]?.stringValue == "pending" && waiting["http_status"]?.int64Value == 503, "\(waitingText)")
+        #expect(waiting["reason"]?.stringValue != nil && waiting["next_attempt_at"]?.stringValue != nil && waiting["finished_at"] == .null)
+        fixture.up()
+    }
+
     @Test("the start stops with one line naming the variable: a pool it does not know, a refused credential")
     func refusedStart() throws {
         let fixture = try CognitoFixture()

@@ -18,15 +18,15 @@ from .load import run_wrk
 # relation not listed here is printed with "?": a write nobody has claimed yet.
 READERS = {
     "events": "the outbox: the claim, the console, `user_report`, dashboards",
-    "events_pkey": "`claim_events`, `mark_done` (by id); console event page",
+    "events_pkey": "`claim_events`, `mark_done` (by id); the console's id windows (overview, rollup, lists) and event page",
     "events_jti_key": "the receiver's `ON CONFLICT` (Apple's retry: same jti)",
     "events_dedupe_key": "the receiver's `ON CONFLICT` (re-signed retry); `erase_event_emails` and `user_report` (by sub)",
-    "events_day_type_idx": "`events_per_day`, console overview and rollup, retention `prune`",
+    "events_received_day_idx": "a day range: `events_per_day`, `status` (`counts_last_day`), retention `prune`",
     "events_unknown_type_idx": "`erase_raced_ignored_emails` (unknown types only)",
     "events_reconcile_gone_idx": "`status`: grants found gone (reconcile rows only)",
     "event_queue": "`claim_events`, `siwa.backlog` (gauges, /metrics)",
-    "event_queue_pkey": "`claim_events`' lock; the queue triggers (by id)",
-    "event_queue_due_idx": "`claim_events` (due order), `siwa.backlog`",
+    "event_queue_pkey": "the queue triggers (by id: `mark_done` deletes the row); console queue window",
+    "event_queue_due_idx": "`claim_events` (due order), `drop_stale_queue_rows`; `siwa.backlog` (index-only)",
     "event_queue_dead_idx": "`siwa.dead_letters`, console dead letters",
     "accounts": "worker (`lock_accounts`), `on_event`, console user page, `user_report`",
     "accounts_pkey": "worker (`create_or_lock_accounts`, `lock_accounts`, `update_accounts`), console, `user_report`",
@@ -189,6 +189,14 @@ READS = {
     "`siwa.app_account_status_summary`": "SELECT * FROM siwa.app_account_status_summary",
     "console user page's sessions": "SELECT id, revoked_at FROM siwa.sessions WHERE apple_sub = public.bench_sub(4242, '') "
                                     "ORDER BY created_at DESC LIMIT 100",
+    "`siwa.events_per_day` (two days)": "SELECT * FROM siwa.events_per_day WHERE day >= current_date - 1",
+    "`counts_last_day` (`status`)": "SELECT type, status, count(*) FROM siwa.events "
+                                    "WHERE (received_at AT TIME ZONE 'UTC')::date >= (now() AT TIME ZONE 'UTC')::date - 1 "
+                                    "AND received_at > now() - interval '1 day' GROUP BY 1, 2",
+    "`prune_events` (older than 20 days)": "SELECT id FROM siwa.events "
+                                           "WHERE (received_at AT TIME ZONE 'UTC')::date < (now() AT TIME ZONE 'UTC')::date - 19 "
+                                           "AND status IN ('done', 'ignored') AND type <> 'deletion-requested' "
+                                           "AND coalesce(processed_at, received_at) < now() - interval '20 days' LIMIT 1000",
 }
 
 
@@ -198,7 +206,7 @@ def reader_costs():
     for name, sql in READS.items():
         psql(sql)
         plan = psql(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) {sql}")
-        scans = sorted(set(re.findall(r"((?:Parallel )?(?:Seq Scan|Index Only Scan|Index Scan Backward|Index Scan|Bitmap Heap Scan)(?: using \S+)? on \S+)", plan)))
+        scans = sorted(set(re.findall(r"((?:Parallel )?(?:Seq Scan|Index Only Scan|Index Scan Backward|Index Scan|Bitmap Heap Scan|Bitmap Index Scan)(?: using \S+)? on \S+)", plan)))
         hit = re.search(r"Buffers: shared hit=(\d+)(?: read=(\d+))?", plan)
         ms = re.search(r"Execution Time: ([0-9.]+) ms", plan)
         out[name] = {"scans": scans, "buffers": (int(hit.group(1)) + int(hit.group(2) or 0)) if hit else None,

@@ -38,14 +38,14 @@ public final class ConsoleHandler: Sendable {
 
     public init(
         pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
-        logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
+        providers: [HostedProvider] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
     ) {
         self.doctor = doctor
         self.clock = clock
         self.pool = pool
         self.secureCookie = secureCookie
         self.trustedProxies = trustedProxies
-        self.features = ConsolePages.Features(inAppDeletion: inAppDeletion, forwarding: forwarding)
+        self.features = ConsolePages.Features(inAppDeletion: inAppDeletion, forwarding: forwarding, providers: providers)
         self.logger = logger
         executor = CallExecutor(limit: concurrency, name: "siwa-console")
     }
@@ -300,15 +300,16 @@ public final class ConsoleHandler: Sendable {
 
     // MARK: Actions
 
-    /// Replays dead events, revocations or forwards: one, the selected, all of a type, or all;
-    /// through the statements `replay` uses. The audit row is in the same transaction.
+    /// Replays dead events, revocations, forwards or provider calls: one, the selected, all of a
+    /// type (a provider's, for calls), or all; through the statements `replay` uses. The audit row
+    /// is in the same transaction.
     private func replay(_ context: Context) throws -> HTTPResponse {
         let kind = context.field("kind") ?? "events"
         let type = context.field("type").flatMap { $0.isEmpty ? nil : $0 }
         // A row's own button replays that row only; "Replay selected" the checked rows.
         let ids = context.field("one").map { [$0] } ?? context.fields("id")
         let all = context.field("scope") == "all"
-        guard ["events", "revocations", "forwards"].contains(kind), all || type != nil || !ids.isEmpty else {
+        guard ConsolePages.replayKinds[kind] != nil, all || type != nil || !ids.isEmpty else {
             return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=nothing-selected")])
         }
         let target = kind + ":" + (all ? (type.map { "type=" + $0 } ?? "all") : "ids=" + ids.prefix(50).joined(separator: ","))
@@ -328,6 +329,14 @@ public final class ConsoleHandler: Sendable {
                     all
                     ? (try c.row(RevocationStatements.replayDead) ?? 0)
                     : (try c.row(ConsoleStatements.replayRevocationIDs, ids.compactMap { Int64($0) }) ?? 0)
+            case "provider-calls":
+                if !all {
+                    n = try c.affected(ProviderCallStatements.replayIDs, ids.compactMap { Int64($0) })
+                } else if let type {
+                    n = try c.affected(ProviderCallStatements.replayTarget, type)
+                } else {
+                    n = try c.affected(ProviderCallStatements.replayAll, ())
+                }
             default:
                 if !all {
                     n = try c.affected(ConsoleStatements.replayForwardIDs, ids)
@@ -395,7 +404,8 @@ public final class ConsoleHandler: Sendable {
             deadLetterTypes: try c.rows(ConsoleStatements.deadLetterTypes, ()),
             deadRevocations: try c.rows(ConsoleStatements.deadRevocations, 200),
             failingRevocations: try c.rows(ConsoleStatements.failedRevocations, 200),
-            deadForwards: try c.rows(ConsoleStatements.deadForwards, 200))
+            deadForwards: try c.rows(ConsoleStatements.deadForwards, 200),
+            deadProviderCalls: try c.rows(ConsoleStatements.deadProviderCalls, 200))
     }
 
     private static func sync(_ c: PostgresConnection, now: Double) throws -> ConsolePages.Sync {
@@ -410,9 +420,10 @@ public final class ConsoleHandler: Sendable {
     private static func notice(_ context: Context) -> String? {
         guard let code = context.query("notice") else { return nil }
         if code == "nothing-selected" { return "Nothing selected: nothing was replayed." }
-        let parts = code.split(separator: "-")
-        if parts.count == 3, parts[0] == "replayed", let n = Int(parts[1]), ["events", "revocations", "forwards"].contains(parts[2]) {
-            return "\(n) dead \(n == 1 ? String(parts[2].dropLast()) : String(parts[2])) put back in the queue."
+        // `replayed-N-KIND` (a kind may hold a dash).
+        let parts = code.split(separator: "-", maxSplits: 2)
+        if parts.count == 3, parts[0] == "replayed", let n = Int(parts[1]), let noun = ConsolePages.replayKinds[String(parts[2])] {
+            return "\(n) dead \(n == 1 ? noun.one : noun.many) put back in the queue."
         }
         return nil
     }

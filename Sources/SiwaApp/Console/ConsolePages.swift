@@ -7,6 +7,8 @@ enum ConsolePages {
     struct Features: Sendable, Equatable {
         var inAppDeletion: Bool
         var forwarding: Bool
+        /// The hosted providers of `SIWA_APPLY_TO`.
+        var providers: [HostedProvider] = []
     }
 
     private static let e = ConsoleHTML.escape
@@ -118,8 +120,28 @@ enum ConsolePages {
         ])
         body += "</div><div class=\"card\"><h2>Transfer</h2>"
         body += keyValues(transferValues(o.transfers, now: o.now))
-        body += "</div></section>"
+        body += "</div>" + providerCard(o.providerCalls, configured: features.providers) + "</section>"
         return page("Overview", nav: nav, live: true, body: body)
+    }
+
+    /// The hosted providers' calls, per provider configured or with calls: waiting (in flight
+    /// among them), dead (replayed from Failures), the oldest waiting one's age.
+    static func providerCard(_ backlog: [ProviderCallStatements.Backlog], configured: [HostedProvider]) -> String {
+        let c = ConsoleHTML.count
+        let shown = backlog.filter { b in
+            configured.contains(b.target) || b.pending + b.dead + b.doneLastHour + b.userUnknownLastHour > 0
+        }
+        var body = "<div class=\"card\" id=\"provider-calls\"><h2>Provider calls</h2>"
+        body += ConsoleHTML.table(
+            ["provider", "waiting", "in flight", "dead", "oldest waiting", "done (1 h)"],
+            shown.map { b in
+                [
+                    e(b.target.rawValue) + (configured.contains(b.target) ? "" : " <span class=\"muted\">(not configured)</span>"),
+                    c(b.pending), c(b.inFlight), b.dead > 0 ? "<span class=\"badge bad\">\(c(b.dead))</span>" : c(b.dead),
+                    b.pending > 0 ? e(ConsoleHTML.duration(b.oldestWaitingAgeSeconds)) : "–", c(b.doneLastHour + b.userUnknownLastHour),
+                ]
+            }, empty: "No hosted provider (SIWA_APPLY_TO) and no calls.")
+        return body + "</div>"
     }
 
     static func transferValues(_ t: TransferStatements.Counts?, now: Double) -> [(String, String)] {
@@ -226,6 +248,20 @@ enum ConsolePages {
         var deadRevocations: [ConsoleRow]
         var failingRevocations: [ConsoleRow]
         var deadForwards: [ConsoleRow]
+        var deadProviderCalls: [ConsoleRow] = []
+    }
+
+    /// What each kind of replay puts back, one and many.
+    static let replayKinds: [String: (one: String, many: String)] = [
+        "events": ("event", "events"), "revocations": ("revocation", "revocations"), "forwards": ("forward", "forwards"),
+        "provider-calls": ("provider call", "provider calls"),
+    ]
+
+    /// Rows counted by the value of `column`, as `type` and `n` (the "replay all of a type" forms).
+    static func counts(of rows: [ConsoleRow], by column: String) -> [ConsoleRow] {
+        Dictionary(grouping: rows, by: { $0[column] ?? "" }).map {
+            ConsoleRow(values: ["type": $0.key, "n": String($0.value.count)])
+        }.sorted { ($0["type"] ?? "") < ($1["type"] ?? "") }
     }
 
     /// A checkbox list with "replay selected", "replay all of a type" and "replay all" forms.
@@ -235,6 +271,7 @@ enum ConsolePages {
     ) -> String {
         guard !rows.isEmpty else { return "<p class=\"empty\">\(e(empty))</p>" }
         let formID = "replay-\(kind)"
+        let noun = replayKinds[kind]?.many ?? kind
         var out = "<form method=\"post\" action=\"/console/replay\" id=\"\(formID)\" class=\"replay\">"
         out += "<input type=\"hidden\" name=\"csrf\" value=\"\(e(csrf))\"><input type=\"hidden\" name=\"kind\" value=\"\(e(kind))\">"
         out += ConsoleHTML.table(
@@ -254,8 +291,8 @@ enum ConsolePages {
                 button: "Replay all \(t["type"] ?? "") (\(t["n"] ?? "0"))", style: "secondary")
         }
         out += ConsoleHTML.form(
-            action: "/console/replay", csrf: csrf, fields: [("kind", kind), ("scope", "all")], button: "Replay all dead \(kind)", style: "secondary",
-            confirm: "Replay every dead \(kind)?")
+            action: "/console/replay", csrf: csrf, fields: [("kind", kind), ("scope", "all")], button: "Replay all dead \(noun)", style: "secondary",
+            confirm: "Replay every dead \(noun)?")
         return out + "</div>"
     }
 
@@ -294,9 +331,6 @@ enum ConsolePages {
                 ]
             }, empty: "None failing.")
         body += "</section><section class=\"card\"><h2>Dead forwards <span class=\"count\">\(f.deadForwards.count)</span></h2>"
-        let forwardTypes = Dictionary(grouping: f.deadForwards, by: { $0["type"] ?? "" }).map {
-            ConsoleRow(values: ["type": $0.key, "n": String($0.value.count)])
-        }.sorted { ($0["type"] ?? "") < ($1["type"] ?? "") }
         body += replayBlock(
             kind: "forwards", csrf: nav.csrf, header: ["webhook id", "type", "user (hash)", "app", "attempts", "last error"], rows: f.deadForwards,
             id: "id",
@@ -305,7 +339,18 @@ enum ConsolePages {
                     "<span class=\"mono\">\(e(r["id"] ?? ""))</span>", e(r["type"] ?? ""), userLink(r), e(r["aud"] ?? ""), e(r["attempts"] ?? ""),
                     "<span class=\"clip\">\(e(r["last_error"] ?? ""))</span>",
                 ]
-            }, types: forwardTypes, empty: "No dead forwards.")
+            }, types: counts(of: f.deadForwards, by: "type"), empty: "No dead forwards.")
+        body += "</section><section class=\"card\"><h2>Dead provider calls <span class=\"count\">\(f.deadProviderCalls.count)</span></h2>"
+        body += replayBlock(
+            kind: "provider-calls", csrf: nav.csrf,
+            header: ["id", "provider", "effect", "event", "user (hash)", "attempts", "HTTP status", "last error", "updated (UTC)"],
+            rows: f.deadProviderCalls, id: "id",
+            cells: { r in
+                [
+                    e(r["id"] ?? ""), e(r["target"] ?? ""), e(r["effect"] ?? ""), e(r["event_type"] ?? ""), userLink(r), e(r["attempts"] ?? ""),
+                    e(r["last_status"] ?? "–"), "<span class=\"clip\">\(e(r["last_reason"] ?? ""))</span>", e(r["updated"] ?? ""),
+                ]
+            }, types: counts(of: f.deadProviderCalls, by: "target"), empty: "No dead provider calls.")
         body += "</section>"
         return page("Failures", nav: nav, notice: notice, body: body)
     }
@@ -433,7 +478,7 @@ enum ConsolePages {
             body +=
                 "<section class=\"card\"><h2>Evidence for a reviewer</h2><details><summary>The user's timeline as "
                 + "<code>siwa-notify user-report</code> prints it (deletion requested, applied, each call to Apple, "
-                + "confirmed; emails masked, no token)</summary><pre class=\"report\">\(e(report))</pre></details></section>"
+                + "confirmed; each call to a hosted provider; emails masked, no token or credential)</summary><pre class=\"report\">\(e(report))</pre></details></section>"
         }
         return page("User \(hash)", nav: nav, notice: notice, error: error, body: body)
     }

@@ -56,6 +56,8 @@ enum ConsoleReads {
         var hoursCurrentTo: Double?
         /// What a commit answered 200 survives (nil: it could not be read).
         var durability: DatabaseDurability?
+        /// Per hosted provider, its calls (`siwa.provider_call_backlog`).
+        var providerCalls: [ProviderCallStatements.Backlog] = []
     }
 
     /// `now`: the wall clock's Unix time.
@@ -74,7 +76,7 @@ enum ConsoleReads {
             forwards: try c.row(ForwardStatements.backlog), transfers: try c.row(TransferStatements.counts),
             reconcile: try c.row(ReconcileStatements.counts), minuteCharts: try minuteCharts(c, now: now),
             hourCharts: try hourCharts(c, now: now), hoursCurrentTo: currentTo,
-            durability: try? DatabaseDurability.read(on: c))
+            durability: try? DatabaseDurability.read(on: c), providerCalls: try c.rows(ProviderCallStatements.backlog))
     }
 
     /// Received and applied per minute over the last hour, by type: the events of the last two

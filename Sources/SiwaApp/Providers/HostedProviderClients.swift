@@ -16,22 +16,35 @@ public enum HostedProviderClients {
     public static func make(_ configuration: HostedProviderConfiguration, logger: Logger) throws(StartError) -> [any HostedProviderClient] {
         var clients: [any HostedProviderClient] = []
         for provider in configuration.targets {
-            switch provider {
-            case .cognito:
-                guard let settings = configuration.cognito else { continue }
-                clients.append(try cognito(settings, logger: logger))
-            case .firebase:
-                guard let settings = configuration.firebase else { continue }
-                clients.append(try firebase(settings, logger: logger))
-            case .auth0:
-                guard let settings = configuration.auth0 else { continue }
-                clients.append(try auth0(settings, logger: logger))
-            case .clerk:
-                guard let settings = configuration.clerk else { continue }
-                clients.append(try clerk(settings, logger: logger))
-            }
+            if let client = try make(provider, configuration, logger: logger) { clients.append(client) }
         }
         return clients
+    }
+
+    /// The client of one provider (nil: its settings are not configured).
+    static func make(
+        _ provider: HostedProvider, _ configuration: HostedProviderConfiguration, logger: Logger
+    ) throws(StartError) -> (any HostedProviderClient)? {
+        switch provider {
+        case .cognito: if let s = configuration.cognito { return try cognito(s, logger: logger) }
+        case .firebase: if let s = configuration.firebase { return try firebase(s, logger: logger) }
+        case .auth0: if let s = configuration.auth0 { return try auth0(s, logger: logger) }
+        case .clerk: if let s = configuration.clerk { return try clerk(s, logger: logger) }
+        }
+        return nil
+    }
+
+    /// Each provider of `configuration` as the start checks it, every one examined (`doctor`):
+    /// its client made, then asked.
+    public static func examine(_ configuration: HostedProviderConfiguration, logger: Logger) -> [DoctorFacts.Provider] {
+        configuration.targets.compactMap { provider in
+            do throws(StartError) {
+                guard let client = try make(provider, configuration, logger: logger) else { return nil }
+                return DoctorFacts.Provider(provider, .answered(client.check()))
+            } catch {
+                return DoctorFacts.Provider(provider, .unusable(error.problem))
+            }
+        }
     }
 
     /// Each client's start-up check; the first that does not pass stops the start.

@@ -3,6 +3,7 @@ import Logging
 import SiwaCore
 import SiwaPostgres
 import SiwaRuntime
+import Synchronization
 
 /// Makes the queued provider calls (`siwa.provider_calls`) at the hosted providers, as the
 /// forward sender delivers forwards: leases due calls (one short transaction), makes them outside
@@ -10,6 +11,8 @@ import SiwaRuntime
 /// transaction). Per user and provider only the earliest waiting call is ever due
 /// (`ProviderCallStatements.claim`). A provider that is down holds no worker batch: the worker
 /// only queued the call; the call waits here, retried with backoff, until the provider answers.
+/// A provider that answers "too many requests" holds all its calls until its `Retry-After`
+/// (`ProviderThrottle`): a burst paces itself at the provider's limit.
 public final class ProviderSender: Service {
     public struct Options: Sendable {
         /// Calls in flight at most (call threads). Default 8.
@@ -116,26 +119,50 @@ extension ProviderSender {
         let logger: Logger
         let metrics: Metrics
 
-        /// Records the outcomes and claims up to `claimLimit` due calls, in one short
-        /// transaction; counts and logs the outcomes once committed. Outcomes not recorded are kept.
+        /// The targets held by a throttle, shared by the claim and the record steps.
+        let throttle = Throttle()
+
+        final class Throttle: Sendable {
+            let state = Mutex(ProviderThrottle())
+        }
+
+        /// Records the outcomes and claims up to `claimLimit` due calls of the targets not held,
+        /// in one short transaction; counts and logs the outcomes once committed. Outcomes not
+        /// recorded are kept.
         func cycle(
             _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, on c: PostgresConnection
         ) throws -> [ClaimedProviderCall] {
-            guard rounds.hasAnswers || claimLimit > 0 else { return [] }
             let done = rounds.takeAnswers()
+            let open = holdThrottled(done, at: .now)
+            let limit = open.isEmpty ? 0 : claimLimit
+            guard !done.isEmpty || limit > 0 else { return [] }
             let recorded = done.map { ProviderSender.recorded($0.0, $0.1, schedule: schedule) }
             do {
                 let claimed = try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
                     if !recorded.isEmpty { try c.affected(ProviderCallStatements.recordOutcomes, recorded.map(\.0)) }
-                    guard claimLimit > 0 else { return [ClaimedProviderCall]() }
+                    guard limit > 0 else { return [ClaimedProviderCall]() }
                     return try c.rows(
-                        ProviderCallStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds, targets: targets))
+                        ProviderCallStatements.claim, .init(limit: limit, leaseSeconds: lease.inSeconds, targets: open))
                 }
                 report(zip(done.map(\.0), recorded))
                 return claimed
             } catch {
                 rounds.keep(done)
                 throw error
+            }
+        }
+
+        /// Notes the throttled answers (logging each hold that starts) and returns the targets
+        /// whose calls may be claimed at `now`.
+        private func holdThrottled(_ done: [(ClaimedProviderCall, Answer)], at now: Deadline) -> [HostedProvider] {
+            throttle.state.withLock { t in
+                for (item, answer) in done {
+                    guard let until = t.note(answer.outcome, of: item.target, at: now) else { continue }
+                    logger.warning(
+                        "provider throttled: its calls wait",
+                        metadata: ["target": "\(item.target.rawValue)", "hold": "\(until.timeLeft(at: now))"])
+                }
+                return t.open(targets, at: now)
             }
         }
 

@@ -339,6 +339,17 @@ enum ConsoleStatements {
         FROM siwa.forwards WHERE status = 'dead' ORDER BY seq DESC LIMIT $1
         """, bind: { (limit: Int) in [String(limit)] })
 
+    /// Dead provider calls, newest first (by `provider_calls_dead_idx`): the provider's last
+    /// HTTP status and error code, never a credential.
+    static let deadProviderCalls = listing(
+        "console_dead_provider_calls",
+        ["id", "target", "effect", "sub_hash", "event_type", "attempts", "last_status", "last_reason", "updated"],
+        """
+        SELECT id, target, effect, siwa.subject_hash(apple_sub) AS sub_hash, event_type, attempts, last_status::text AS last_status,
+               last_reason, \(utc("updated_at", as: "updated"))
+        FROM siwa.provider_calls WHERE state = 'dead' ORDER BY id DESC LIMIT $1
+        """, bind: { (limit: Int) in [String(limit)] })
+
     /// Dead revocations of these ids back in the queue, as `replay` does for all of them.
     static let replayRevocationIDs = Statement<[Int64], Int>(
         "console_replay_revocations",

@@ -63,6 +63,8 @@ public enum GrantMatrix {
         "siwa_worker SELECT provider_calls", "siwa_worker INSERT provider_calls", "siwa_worker UPDATE provider_calls",
         "siwa_worker DELETE provider_calls", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
         "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
+        "siwa_console SELECT provider_call_backlog",
+        "siwa_console UPDATE provider_calls(attempts,last_reason,lease_until,next_attempt_at,retry_since,state,updated_at)",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read

@@ -37,7 +37,7 @@ enum OperatorStatements {
         var lastDay: Int
     }
 
-    /// Events of the last day by type and status (a range over `events_day_type_idx`).
+    /// Events of the last day by type and status (a range over `events_received_day_idx`).
     static let countsLastDay = Statement<Void, TypeCount>(
         "counts_last_day",
         """

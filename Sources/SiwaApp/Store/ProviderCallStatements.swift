@@ -199,6 +199,9 @@ enum ProviderCallStatements {
     static let replayAll = Statement<Void, Void>("replay_provider_calls_all", requeue, bind: { _ in [] })
     /// Puts one provider's dead calls back in the queue.
     static let replayTarget = Statement<String, Void>("replay_provider_calls_target", requeue + " AND target = $1", bind: { [$0] })
+    /// Puts the dead calls of these ids back in the queue (the console's selection).
+    static let replayIDs = Statement<[Int64], Void>(
+        "replay_provider_calls_ids", requeue + " AND id = ANY($1::bigint[])", bind: { [SQLEncoding.array($0.map { Optional($0) })] })
 
     /// Deletes up to 1000 finished calls older than `$1` days (a short transaction of its own).
     static let prune = Statement<Int, Void>(

@@ -6,7 +6,7 @@ enum ReportStatements {
     struct UserReport: Sendable {
         /// The report, indented JSON.
         var json: String
-        /// Something is stored about the user (an account, an event or a revocation).
+        /// Something is stored about the user (an account, an event, a revocation or a provider call).
         var known: Bool
     }
 
@@ -15,7 +15,8 @@ enum ReportStatements {
         """
         SELECT pg_catalog.jsonb_pretty(r) AS report,
                (r -> 'account'::text <> 'null'::jsonb OR pg_catalog.jsonb_array_length(r -> 'events'::text) > 0
-                OR pg_catalog.jsonb_array_length(r -> 'revocations'::text) > 0) AS known
+                OR pg_catalog.jsonb_array_length(r -> 'revocations'::text) > 0
+                OR pg_catalog.jsonb_array_length(r -> 'provider_calls'::text) > 0) AS known
         FROM siwa.user_report($1) AS r
         """,
         bind: { [$0] },

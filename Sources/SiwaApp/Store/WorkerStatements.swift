@@ -479,7 +479,7 @@ enum WorkerStatements {
     /// Deletes up to 1000 done or ignored events older than `$1` days (a short transaction of
     /// its own; pending, failed and dead events are never touched; in-app deletion requests are
     /// kept: they are the deletion's evidence, `user-report`). The day range uses
-    /// `events_day_type_idx`, so a table with nothing old costs nothing; the rows found are then
+    /// `events_received_day_idx`, so a table with nothing old costs nothing; the rows found are then
     /// deleted by primary key.
     static let prune = Statement<Int, Void>(
         "prune_events",

@@ -26,7 +26,12 @@ public enum Doctor {
             }
             if facts.database != nil, process != .receive {
                 facts.authLibraryProblem = authLibraryProblem(config, conninfo: url)
+                facts.providerQueues = try? providerQueues(conninfo: url)
             }
+        }
+        if process != .receive {
+            facts.hostedProviders = config.hostedProviders
+            facts.providers = HostedProviderClients.examine(config.hostedProviders, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
         }
         return DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts))
     }
@@ -42,6 +47,15 @@ public enum Doctor {
             publicSchemaWritable: try c.row(MigrationStatements.publicWritable) ?? false,
             grants: try GrantMatrix.read(on: c), memberships: Set(try c.rows(DoctorStatements.memberships, GrantMatrix.roles)),
             durability: try? DatabaseDurability.read(on: c))
+    }
+
+    /// The hosted providers' call queues, as `status` reads them.
+    static func providerQueues(conninfo: String) throws -> [DoctorFacts.ProviderQueue] {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        return try c.rows(ProviderCallStatements.backlog).map {
+            DoctorFacts.ProviderQueue(
+                target: $0.target.rawValue, waiting: $0.pending, dead: $0.dead, oldestWaitingAgeSeconds: $0.oldestWaitingAgeSeconds)
+        }
     }
 
     /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it; nil when it passes (or no target).
@@ -64,6 +78,11 @@ public enum Doctor {
             files += TokenVault.paths(api.tokenKeyFile).map { ("SIWA_TOKEN_KEY_FILE", $0) }
         }
         if let forwarding = config.forwarding { files.append(("SIWA_FORWARD_SECRET_FILE", forwarding.secretFile)) }
+        let providers = config.hostedProviders
+        if let path = providers.firebase?.credentialsFile { files.append(("SIWA_FIREBASE_CREDENTIALS_FILE", path)) }
+        if let auth0 = providers.auth0 { files.append(("SIWA_AUTH0_CLIENT_SECRET_FILE", auth0.clientSecretFile)) }
+        if let clerk = providers.clerk { files.append(("SIWA_CLERK_SECRET_KEY_FILE", clerk.secretKeyFile)) }
+        if case .sharedFile(let path, _)? = providers.cognito?.credentials { files.append((AWSCredentialSource.fileVariable, path)) }
         return files.map { variable, path in
             var info = stat()
             guard stat(path, &info) == 0 else {
