@@ -6,7 +6,7 @@ import SiwaPostgres
 import Testing
 
 /// A deletion revokes what was held, whatever order things land in (issue 30): the property test
-/// over arrival orders is `TokenRulesTests`; this is its reproduction on the real worker.
+/// over arrival orders is `TokenOrderTests`; this is its reproduction on the whole running server.
 @Suite("Deletion order", .serialized, .needsDatabase)
 struct DeletionOrderTests {
     typealias S = AppleTestSetup
