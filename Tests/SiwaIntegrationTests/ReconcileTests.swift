@@ -410,7 +410,7 @@ struct ReconcileTests {
         reconciler.stop(deadline: Deadline(after: .seconds(5)))
         #expect(queued)
         // The user comes back after it (id_token times are whole seconds: the next one).
-        Thread.sleep(forTimeInterval: 1.1)
+        untilNextSecond()
         let new = try harness.signIn(sub: sub)
         _ = try TestDatabase.query(
             harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now())", [sub, S.clientID])
