@@ -260,7 +260,13 @@ def main():
         shot(driver, "events")
         driver.find_element(By.CSS_SELECTOR, "table tbody tr td a").click()
         check(shows(driver, "Verified claims"), "an event's page")
-        check("@privaterelay.appleid.com" not in text(driver) or "•••@" in text(driver), "emails masked on the event page")
+        # An event that holds an address (column and claims): only its masked form, anywhere in the page.
+        mailed = server.sql("SELECT id FROM siwa.events WHERE sub = '000739.browser.0001' AND type = 'email-disabled'")
+        check(server.sql(f"SELECT email FROM siwa.events WHERE id = {mailed}") == "user1@privaterelay.appleid.com",
+              "the event shown holds an address")
+        driver.get(server.base + f"/console/events/{mailed}")
+        check(shows(driver, "Verified claims") and "u•••@privaterelay.appleid.com" in text(driver), "the event's address shown masked")
+        check("user1" not in driver.page_source, "the raw address nowhere on the event page")
         shot(driver, "event")
 
         # A dead letter replayed (its row's button) and applied by the worker.

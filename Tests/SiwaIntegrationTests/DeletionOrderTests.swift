@@ -6,7 +6,7 @@ import SiwaPostgres
 import Testing
 
 /// A deletion revokes what was held, whatever order things land in (issue 30): the property test
-/// over arrival orders is `TokenRulesTests`; this is its reproduction on the real worker.
+/// over arrival orders is `TokenOrderTests`; this is its reproduction on the whole running server.
 @Suite("Deletion order", .serialized, .needsDatabase)
 struct DeletionOrderTests {
     typealias S = AppleTestSetup
@@ -38,7 +38,7 @@ struct DeletionOrderTests {
         _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
         #expect(try h.eventually { try h.jobStatus(sub) == "failed" })
         // During the retries the user signs in to app B (a later second: auth_time has one-second precision).
-        Thread.sleep(forTimeInterval: 1.1)
+        untilNextSecond()
         let appB = try h.signIn(sub: sub, clientID: S.otherClientID)
         #expect(
             try h.eventually {

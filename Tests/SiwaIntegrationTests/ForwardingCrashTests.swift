@@ -74,8 +74,8 @@ struct ForwardingCrashTests {
         let next = try TestHarness(conninfo: h.conninfo, forwarding: forwarding, forwardOptions: options)
         defer { next.stop() }
         #expect(eventually(timeout: 20) { (try? next.scalar("SELECT count(*) FROM siwa.forwards WHERE status = 'delivered'")) == "2" })
-        let sent = Dictionary(grouping: receiver.settledDeliveries(quiet: 1), by: { $0.id ?? "" }).mapValues(\.count)
+        let sent = Dictionary(grouping: try ForwardingTests.deliveriesAfterALaterOne(h.conninfo, receiver), by: { $0.id ?? "" }).mapValues(\.count)
         #expect(sent.values.sorted() == [1, 2], "\(sent)")
-        #expect(try next.scalar("SELECT string_agg(attempts::text, ',') FROM siwa.forwards") == "1,1")
+        #expect(try next.scalar("SELECT string_agg(attempts::text, ',') FROM siwa.forwards WHERE id NOT LIKE 'msg_later_%'") == "1,1")
     }
 }

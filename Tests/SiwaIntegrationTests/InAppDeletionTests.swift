@@ -410,7 +410,7 @@ struct InAppDeletionTests {
         h.fake.answerRevoke(.status(503, "{}"))
         _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
         #expect(try h.eventually { try h.accountStatus(sub) == "deleted" })
-        Thread.sleep(forTimeInterval: 1.1)  // the id_token's auth_time has one-second precision
+        untilNextSecond()
         let new = try h.signIn(sub: sub, email: "new@example.com")
         #expect(try h.eventually { try h.accountStatus(sub) == "active" })
         #expect(try h.scalar("SELECT email FROM siwa.accounts WHERE apple_sub = $1", [sub]) == "new@example.com")
@@ -523,7 +523,7 @@ struct InAppDeletionTests {
         #expect(try h.scalar("SELECT count(*) FROM siwa.events WHERE sub = $1 AND status = 'ignored'", [sub]) == "2")
 
         // A sign-in newer than the deletion is a new account: its ignored events keep their email.
-        Thread.sleep(forTimeInterval: 1.1)  // the id_token's auth_time has one-second precision
+        untilNextSecond()
         try h.signIn(sub: sub)
         #expect(try h.eventually { try h.accountStatus(sub) == "active" })
         #expect(try ignored(back) == "ignored")
@@ -553,7 +553,7 @@ struct InAppDeletionTests {
         #expect(try app(S.otherClientID) == "active" && h.accountStatus(sub) == "active", "app B and the user are untouched")
 
         // The user signs in to app A again (auth_time has one-second precision: a later second).
-        Thread.sleep(forTimeInterval: 1.1)
+        untilNextSecond()
         try h.signIn(sub: sub, clientID: S.clientID)
         #expect(try h.eventually { try app(S.clientID) == "active" })
         let session = try h.scalar("INSERT INTO siwa.sessions (apple_sub, aud) VALUES ($1, $2) RETURNING id", [sub, S.clientID])
@@ -577,7 +577,7 @@ struct InAppDeletionTests {
         defer { h.stop() }
         let sub = "001234.before.0001"
         let token = try h.signIn(sub: sub)
-        Thread.sleep(forTimeInterval: 1.1)
+        untilNextSecond()
         _ = try h.query("SELECT siwa.request_deletion($1, $2)", [sub, S.clientID])
         let worker = Application(
             configuration: h.app.configuration, roles: .work, options: TestHarness.options(retryBaseDelay: 0.2),
@@ -716,7 +716,7 @@ struct InAppDeletionTests {
         #expect(reply.status == 200, "\(reply.body) \(server.log)")
         #expect(reply.json?["sub"]?.stringValue == sub)
         #expect(try TestDatabase.query(conninfo, "SELECT count(*) FROM siwa.apple_tokens").scalar == "1")
-        Thread.sleep(forTimeInterval: 1.1)  // the deletion after the sign-in's second
+        untilNextSecond()  // the deletion after the sign-in's second
 
         let operatorEnv = session.environment.merging(["SIWA_DATABASE_URL": conninfo]) { _, n in n }
         let revoked = try OperatorCommandTests.run(["revoke", "--sub", sub], environment: operatorEnv)

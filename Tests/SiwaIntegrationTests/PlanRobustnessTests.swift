@@ -20,10 +20,10 @@ struct PlanRobustnessTests {
     static let base = 5000
     static let batch = 100
 
-    /// The tables no statement may read whole.
+    /// The tables no statement may read whole (the console's sessions and audit trail grow too).
     static let tables = [
         "siwa.events", "siwa.event_queue", "siwa.accounts", "siwa.app_accounts", "siwa.sessions", "siwa.forwards",
-        "siwa.revocations", "siwa.apple_tokens", "siwa.transfers",
+        "siwa.revocations", "siwa.apple_tokens", "siwa.transfers", "siwa.console_sessions", "siwa.operator_actions",
     ]
 
     enum Statistics: String, CaseIterable, CustomTestStringConvertible {
@@ -46,6 +46,7 @@ struct PlanRobustnessTests {
     /// them waiting), a stored token that is due; every hundredth of the first `base` users also
     /// has a recent event of an unknown type. `history`: sessions revoked, events done, forwards delivered, revocations
     /// done. Done events of every fiftieth of the first `base` users are older than the retention.
+    /// As many console sessions (of one operator) and entries of the audit trail.
     static func load(from: Int, to: Int, history: Bool = false) -> String {
         let waiting = history ? "false" : "g % 2 = 0"
         return """
@@ -87,12 +88,19 @@ struct PlanRobustnessTests {
             SELECT CASE WHEN g % 2 = 0 THEN 'export' ELSE 'import' END, 'TEAM', 'com.example.a', 'u.' || g, 't.' || g,
                    CASE WHEN g % 4 = 1 THEN 'n.' || g END, now() - g * interval '1 second'
             FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.console_operators (name, token_hash) VALUES ('jane', 'h') ON CONFLICT DO NOTHING;
+            INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, operator_id, operator, last_seen_at)
+            SELECT 's-' || g, 'f', o.id, o.name, now() - g * interval '1 second'
+            FROM generate_series(\(from), \(to)) g, siwa.console_operators o WHERE o.name = 'jane';
+            INSERT INTO siwa.operator_actions (at, operator, action, target)
+            SELECT now() - g * interval '1 second', 'jane', 'replay', 'event:' || g FROM generate_series(\(from), \(to)) g;
             """
     }
 
     static let emptyAll = """
         DELETE FROM siwa.forwards; DELETE FROM siwa.revocations; DELETE FROM siwa.apple_tokens; DELETE FROM siwa.sessions;
         DELETE FROM siwa.app_accounts; DELETE FROM siwa.accounts; DELETE FROM siwa.events; DELETE FROM siwa.transfers;
+        DELETE FROM siwa.console_sessions; DELETE FROM siwa.operator_actions;
         """
 
     static var analyzeAll: String { "ANALYZE " + tables.joined(separator: ", ") + ";" }
@@ -128,10 +136,18 @@ struct PlanRobustnessTests {
         var setup: [String] = []
         var sql: String
         var parameters: [String?]
+        /// Rows of its batch or range; 0: it reads only small tables of its own (a watermark, the
+        /// key sets, the maintained counts) and must touch no row of `tables`.
         var rows: Int
+        /// Index entries it may read per row: a few where a batch row has its own (a user's two
+        /// events, say); 1 where each row is an entry of one index range (a listing, a count up
+        /// to a limit), so that a read of the whole index fails.
+        var perRow = 10
         /// It reads what it reports and that grew 10× with the tables (a backlog's count: one
         /// queue entry per waiting row): allowed 10× the rows at 10×.
         var readsBacklog = false
+        /// The only ones of `tables` it may touch (nil: any).
+        var only: Set<String>? = nil
     }
 
     /// What one run read, per relation (`siwa.x`, or `siwa.x index`).
@@ -139,6 +155,8 @@ struct PlanRobustnessTests {
         var seqScans: [String: Int] = [:]
         var indexEntries: [String: Int] = [:]
         var blocks = 0
+        /// The tables it read a block of (their indexes included).
+        var touched: Set<String> = []
     }
 
     static let counters = """
@@ -168,6 +186,7 @@ struct PlanRobustnessTests {
         for (relation, now) in after where tables.contains(now.table) {
             let then = before[relation] ?? (now.table, now.kind, 0, 0, 0)
             reads.blocks += now.blocks - then.blocks
+            if now.blocks > then.blocks || now.scans > then.scans { reads.touched.insert(now.table) }
             if now.kind == "r" {
                 if now.scans > then.scans { reads.seqScans[now.table] = now.scans - then.scans }
             } else if now.tuples > then.tuples {
@@ -207,11 +226,11 @@ struct PlanRobustnessTests {
         var states: [(sub: String, state: AccountState)] = subs.map { ($0, active) }
         for k in 0..<10 { states.append(("new.\(k)", active)) }
         func probe<B, R>(
-            _ statement: Statement<B, R>, _ binds: B, begin: String, rows: Int, setup: [String] = [], readsBacklog: Bool = false
+            _ statement: Statement<B, R>, _ binds: B, begin: String, rows: Int, perRow: Int = 10, setup: [String] = []
         ) -> Probe {
             Probe(
                 name: statement.name, begin: begin, setup: setup, sql: statement.sql, parameters: statement.bind(binds), rows: rows,
-                readsBacklog: readsBacklog)
+                perRow: perRow)
         }
         var list: [Probe] = []
         list.append(
@@ -289,7 +308,7 @@ struct PlanRobustnessTests {
                         .init(kind: "validate", at: 1_700_000_001, httpStatus: 400, outcome: "invalid_grant", detail: nil),
                     ]
                 ), begin: revoker, rows: 2))
-        list.append(probe(RevocationStatements.unconfirmedCount, (), begin: revoker, rows: 1))
+        list.append(probe(RevocationStatements.unconfirmedCount, (), begin: revoker, rows: 0))
         list.append(
             probe(ReconcileStatements.claim, .init(spacing: 0.01, limit: batch, leaseMargin: 60), begin: keys, rows: batch))
         list.append(
@@ -299,7 +318,7 @@ struct PlanRobustnessTests {
         list.append(
             probe(ForwardStatements.prune, 30, begin: keys, rows: batch))
         list.append(
-            probe(WorkerStatements.dropStaleQueueRows, (), begin: keys, rows: 20000))
+            probe(WorkerStatements.dropStaleQueueRows, (), begin: keys, rows: 20000, perRow: 1))
         list.append(
             probe(ReconcileStatements.schedule, 86400, begin: "BEGIN", rows: 1))
         list += try consoleProbes(c)
@@ -312,10 +331,12 @@ struct PlanRobustnessTests {
         let begin = AdminStatements.beginConsole
         let high = Int64(try c.execute("SELECT max(id) FROM siwa.events").scalar ?? "0")!
         let sub = subs[7]
-        func probe<B, R>(_ statement: Statement<B, R>, _ binds: B, rows: Int, readsBacklog: Bool = false) -> Probe {
+        func probe<B, R>(
+            _ statement: Statement<B, R>, _ binds: B, rows: Int, perRow: Int = 10, readsBacklog: Bool = false, only: Set<String>? = nil
+        ) -> Probe {
             Probe(
-                name: statement.name, begin: begin, sql: statement.sql, parameters: statement.bind(binds), rows: rows,
-                readsBacklog: readsBacklog)
+                name: statement.name, begin: begin, sql: statement.sql, parameters: statement.bind(binds), rows: rows, perRow: perRow,
+                readsBacklog: readsBacklog, only: only)
         }
         let page = ConsoleStatements.EventQuery(
             before: high + 1, floor: high + 1 - ConsoleReads.eventWindow, type: nil, status: nil, aud: nil, limit: 51, sub: nil)
@@ -331,22 +352,23 @@ struct PlanRobustnessTests {
         ofSub.floor = 0
         return [
             // The overview.
-            probe(OperatorStatements.backlog, (), rows: base, readsBacklog: true),
-            probe(ConsoleStatements.keySets, (), rows: 1),
-            probe(RevocationStatements.counts, (), rows: 1),
-            probe(RevocationStatements.unconfirmedCount, (), rows: 1),
-            probe(ForwardStatements.backlog, (), rows: base, readsBacklog: true),
+            // The gauges count what waits (a few passes over it), and nothing else.
+            probe(OperatorStatements.backlog, (), rows: base, perRow: 5, readsBacklog: true, only: ["siwa.event_queue"]),
+            probe(ConsoleStatements.keySets, (), rows: 0),
+            probe(RevocationStatements.counts, (), rows: 0),
+            probe(RevocationStatements.unconfirmedCount, (), rows: 0),
+            probe(ForwardStatements.backlog, (), rows: base / 2, perRow: 5, readsBacklog: true, only: ["siwa.forwards"]),
             probe(TransferStatements.counts, (), rows: 1),
             probe(ReconcileStatements.counts, (), rows: 1),
             probe(ConsoleStatements.idRange, (), rows: 2),
             probe(ConsoleStatements.probe, high / 2, rows: 1),
             probe(ConsoleStatements.receivedPerMinute, (high - 1000, 0, high), rows: 1000),
             probe(ConsoleStatements.appliedPerMinute, (high - 1000, 0, high), rows: 1000),
-            probe(ConsoleStatements.hours, (), rows: 1),
-            probe(ConsoleStatements.rollupMark, (), rows: 1),
+            probe(ConsoleStatements.hours, (), rows: 0),
+            probe(ConsoleStatements.rollupMark, (), rows: 0),
             probe(ConsoleStatements.rollupCurrentTo, high, rows: 1),
             // The rollup's refresh (every few seconds), over a window of 1,000 ids.
-            probe(ConsoleStatements.lockRollup, (), rows: 1),
+            probe(ConsoleStatements.lockRollup, (), rows: 0),
             probe(ConsoleStatements.finalBound, (), rows: 1),
             probe(ConsoleStatements.rollUp, (high - 1000, high), rows: 1000),
             // The event list: a page, a rare filter (the whole bounded window), the queue, one user.
@@ -373,11 +395,11 @@ struct PlanRobustnessTests {
             probe(ConsoleStatements.userForwards, sub, rows: 1),
             probe(ReportStatements.userReport, sub, rows: 10),
             // Reconciliation and transfer.
-            probe(ConsoleStatements.tokensDue, (), rows: ConsoleStatements.tokensDueShown + 1),
-            probe(ConsoleStatements.reconcilePace, (), rows: 1),
+            probe(ConsoleStatements.tokensDue, (), rows: ConsoleStatements.tokensDueShown + 1, perRow: 1),
+            probe(ConsoleStatements.reconcilePace, (), rows: 0),
             // The audit trail and the session check of every page.
             probe(ConsoleStatements.actions, (Int64.max, 101), rows: 101),
-            probe(ConsoleStatements.findSession, "no-such-session", rows: 1),
+            probe(ConsoleStatements.findSession, "s-49", rows: 1),
         ]
     }
 
@@ -422,8 +444,18 @@ struct PlanRobustnessTests {
         for (i, probe) in probes.enumerated() {
             for (size, reads, grown) in [("\(Self.base)", small[i], 1), ("\(Self.base * 10)", large[i], probe.readsBacklog ? 10 : 1)] {
                 #expect(reads.seqScans.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) scans \(reads.seqScans)")
-                // A probe returns the batch row's own entries (a user's two events, say): a few each.
-                let limit = 10 * probe.rows * grown + 100
+                if let only = probe.only {
+                    #expect(
+                        reads.touched.isSubset(of: only),
+                        "\(probe.name) (\(state.rawValue), \(size) users) touches \(reads.touched.subtracting(only).sorted())")
+                }
+                if probe.rows == 0 {
+                    #expect(
+                        reads.indexEntries.isEmpty && reads.blocks == 0,
+                        "\(probe.name) (\(state.rawValue), \(size) users) touches \(reads.blocks) blocks, \(reads.indexEntries) index entries")
+                }
+                // (An index range returns a few entries more than its rows: dead ones, a page's edge.)
+                let limit = probe.perRow * probe.rows * grown * 105 / 100 + 100
                 let wide = reads.indexEntries.filter { $0.value > limit }
                 #expect(wide.isEmpty, "\(probe.name) (\(state.rawValue), \(size) users) reads \(wide) index entries for \(probe.rows) rows")
             }

@@ -246,12 +246,21 @@ struct ReconcileTests {
         let (b, _) = try Self.reconciler(fake, conninfo: conninfo, vault: vault, interval: .seconds(3600), configure)
         a.start()
         b.start()
-        defer {
-            a.stop(deadline: Deadline(after: .seconds(5)))
-            b.stop(deadline: Deadline(after: .seconds(5)))
-        }
         #expect(eventually(timeout: 30) { Self.validations(fake).count >= 8 })
-        Thread.sleep(forTimeInterval: 4)  // a second validation of any token would come now
+        // A second validation of a token comes from a claim made before its first was recorded,
+        // at a slot handed out by then: once every token is recorded and the database's clock has
+        // passed every slot handed out, the reconcilers' stop ends the calls in flight, and the
+        // fake has seen every call they would make.
+        let recorded = try eventually(timeout: 30) {
+            try Self.value(conninfo, "SELECT count(*) FROM siwa.apple_tokens WHERE validated_at IS NOT NULL") == "8"
+        }
+        #expect(recorded, "the 8 validations were never all recorded")
+        let slotsPassed = try eventually(timeout: 30) {
+            try Self.value(conninfo, "SELECT now() > next_slot + interval '1 second' FROM siwa.reconcile_pace") == "t"
+        }
+        #expect(slotsPassed, "the slots handed out never passed")
+        a.stop(deadline: Deadline(after: .seconds(5)))
+        b.stop(deadline: Deadline(after: .seconds(5)))
         let calls = Self.validations(fake).sorted { $0.at < $1.at }
         #expect(calls.count == 8 && Set(calls.compactMap(\.sub)) == Set(subs), "\(calls.map(\.sub))")
         // One a second in all, not one a second per reconciler: never three calls within 1.5 s.
@@ -410,7 +419,7 @@ struct ReconcileTests {
         reconciler.stop(deadline: Deadline(after: .seconds(5)))
         #expect(queued)
         // The user comes back after it (id_token times are whole seconds: the next one).
-        Thread.sleep(forTimeInterval: 1.1)
+        untilNextSecond()
         let new = try harness.signIn(sub: sub)
         _ = try TestDatabase.query(
             harness.conninfo, "INSERT INTO siwa.sessions (apple_sub, aud, created_at) VALUES ($1, $2, now())", [sub, S.clientID])

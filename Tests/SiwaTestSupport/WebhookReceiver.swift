@@ -70,25 +70,6 @@ public final class WebhookReceiver: HTTPHandler {
 
     public var deliveries: [Delivery] { state.withLock { $0.deliveries } }
 
-    /// The deliveries once none has arrived for `quiet` seconds (waiting at most `timeout`):
-    /// "exactly once" counted right after the first delivery would miss a second one.
-    public func settledDeliveries(quiet: Double = 2, timeout: Double = 30) -> [Delivery] {
-        let end = Date().addingTimeInterval(timeout)
-        var seen = deliveries.count
-        var since = Date()
-        while Date() < end {
-            Thread.sleep(forTimeInterval: 0.05)
-            let now = deliveries.count
-            if now != seen {
-                seen = now
-                since = Date()
-            } else if Date().timeIntervalSince(since) >= quiet {
-                break
-            }
-        }
-        return deliveries
-    }
-
     public func stop() {
         let s = server.withLock { s -> HTTPServer? in
             let current = s

@@ -87,6 +87,13 @@ func eventually(timeout: Double = 10, _ condition: () throws -> Bool) rethrows -
     return try condition()
 }
 
+/// Returns once the wall clock has turned to its next whole second: an id_token's `auth_time`
+/// (one-second precision) taken from then on is later than all that happened before the call.
+func untilNextSecond() {
+    let now = Date().timeIntervalSince1970
+    Thread.sleep(until: Date(timeIntervalSince1970: now.rounded(.down) + 1.001))
+}
+
 extension Trait where Self == ConditionTrait {
     /// The gate of a suite that needs the shared cluster (`TestDatabase.isAvailable`): skipped
     /// without it on a developer's machine, run (and failed) where the database is required.
