@@ -58,6 +58,17 @@ public enum ProviderRules {
         if library.sessions == .all { return .endSessions }
         return nil
     }
+
+    /// The outcome to record for a call of `effect`. A user the provider does not know, for an
+    /// unlink or a deletion, when an earlier call of the same target found this user
+    /// (`foundBefore`): the Apple identity is gone since (unlinked or deleted by that call or by
+    /// someone else), which is what this call is for: already done, not an unknown user. Without
+    /// that history nothing says the provider ever knew the user (a wrong target, an account
+    /// never made there).
+    public static func settled(_ outcome: ProviderOutcome, effect: ProviderEffect, foundBefore: Bool) -> ProviderOutcome {
+        guard case .userNotFound(let status) = outcome, effect != .endSessions, foundBefore else { return outcome }
+        return .done([.alreadyDone], status: status)
+    }
 }
 
 /// When a provider call that did not succeed is tried again, and when it is given up.
@@ -74,6 +85,11 @@ public struct ProviderCallSchedule: Sendable, Equatable {
     public var retryFor: Double
     /// Backoff; its `maxAttempts` is not used (time decides).
     public var backoff: RetryPolicy
+    /// Longest wait a provider's answer is believed for (`Retry-After`, a rate-limit reset): a
+    /// clock far off or a nonsense header must not park a call, or the provider, for days.
+    public var longestWait: Duration = ProviderCallSchedule.defaultLongestWait
+
+    public static let defaultLongestWait: Duration = .seconds(3600)
 
     /// Three days, as forwards: a provider down for a weekend loses nothing.
     public static let defaultRetryFor: Double = 3 * 86_400
@@ -83,6 +99,16 @@ public struct ProviderCallSchedule: Sendable, Equatable {
     ) {
         self.retryFor = retryFor
         self.backoff = backoff
+    }
+
+    /// Until when (Unix seconds) no call goes to a provider paused until `until`, after an answer
+    /// with `status` that says `limit` at `now`: the later of the two, the provider's wait bounded
+    /// by `longestWait`.
+    public static func pause(
+        until: Double, after limit: ProviderRateLimit, status: Int, now: Double, longestWait: Duration = defaultLongestWait
+    ) -> Double {
+        guard let wait = limit.providerWait(status: status) else { return until }
+        return max(until, now + min(wait, longestWait).inSeconds)
     }
 
     /// After an attempt that ended in `outcome`, the `attempts`-th (this one included), `ageSeconds`
@@ -103,7 +129,8 @@ public struct ProviderCallSchedule: Sendable, Equatable {
         let left = retryFor - ageSeconds
         guard left > 0 else { return .dead }
         // As forwards: the last retry comes at the bound, unless the provider asks for later.
-        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), failure.retryAfter?.inSeconds ?? 0)
+        let asked = min(failure.retryAfter ?? .zero, longestWait).inSeconds
+        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), asked)
         guard delay <= left else { return .dead }
         return .retry(afterSeconds: delay)
     }

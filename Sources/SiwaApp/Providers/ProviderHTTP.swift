@@ -34,6 +34,8 @@ struct ProviderHTTP: Sendable {
     let options: ProviderHTTPOptions
     let logger: Logger
     let clock: @Sendable () -> Double
+    /// What the answers said of the rate limit.
+    let pause = ProviderPause()
     private let scheme: FetchScheme
 
     /// - Throws: an unusable `url` as a `ConfigurationError` whose `variable` is `url`.
@@ -70,10 +72,12 @@ struct ProviderHTTP: Sendable {
                 FetchRequest(
                     url: url, method: request.method, headers: headers, body: body, connectTimeout: .seconds(options.connectTimeout),
                     totalTimeout: .seconds(options.timeout), maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
+            let now = clock()
+            pause.note(ProviderRateLimit(headers: response.headers, now: now), status: response.status, now: now)
             result = (
                 response.status,
                 ProviderAnswer.classify(
-                    status: response.status, headers: response.headers, body: response.body, code: code(response.body), now: clock(),
+                    status: response.status, headers: response.headers, body: response.body, code: code(response.body), now: now,
                     blame: blame)
             )
         } catch {

@@ -44,8 +44,7 @@ public final class ProviderSender: Service {
         var byTarget: [HostedProvider: any HostedProviderClient] = [:]
         for client in clients { byTarget[client.provider] = client }
         let targets = HostedProvider.allCases.filter { byTarget[$0] != nil }
-        let steps = Steps(
-            schedule: options.schedule, lease: options.callTimeout + .seconds(5), targets: targets, logger: logger, metrics: metrics)
+        let steps = Steps(schedule: options.schedule, lease: options.callTimeout + .seconds(5), logger: logger, metrics: metrics)
         var settings = CallLoop<ClaimedProviderCall, Answer>.Settings(
             name: "provider sender", thread: "siwa-providers", calls: "siwa-provider", callsInFlight: options.concurrency,
             poll: options.pollInterval, stopGrace: options.stopGrace)
@@ -55,7 +54,12 @@ public final class ProviderSender: Service {
         loop = CallLoop(
             settings, logger: logger,
             connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify providers") },
-            claim: { c, limit, rounds in try steps.cycle(&rounds, claimLimit: limit, on: c) },
+            claim: { c, limit, rounds in
+                // A provider that asked not to be called (its rate limit) gets no call until then.
+                let now = Date().timeIntervalSince1970
+                let open = targets.filter { (clientsByTarget[$0]?.pausedUntil() ?? 0) <= now }
+                return try steps.cycle(&rounds, claimLimit: open.isEmpty ? 0 : limit, targets: open, on: c)
+            },
             makeLocal: { () },
             call: { item, _ in
                 // The claim only returns calls of configured providers.
@@ -64,7 +68,7 @@ public final class ProviderSender: Service {
                     ?? .refused(ProviderFailure(reason: "target_not_configured", blame: .request))
                 return Answer(outcome: outcome, jitter: Double.random(in: 0..<1))
             },
-            record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, on: c) })
+            record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, targets: [], on: c) })
     }
 
     public func start() { loop.start() }
@@ -84,9 +88,10 @@ extension ProviderSender {
     )
         -> (ProviderCallStatements.Outcome, ProviderCallSchedule.Next)
     {
-        let next = schedule.next(after: answer.outcome, attempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: answer.jitter)
+        let outcome = ProviderRules.settled(answer.outcome, effect: item.effect, foundBefore: item.foundBefore)
+        let next = schedule.next(after: outcome, attempts: item.attempts + 1, ageSeconds: item.ageSeconds, jitter: answer.jitter)
         var row = ProviderCallStatements.Outcome(id: item.id, state: .pending, status: nil, reason: nil, actions: nil, retryInSeconds: 0)
-        switch answer.outcome {
+        switch outcome {
         case .done(let actions, let status):
             row.status = status
             row.actions = actions.map(\.rawValue).joined(separator: ",")
@@ -95,6 +100,8 @@ extension ProviderSender {
         case .retryLater(let failure), .refused(let failure):
             row.status = failure.status
             row.reason = failure.blame.map { "\(failure.reason) [\($0.rawValue)]" } ?? failure.reason
+            // Empty when the user was found and nothing done yet: not null says found.
+            row.actions = failure.progress.map { done in done.map(\.rawValue).joined(separator: ",") }
         }
         switch next {
         case .done: row.state = .done
@@ -112,14 +119,13 @@ extension ProviderSender {
         let schedule: ProviderCallSchedule
         /// A claimed call's lease: its timeout, and 5 s to record the outcome.
         let lease: Duration
-        let targets: [HostedProvider]
         let logger: Logger
         let metrics: Metrics
 
-        /// Records the outcomes and claims up to `claimLimit` due calls, in one short
+        /// Records the outcomes and claims up to `claimLimit` due calls of `targets`, in one short
         /// transaction; counts and logs the outcomes once committed. Outcomes not recorded are kept.
         func cycle(
-            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, on c: PostgresConnection
+            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, targets: [HostedProvider], on c: PostgresConnection
         ) throws -> [ClaimedProviderCall] {
             guard rounds.hasAnswers || claimLimit > 0 else { return [] }
             let done = rounds.takeAnswers()
