@@ -60,11 +60,11 @@ public enum ProviderRules {
     }
 
     /// The outcome to record for a call of `effect`. A user the provider does not know, for an
-    /// unlink or a deletion, when an earlier call of the same target found this user
-    /// (`foundBefore`): the Apple identity is gone since (unlinked or deleted by that call or by
-    /// someone else), which is what this call is for: already done, not an unknown user. Without
-    /// that history nothing says the provider ever knew the user (a wrong target, an account
-    /// never made there).
+    /// unlink or a deletion, when an earlier attempt of the same call found this user
+    /// (`foundBefore`): the attempt's answer was lost after the provider applied it, so the
+    /// Apple identity is gone, which is what the call is for: already done, not an unknown user.
+    /// Without that history nothing says the provider ever knew the user (a wrong target, an
+    /// account never made there, one removed by someone else).
     public static func settled(_ outcome: ProviderOutcome, effect: ProviderEffect, foundBefore: Bool) -> ProviderOutcome {
         guard case .userNotFound(let status) = outcome, effect != .endSessions, foundBefore else { return outcome }
         return .done([.alreadyDone], status: status)

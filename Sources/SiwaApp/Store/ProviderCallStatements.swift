@@ -11,9 +11,9 @@ struct ClaimedProviderCall: Sendable {
     var attempts: Int
     /// Seconds since it was queued or replayed (the retry bound counts from then).
     var ageSeconds: Double
-    /// An earlier attempt of this call found the user (its `actions` are set), or an earlier
-    /// call of the same provider and user is done: the provider knew the user
-    /// (`ProviderRules.settled`).
+    /// An earlier attempt of this call found the user (its `actions` are set): the provider had
+    /// the user (`ProviderRules.settled`). Other calls are not read: the row's own history is
+    /// what it needs, and costs no read.
     var foundBefore: Bool = false
 }
 
@@ -84,8 +84,7 @@ enum ProviderCallStatements {
         WHERE p.id = ANY (ARRAY(SELECT due.id FROM due))
         RETURNING p.id, p.target, p.apple_sub, p.effect, p.attempts,
                   extract(epoch FROM pg_catalog.now() - p.retry_since)::double precision AS age,
-                  p.actions IS NOT NULL OR EXISTS (SELECT FROM siwa.provider_calls h
-                          WHERE h.apple_sub = p.apple_sub AND h.id < p.id AND h.target = p.target AND h.state = 'done') AS found_before
+                  p.actions IS NOT NULL AS found_before
         """,
         bind: { [String($0.limit), String($0.leaseSeconds), SQLEncoding.array($0.targets.map(\.rawValue))] },
         decode: { row throws(PostgresError) in
