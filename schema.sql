@@ -1369,11 +1369,15 @@ CREATE OR REPLACE VIEW siwa.provider_call_backlog AS
            coalesce(extract(epoch FROM now() - (SELECT min(p.created_at) FROM siwa.provider_calls p
                                                 WHERE p.target = t.target AND p.state = 'pending')), 0)::double precision
                AS oldest_waiting_age_seconds,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'done'
-                AND p.updated_at > now() - interval '1 hour') AS done_last_hour,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'user_unknown'
-                AND p.updated_at > now() - interval '1 hour') AS user_unknown_last_hour
-    FROM (VALUES ('firebase'), ('auth0'), ('clerk'), ('cognito')) AS t(target);
+           coalesce(h.done, 0) AS done_last_hour,
+           coalesce(h.user_unknown, 0) AS user_unknown_last_hour
+    FROM (VALUES ('firebase'), ('auth0'), ('clerk'), ('cognito')) AS t(target)
+    -- The last hour's finished calls read once for every provider, not once per provider and state.
+    LEFT JOIN (SELECT p.target, count(*) FILTER (WHERE p.state = 'done') AS done,
+                      count(*) FILTER (WHERE p.state = 'user_unknown') AS user_unknown
+               FROM siwa.provider_calls p
+               WHERE p.state IN ('done', 'user_unknown') AND p.updated_at > now() - interval '1 hour'
+               GROUP BY p.target) h ON h.target = t.target;
 
 CREATE OR REPLACE VIEW siwa.dead_provider_calls AS
     SELECT id, target, effect, siwa.subject_hash(apple_sub) AS sub_hash, event_type, event_time, created_at, attempts,

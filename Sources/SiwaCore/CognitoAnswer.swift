@@ -64,10 +64,12 @@ public enum CognitoAnswer {
         return nil
     }
 
-    /// The ending of an answer with `status` (headers lowercased): `.done(body)` for a 2xx.
-    public static func classify(status: Int, headers: [String: String], body: [UInt8]) -> ProviderStep<[UInt8]> {
+    /// The ending of an answer with `status` (headers lowercased) at `now` (Unix seconds, for a
+    /// dated `Retry-After`): `.done(body)` for a 2xx. AWS documents no rate-limit headers:
+    /// only a `Retry-After` is read.
+    public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Double) -> ProviderStep<[UInt8]> {
         if (200..<300).contains(status) { return .done(body, status: status) }
-        let retryAfter = headers["retry-after"].flatMap { Int(ServerConfiguration.trim($0)) }.flatMap { $0 >= 0 ? Duration.seconds($0) : nil }
+        let retryAfter = headers["retry-after"].flatMap { RetryAfter.wait($0, now: now) }
         let type = errorType(headers: headers, body: body)
         let reason = type ?? "http_\(status)"
         if type == "UserNotFoundException" { return .userNotFound(status: status) }

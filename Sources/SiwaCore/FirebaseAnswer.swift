@@ -154,20 +154,36 @@ public enum FirebaseAnswer: Sendable, Equatable {
         }
     }
 
-    /// Seconds of a numeric `Retry-After` (headers lowercased).
-    static func retryAfter(_ headers: [String: String]) -> Duration? {
-        guard let value = headers["retry-after"], let seconds = Int(ServerConfiguration.trim(value)), seconds >= 0 else { return nil }
-        return .seconds(seconds)
+    /// What an answer says of the rate limit: `Retry-After`, else the `retryDelay` of the
+    /// `google.rpc.RetryInfo` detail Google APIs put in an error (`"30s"`, `"1.500s"`).
+    public static func rateLimit(headers: [String: String], body: [UInt8], now: Double) -> ProviderRateLimit {
+        var limit = ProviderRateLimit(headers: headers, now: now)
+        if limit.retryAfter == nil { limit.retryAfter = retryDelay(body: body) }
+        return limit
     }
 
-    /// The ending of an Identity Toolkit answer with `status` (headers lowercased).
-    public static func classify(status: Int, headers: [String: String], body: [UInt8]) -> FirebaseAnswer {
+    /// The `retryDelay` of an error's `google.rpc.RetryInfo` detail; nil when there is none or
+    /// it is not a protobuf JSON duration.
+    public static func retryDelay(body: [UInt8]) -> Duration? {
+        guard let details = (try? JSONParser.parse(body))?["error"]?["details"]?.arrayValue,
+            let delay = details.first(where: { $0["@type"]?.stringValue == "type.googleapis.com/google.rpc.RetryInfo" })?["retryDelay"]?
+                .stringValue,
+            delay.hasSuffix("s"), let seconds = Double(delay.dropLast()), seconds.isFinite, seconds >= 0,
+            delay.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "s") })
+        else { return nil }
+        return .milliseconds(Int64(min(seconds, Double(RetryAfter.longestSaid)) * 1000))
+    }
+
+    /// The ending of an Identity Toolkit answer with `status` (headers lowercased) at `now` (Unix
+    /// seconds, for a dated `Retry-After`).
+    public static func classify(status: Int, headers: [String: String], body: [UInt8], now: Double) -> FirebaseAnswer {
         if (200..<300).contains(status) { return .done(body) }
         let code = errorCode(body: body)
         let reason = code ?? "http_\(status)"
         if code == "USER_NOT_FOUND" { return .userNotFound(status: status) }
         if status == 429 || status >= 500 || throttled.contains(reason) {
-            return .retryLater(ProviderFailure(status: status, reason: reason, retryAfter: retryAfter(headers)))
+            let wait = rateLimit(headers: headers, body: body, now: now).callWait(status: status)
+            return .retryLater(ProviderFailure(status: status, reason: reason, retryAfter: wait))
         }
         if status == 401 || tokenCodes.contains(reason) {
             return .tokenRefused(ProviderFailure(status: status, reason: reason, blame: .credential))
@@ -185,12 +201,13 @@ public enum FirebaseAnswer: Sendable, Equatable {
 
     /// The ending of a token endpoint's answer: a refused assertion is the credential's fault
     /// (an unknown or deleted key, a disabled service account); no new token will change it.
-    public static func classifyToken(status: Int, headers: [String: String], body: [UInt8]) -> FirebaseAnswer {
+    public static func classifyToken(status: Int, headers: [String: String], body: [UInt8], now: Double) -> FirebaseAnswer {
         if (200..<300).contains(status) { return .done(body) }
         let code = tokenErrorCode(body: body)
         let reason = code ?? "http_\(status)"
         if status == 429 || status >= 500 {
-            return .retryLater(ProviderFailure(status: status, reason: reason, retryAfter: retryAfter(headers)))
+            let wait = ProviderRateLimit(headers: headers, now: now).callWait(status: status)
+            return .retryLater(ProviderFailure(status: status, reason: reason, retryAfter: wait))
         }
         let blame: ProviderBlame
         switch reason {

@@ -54,12 +54,19 @@ public struct ProviderFailure: Sendable, Equatable, CustomStringConvertible {
     /// The provider's `Retry-After` (or its rate-limit reset), if it gave one.
     public var retryAfter: Duration?
     public var blame: ProviderBlame?
+    /// What the call did before it failed, once it had found the user (`[]`: found, nothing done
+    /// yet); nil when it had not. Recorded with the call, so that a retry that no longer finds
+    /// the user knows the provider had them (`ProviderRules.settled`).
+    public var progress: [ProviderAction]?
 
-    public init(status: Int? = nil, reason: String, retryAfter: Duration? = nil, blame: ProviderBlame? = nil) {
+    public init(
+        status: Int? = nil, reason: String, retryAfter: Duration? = nil, blame: ProviderBlame? = nil, progress: [ProviderAction]? = nil
+    ) {
         self.status = status
         self.reason = reason
         self.retryAfter = retryAfter
         self.blame = blame
+        self.progress = progress
     }
 
     public var description: String {
@@ -81,4 +88,18 @@ public enum ProviderOutcome: Sendable, Equatable {
     case retryLater(ProviderFailure)
     /// Permanent until someone fixes what `blame` says.
     case refused(ProviderFailure)
+
+    /// The outcome of a call that had found the user and done `actions`: a failure says so,
+    /// unless a later step already did.
+    public func reached(_ actions: [ProviderAction]) -> ProviderOutcome {
+        switch self {
+        case .retryLater(var failure):
+            failure.progress = failure.progress ?? actions
+            return .retryLater(failure)
+        case .refused(var failure):
+            failure.progress = failure.progress ?? actions
+            return .refused(failure)
+        case .done, .userNotFound: return self
+        }
+    }
 }

@@ -8,23 +8,6 @@ public enum ProviderAnswer: Sendable, Equatable {
     /// Anything else: not applied.
     case failed(ProviderOutcome)
 
-    /// Longest wait a rate-limit header is believed for: a clock far off or a nonsense header
-    /// must not park a call for days.
-    public static let longestWait: Duration = .seconds(3600)
-
-    /// The wait an answer asks for (header names lowercased): a numeric `Retry-After`, else
-    /// `x-ratelimit-reset` (Unix seconds) minus `now`; nil when neither says.
-    public static func retryAfter(headers: [String: String], now: Double) -> Duration? {
-        if let value = headers["retry-after"].flatMap({ Int(ServerConfiguration.trim($0)) }), value >= 0 {
-            return min(.seconds(value), longestWait)
-        }
-        if let reset = headers["x-ratelimit-reset"].flatMap({ Double(ServerConfiguration.trim($0)) }), reset.isFinite {
-            let wait = (reset - now).rounded(.up)
-            return wait <= 0 ? .zero : min(.seconds(Int64(min(wait, 86_400))), longestWait)
-        }
-        return nil
-    }
-
     /// A provider's error code kept for the record only when it is a short token (`[A-Za-z0-9_.-]`):
     /// a free-text field could quote an id or an address.
     public static func safeCode(_ code: String?) -> String? {
@@ -47,7 +30,8 @@ public enum ProviderAnswer: Sendable, Equatable {
         if status == 404 { return .notFound }
         let reason = safeCode(code) ?? "http_\(status)"
         if status == 429 || status >= 500 {
-            return .failed(.retryLater(ProviderFailure(status: status, reason: reason, retryAfter: retryAfter(headers: headers, now: now))))
+            let wait = ProviderRateLimit(headers: headers, now: now).callWait(status: status)
+            return .failed(.retryLater(ProviderFailure(status: status, reason: reason, retryAfter: wait)))
         }
         let who: ProviderBlame
         switch (blame(status, body), status) {

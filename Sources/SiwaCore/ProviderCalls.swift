@@ -58,6 +58,17 @@ public enum ProviderRules {
         if library.sessions == .all { return .endSessions }
         return nil
     }
+
+    /// The outcome to record for a call of `effect`. A user the provider does not know, for an
+    /// unlink or a deletion, when an earlier attempt of the same call found this user
+    /// (`foundBefore`): the attempt's answer was lost after the provider applied it, so the
+    /// Apple identity is gone, which is what the call is for: already done, not an unknown user.
+    /// Without that history nothing says the provider ever knew the user (a wrong target, an
+    /// account never made there, one removed by someone else).
+    public static func settled(_ outcome: ProviderOutcome, effect: ProviderEffect, foundBefore: Bool) -> ProviderOutcome {
+        guard case .userNotFound(let status) = outcome, effect != .endSessions, foundBefore else { return outcome }
+        return .done([.alreadyDone], status: status)
+    }
 }
 
 /// When a provider call that did not succeed is tried again, and when it is given up.
@@ -74,6 +85,11 @@ public struct ProviderCallSchedule: Sendable, Equatable {
     public var retryFor: Duration
     /// Backoff; its `maxAttempts` is not used (time decides).
     public var backoff: RetryPolicy
+    /// Longest wait a provider's answer is believed for (`Retry-After`, a rate-limit reset): a
+    /// clock far off or a nonsense header must not park a call, or the provider, for days.
+    public var longestWait: Duration = ProviderCallSchedule.defaultLongestWait
+
+    public static let defaultLongestWait: Duration = .seconds(3600)
 
     /// Three days, as forwards: a provider down for a weekend loses nothing.
     public static let defaultRetryFor: Duration = .seconds(3 * 86_400)
@@ -84,6 +100,16 @@ public struct ProviderCallSchedule: Sendable, Equatable {
     ) {
         self.retryFor = retryFor
         self.backoff = backoff
+    }
+
+    /// Until when (Unix seconds) no call goes to a provider paused until `until`, after an answer
+    /// with `status` that says `limit` at `now`: the later of the two, the provider's wait bounded
+    /// by `longestWait`.
+    public static func pause(
+        until: Double, after limit: ProviderRateLimit, status: Int, now: Double, longestWait: Duration = defaultLongestWait
+    ) -> Double {
+        guard let wait = limit.providerWait(status: status) else { return until }
+        return max(until, now + min(wait, longestWait).inSeconds)
     }
 
     /// After an attempt that ended in `outcome`, the `attempts`-th (this one included), `age`
@@ -104,7 +130,8 @@ public struct ProviderCallSchedule: Sendable, Equatable {
         let left = retryFor - age
         guard left > .zero else { return .dead }
         // As forwards: the last retry comes at the bound, unless the provider asks for later.
-        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), failure.retryAfter ?? .zero)
+        let asked = min(failure.retryAfter ?? .zero, longestWait)
+        let delay = max(min(backoff.delay(afterAttempts: attempts, jitter: jitter), left), asked)
         guard delay <= left else { return .dead }
         return .retry(after: delay)
     }

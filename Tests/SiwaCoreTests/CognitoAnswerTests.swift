@@ -5,7 +5,7 @@ import Testing
 /// Cognito's answers classified: done, a user it does not know, later, or refused with what to fix.
 @Suite struct CognitoAnswerTests {
     func classify(_ status: Int, _ body: String, headers: [String: String] = [:]) -> ProviderStep<[UInt8]> {
-        CognitoAnswer.classify(status: status, headers: headers, body: Array(body.utf8))
+        CognitoAnswer.classify(status: status, headers: headers, body: Array(body.utf8), now: 1_795_809_590)
     }
 
     func error(_ type: String) -> String { #"{"__type":"\#(type)","message":"User SignInWithApple_001 is secret"}"# }
@@ -30,6 +30,9 @@ import Testing
                 == .retryLater(ProviderFailure(status: 400, reason: "TooManyRequestsException", retryAfter: .seconds(7))))
         #expect(classify(429, "") == .retryLater(ProviderFailure(status: 429, reason: "http_429")))
         #expect(classify(503, "<html>", headers: ["retry-after": "soon"]) == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
+        #expect(
+            classify(503, "<html>", headers: ["retry-after": "Fri, 27 Nov 2026 20:00:00 GMT"])
+                == .retryLater(ProviderFailure(status: 503, reason: "http_503", retryAfter: .seconds(10))))
         #expect(classify(500, error("InternalErrorException")) == .retryLater(ProviderFailure(status: 500, reason: "InternalErrorException")))
         #expect(classify(400, error("ThrottlingException")) == .retryLater(ProviderFailure(status: 400, reason: "ThrottlingException")))
     }

@@ -6,7 +6,7 @@ import Testing
 /// the service-account key file.
 @Suite struct FirebaseAnswerTests {
     func classify(_ status: Int, _ body: String, headers: [String: String] = [:]) -> FirebaseAnswer {
-        FirebaseAnswer.classify(status: status, headers: headers, body: Array(body.utf8))
+        FirebaseAnswer.classify(status: status, headers: headers, body: Array(body.utf8), now: 1_795_809_590)
     }
 
     func google(_ code: Int, _ message: String, status: String? = nil) -> String {
@@ -20,7 +20,7 @@ import Testing
         #expect(classify(400, google(400, "USER_NOT_FOUND")) == .userNotFound(status: 400))
     }
 
-    @Test("429, quotas and 5xx are tried later, honouring a numeric Retry-After")
+    @Test("429, quotas and 5xx are tried later, honouring Retry-After (seconds or a date) and Google's RetryInfo")
     func retryLater() {
         #expect(
             classify(429, google(429, "QUOTA_EXCEEDED : Exceeded quota", status: "RESOURCE_EXHAUSTED"), headers: ["retry-after": "12"])
@@ -31,7 +31,23 @@ import Testing
         #expect(classify(400, google(400, "QUOTA_EXCEEDED")) == .retryLater(ProviderFailure(status: 400, reason: "QUOTA_EXCEEDED")))
         #expect(
             classify(503, "<html>", headers: ["retry-after": "Fri, 27 Nov 2026 20:00:00 GMT"])
-                == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
+                == .retryLater(ProviderFailure(status: 503, reason: "http_503", retryAfter: .seconds(10))))
+        #expect(classify(503, "<html>", headers: ["retry-after": "soon"]) == .retryLater(ProviderFailure(status: 503, reason: "http_503")))
+        func quota(_ delay: String, detail: String = "RetryInfo") -> String {
+            #"{"error":{"code":429,"message":"QUOTA_EXCEEDED","status":"RESOURCE_EXHAUSTED","details":["#
+                + #"{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"RATE_LIMIT_EXCEEDED"},"#
+                + #"{"@type":"type.googleapis.com/google.rpc.\#(detail)","retryDelay":"\#(delay)"}]}}"#
+        }
+        #expect(
+            classify(429, quota("31.500s"))
+                == .retryLater(ProviderFailure(status: 429, reason: "QUOTA_EXCEEDED", retryAfter: .milliseconds(31_500))))
+        // Retry-After, when both say, wins; a delay that is not a protobuf duration is ignored.
+        #expect(
+            classify(429, quota("31.500s"), headers: ["retry-after": "3"])
+                == .retryLater(ProviderFailure(status: 429, reason: "QUOTA_EXCEEDED", retryAfter: .seconds(3))))
+        for ignored in [quota("31m"), quota("-1s"), quota("1e3s"), quota("30s", detail: "Help")] {
+            #expect(FirebaseAnswer.retryDelay(body: Array(ignored.utf8)) == nil, "\(ignored)")
+        }
         #expect(classify(500, google(500, "INTERNAL_ERROR")) == .retryLater(ProviderFailure(status: 500, reason: "INTERNAL_ERROR")))
     }
 
@@ -73,7 +89,7 @@ import Testing
     @Test("the token endpoint: a refused assertion is the credential's fault; 5xx later")
     func tokenEndpoint() {
         func token(_ status: Int, _ body: String, headers: [String: String] = [:]) -> FirebaseAnswer {
-            FirebaseAnswer.classifyToken(status: status, headers: headers, body: Array(body.utf8))
+            FirebaseAnswer.classifyToken(status: status, headers: headers, body: Array(body.utf8), now: 1_000)
         }
         #expect(
             token(400, #"{"error":"invalid_grant","error_description":"Invalid JWT Signature."}"#)

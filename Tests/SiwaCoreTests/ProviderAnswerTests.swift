@@ -18,7 +18,7 @@ import Testing
         #expect(classify(404, code: "inexistent_user") == .notFound)
     }
 
-    @Test("429 and 5xx are retried, not before Retry-After or x-ratelimit-reset")
+    @Test("429 and 5xx are retried, not before Retry-After or, when the window is spent, x-ratelimit-reset")
     func retryLater() {
         #expect(
             classify(429, code: "too_many_requests", headers: ["retry-after": " 3 "])
@@ -26,14 +26,16 @@ import Testing
         #expect(
             classify(429, headers: ["x-ratelimit-reset": "1007"])
                 == .failed(.retryLater(ProviderFailure(status: 429, reason: "http_429", retryAfter: .seconds(7)))))
-        // A reset already past: at once; Retry-After wins over the reset.
-        #expect(ProviderAnswer.retryAfter(headers: ["x-ratelimit-reset": "900"], now: 1_000) == .zero)
-        #expect(ProviderAnswer.retryAfter(headers: ["retry-after": "2", "x-ratelimit-reset": "1100"], now: 1_000) == .seconds(2))
-        // Far-off or nonsense values are bounded; a negative or non-numeric Retry-After is ignored.
-        #expect(ProviderAnswer.retryAfter(headers: ["retry-after": "999999"], now: 1_000) == ProviderAnswer.longestWait)
-        #expect(ProviderAnswer.retryAfter(headers: ["x-ratelimit-reset": "99999999999"], now: 1_000) == ProviderAnswer.longestWait)
-        #expect(ProviderAnswer.retryAfter(headers: ["retry-after": "-1"], now: 1_000) == nil)
-        #expect(ProviderAnswer.retryAfter(headers: ["retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"], now: 1_000) == nil)
+        #expect(
+            classify(429, headers: ["x-ratelimit-remaining": "0", "x-ratelimit-reset": "1007"])
+                == .failed(.retryLater(ProviderFailure(status: 429, reason: "http_429", retryAfter: .seconds(7)))))
+        // Calls left in the window: the reset is another limit's, not this refusal's.
+        #expect(
+            classify(429, headers: ["x-ratelimit-remaining": "5", "x-ratelimit-reset": "1007"])
+                == .failed(.retryLater(ProviderFailure(status: 429, reason: "http_429"))))
+        #expect(
+            classify(503, headers: ["retry-after": "Thu, 01 Jan 1970 00:16:50 GMT"])
+                == .failed(.retryLater(ProviderFailure(status: 503, reason: "http_503", retryAfter: .seconds(10)))))
         #expect(classify(503) == .failed(.retryLater(ProviderFailure(status: 503, reason: "http_503"))))
         #expect(classify(500, code: "internal") == .failed(.retryLater(ProviderFailure(status: 500, reason: "internal"))))
     }

@@ -102,6 +102,34 @@ struct ProviderRulesTests {
         #expect(schedule.next(after: .retryLater(later), attempts: 1, age: .seconds(3590), jitter: 0) == .dead)
     }
 
+    @Test("a provider's wait is believed up to the schedule's longest wait, then the backoff and the bound decide")
+    func providerWaitBounded() {
+        var far = ProviderFailure(status: 429, reason: "http_429")
+        far.retryAfter = .seconds(100_000)
+        #expect(schedule.next(after: .retryLater(far), attempts: 1, age: .zero, jitter: 0) == .retry(after: .seconds(3600)))
+        var short = schedule
+        short.longestWait = .seconds(60)
+        #expect(short.next(after: .retryLater(far), attempts: 1, age: .zero, jitter: 0) == .retry(after: .seconds(60)))
+        // The provider's pause: the later of the two, bounded the same way.
+        let spent = ProviderRateLimit(remaining: 0, reset: .seconds(30))
+        #expect(ProviderCallSchedule.pause(until: 0, after: spent, status: 200, now: 1_000) == 1_030)
+        #expect(ProviderCallSchedule.pause(until: 2_000, after: spent, status: 200, now: 1_000) == 2_000)
+        #expect(ProviderCallSchedule.pause(until: 0, after: ProviderRateLimit(remaining: 4), status: 200, now: 1_000) == 0)
+        #expect(
+            ProviderCallSchedule.pause(until: 0, after: ProviderRateLimit(retryAfter: .seconds(1 << 32)), status: 429, now: 1_000) == 4_600)
+    }
+
+    @Test("an unlink or deletion that finds no user is already done when an earlier call found the user")
+    func secondUnlink() {
+        let missing = ProviderOutcome.userNotFound(status: 404)
+        #expect(ProviderRules.settled(missing, effect: .unlink, foundBefore: true) == .done([.alreadyDone], status: 404))
+        #expect(ProviderRules.settled(missing, effect: .deleteUser, foundBefore: true) == .done([.alreadyDone], status: 404))
+        #expect(ProviderRules.settled(missing, effect: .unlink, foundBefore: false) == missing)
+        #expect(ProviderRules.settled(missing, effect: .endSessions, foundBefore: true) == missing)
+        let throttled = ProviderOutcome.retryLater(ProviderFailure(status: 429, reason: "http_429"))
+        #expect(ProviderRules.settled(throttled, effect: .unlink, foundBefore: true) == throttled)
+    }
+
     @Test("a refused request is dead at once; a refused credential, permission or tenant waits for the fix until the bound")
     func refusals() {
         let request = ProviderFailure(status: 400, reason: "InvalidParameterException", blame: .request)

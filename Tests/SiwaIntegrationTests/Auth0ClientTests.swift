@@ -143,13 +143,13 @@ struct Auth0ClientTests {
         }
         #expect(
             client.apply(.endSessions, sub: Self.appleSub)
-                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(7))))
+                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(7), progress: [])))
         tenant.fake.answer { request in
             request.head.path.hasSuffix("/sessions") ? .json(429, limited, headers: [HTTPHeader("Retry-After", "3")]) : nil
         }
         #expect(
             client.apply(.endSessions, sub: Self.appleSub)
-                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(3))))
+                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(3), progress: [])))
         // The search's documented 503 (a query that timed out).
         tenant.fake.answer { request in
             request.head.path == "/api/v2/users"

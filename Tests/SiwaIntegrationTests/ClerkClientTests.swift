@@ -133,13 +133,14 @@ struct ClerkClientTests {
         }
         #expect(
             client.apply(.endSessions, sub: Self.appleSub)
-                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(9))))
+                == .retryLater(ProviderFailure(status: 429, reason: "too_many_requests", retryAfter: .seconds(9), progress: [])))
         instance.fake.answer { request in
             request.head.method == "DELETE"
                 ? .json(500, #"{"errors":[{"message":"Oops","long_message":"Something went wrong","code":"internal_clerk_error"}]}"#) : nil
         }
         #expect(
-            client.apply(.unlink, sub: Self.linkedSub) == .retryLater(ProviderFailure(status: 500, reason: "internal_clerk_error")))
+            client.apply(.unlink, sub: Self.linkedSub)
+                == .retryLater(ProviderFailure(status: 500, reason: "internal_clerk_error", progress: [.signedOut])))
         #expect(instance.user("user_pw")?.externalAccounts.count == 1)
         instance.fake.answer { _ in nil }
         try Self.expectValid(instance)

@@ -207,7 +207,7 @@ struct FirebaseClientTests {
         s.fake.inject(FakeFirebase.googleError(400, "TOO_MANY_ATTEMPTS_TRY_LATER"), for: "update")
         #expect(
             s.client.apply(.endSessions, sub: Self.appleSub)
-                == .retryLater(ProviderFailure(status: 400, reason: "TOO_MANY_ATTEMPTS_TRY_LATER")))
+                == .retryLater(ProviderFailure(status: 400, reason: "TOO_MANY_ATTEMPTS_TRY_LATER", progress: [])))
         s.fake.inject(FakeFirebase.googleError(503, "The service is currently unavailable.", status: "UNAVAILABLE"))
         #expect(s.client.apply(.unlink, sub: Self.appleSub) == .retryLater(ProviderFailure(status: 503, reason: "UNAVAILABLE")))
         s.fake.inject(.text(502, "<html>Bad Gateway</html>"))

@@ -24,6 +24,7 @@ struct PlanRobustnessTests {
     static let tables = [
         "siwa.events", "siwa.event_queue", "siwa.accounts", "siwa.app_accounts", "siwa.sessions", "siwa.forwards",
         "siwa.revocations", "siwa.apple_tokens", "siwa.transfers", "siwa.console_sessions", "siwa.operator_actions",
+        "siwa.provider_calls",
     ]
 
     enum Statistics: String, CaseIterable, CustomTestStringConvertible {
@@ -94,13 +95,21 @@ struct PlanRobustnessTests {
             FROM generate_series(\(from), \(to)) g, siwa.console_operators o WHERE o.name = 'jane';
             INSERT INTO siwa.operator_actions (at, operator, action, target)
             SELECT now() - g * interval '1 second', 'jane', 'replay', 'event:' || g FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, state, attempts, actions)
+            SELECT (ARRAY['firebase', 'auth0', 'clerk', 'cognito'])[g % 4 + 1], 'u.' || g, 'end_sessions', -g, 'consent-revoked', now(),
+                   'done', 1, 'signed_out'
+            FROM generate_series(\(from), \(to)) g;
+            INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, state, next_attempt_at)
+            SELECT (ARRAY['firebase', 'auth0', 'clerk', 'cognito'])[g % 4 + 1], 'u.' || g, 'unlink', g, 'account-delete', now(),
+                   CASE WHEN \(waiting) THEN 'pending' ELSE 'done' END, now() - interval '1 hour' + g * interval '1 millisecond'
+            FROM generate_series(\(from), \(to)) g;
             """
     }
 
     static let emptyAll = """
         DELETE FROM siwa.forwards; DELETE FROM siwa.revocations; DELETE FROM siwa.apple_tokens; DELETE FROM siwa.sessions;
         DELETE FROM siwa.app_accounts; DELETE FROM siwa.accounts; DELETE FROM siwa.events; DELETE FROM siwa.transfers;
-        DELETE FROM siwa.console_sessions; DELETE FROM siwa.operator_actions;
+        DELETE FROM siwa.console_sessions; DELETE FROM siwa.operator_actions; DELETE FROM siwa.provider_calls;
         """
 
     static var analyzeAll: String { "ANALYZE " + tables.joined(separator: ", ") + ";" }
@@ -288,6 +297,23 @@ struct PlanRobustnessTests {
                 ForwardStatements.recordOutcomes,
                 forwards.map { .init(id: $0, status: "delivered", error: nil, retryInSeconds: 0, deliveryMillis: 5) },
                 begin: ForwardStatements.beginCycle, rows: forwards.count))
+        // The provider calls: queued by the worker, leased and recorded by the provider sender.
+        let calls = try c.execute(
+            "SELECT id FROM siwa.provider_calls WHERE apple_sub = ANY($1::text[]) AND state = 'pending' ORDER BY id", [SQLEncoding.array(subs)]
+        ).rows.compactMap { $0[0].flatMap(Int64.init) }
+        list.append(
+            probe(
+                ProviderCallStatements.enqueue, claimed.map { .init(target: .auth0, effect: .endSessions, event: $0) }, begin: worker,
+                rows: batch))
+        list.append(
+            probe(
+                ProviderCallStatements.claim, .init(limit: batch, leaseSeconds: 60, targets: HostedProvider.allCases),
+                begin: ForwardStatements.beginCycle, rows: batch))
+        list.append(
+            probe(
+                ProviderCallStatements.recordOutcomes,
+                calls.map { .init(id: $0, state: .done, status: 200, reason: nil, actions: "signed_out", retryInSeconds: 0) },
+                begin: ForwardStatements.beginCycle, rows: calls.count))
         list.append(
             probe(RevocationStatements.claim, (batch, 60), begin: revoker, rows: batch))
         list.append(
@@ -358,6 +384,7 @@ struct PlanRobustnessTests {
             probe(RevocationStatements.counts, (), rows: 0),
             probe(RevocationStatements.unconfirmedCount, (), rows: 0),
             probe(ForwardStatements.backlog, (), rows: base / 2, perRow: 5, readsBacklog: true, only: ["siwa.forwards"]),
+            probe(ProviderCallStatements.backlog, (), rows: base, perRow: 5, readsBacklog: true, only: ["siwa.provider_calls"]),
             probe(TransferStatements.counts, (), rows: 1),
             probe(ReconcileStatements.counts, (), rows: 1),
             probe(ConsoleStatements.idRange, (), rows: 2),

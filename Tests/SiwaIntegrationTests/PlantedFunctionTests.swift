@@ -225,4 +225,45 @@ struct PlantedFunctionTests {
         #expect(try db.scalar("SELECT count(*) FROM siwa.events WHERE status = 'done'") == "6")
         #expect(try Self.hits(db.url) == 0, "a planted shadow ran: the server log names the statement (\"planted … ran\")")
     }
+
+    @Test("the provider calls: queued, leased, retried, recorded, replayed, status and user-report: nothing planted runs")
+    func providerCallsRunNothingPlanted() throws {
+        let conninfo = try TestDatabase.createEmpty()
+        try Self.plant(conninfo)
+        let fixture = try ClerkFixture()
+        defer { fixture.stop() }
+        let apple = ProviderCallTests.apple, linked = ProviderCallTests.linked, unknown = ProviderCallTests.unknown
+        try fixture.addAppleUser(sub: apple)
+        try fixture.addLinkedUser(sub: linked)
+        let h = try TestHarness(conninfo: conninfo) { config, options in
+            fixture.configure(&config)
+            options.providers.pollInterval = .milliseconds(100)
+            options.providers.schedule = ProviderCallSchedule(
+                retryFor: .seconds(3600), backoff: RetryPolicy(maxAttempts: .max, baseDelay: .milliseconds(200), maxDelay: .milliseconds(400)))
+        }
+        defer { h.stop() }
+        // Retried while the provider is down, then done; an unlink; a user it does not know.
+        fixture.down()
+        let t = Int64(Date().timeIntervalSince1970 * 1000) - 60_000
+        for (type, sub, at) in [("consent-revoked", apple, t), ("account-delete", linked, t), ("consent-revoked", unknown, t)] {
+            #expect(try h.post(token: try h.token(type: type, sub: sub, eventTimeMillis: at)).status == 200)
+        }
+        #expect(
+            try eventually(timeout: 20) {
+                try Self.value(conninfo, "SELECT count(*) = 3 AND bool_and(attempts >= 2) FROM siwa.provider_calls") == "t"
+            }, "every call tried while the provider is down")
+        _ = try TestDatabase.query(Self.guarded(conninfo), "UPDATE siwa.provider_calls SET state = 'dead' WHERE apple_sub = $1", [unknown])
+        fixture.up()
+        #expect(try OutboxAdmin.replayProviderCalls(target: "clerk", conninfo: conninfo) == 1)
+        #expect(
+            try eventually(timeout: 20) {
+                try Self.value(conninfo, "SELECT count(*) FROM siwa.provider_calls WHERE state = 'pending'") == "0"
+            }, "every provider call finished")
+        let states = try Self.value(conninfo, "SELECT string_agg(effect || ':' || state, ',' ORDER BY apple_sub) FROM siwa.provider_calls")
+        #expect(states == "end_sessions:user_unknown,end_sessions:done,unlink:done", "\(states ?? "")")
+        _ = try OutboxAdmin.status(conninfo: conninfo)
+        #expect(try UserReport.json(sub: linked, conninfo: conninfo) != nil)
+        #expect(try h.admin("/metrics").status == 200)
+        #expect(try Self.hits(conninfo) == 0, "a planted shadow ran: the server log names the statement (\"planted … ran\")")
+    }
 }

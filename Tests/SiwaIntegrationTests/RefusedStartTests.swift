@@ -105,4 +105,56 @@ struct RefusedStartTests {
         ])
         Self.expectRefused(outcome, naming: "SIWA_API_TOKEN_FILE")
     }
+
+    /// A credential file in a directory of its own; nil content: a path nothing is at.
+    static func secretFile(_ content: [UInt8]?) throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("siwa-refused-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let path = directory.appendingPathComponent("secret").path
+        if let content { try Data(content).write(to: URL(fileURLWithPath: path)) }
+        return path
+    }
+
+    @Test("Firebase: an unreadable service-account file, or a key Google refuses: its line, no port opened")
+    func firebaseCredential() throws {
+        let fake = try FakeFirebase(key: FirebaseClientTests.key, clock: { Int64(Date().timeIntervalSince1970) })
+        defer { fake.stop() }
+        let base = [
+            "SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_APPLY_TO": "firebase", "SIWA_FIREBASE_PROJECT_ID": fake.projectID,
+            "SIWA_FIREBASE_URL": fake.url,
+        ]
+        let unreadable = try Self.serve(base.merging(["SIWA_FIREBASE_CREDENTIALS_FILE": try Self.secretFile(nil)]) { $1 })
+        Self.expectRefused(unreadable, naming: "SIWA_FIREBASE_CREDENTIALS_FILE: ")
+        fake.change { $0.tokenAnswer = FakeFirebase.invalidGrant("Invalid JWT Signature.") }
+        let file = try Self.secretFile(FirebaseClientTests.keyFile(tokenURI: fake.tokenURL))
+        let refused = try Self.serve(base.merging(["SIWA_FIREBASE_CREDENTIALS_FILE": file]) { $1 })
+        Self.expectRefused(refused, naming: "SIWA_FIREBASE_CREDENTIALS_FILE: firebase refused the credential")
+    }
+
+    @Test("Auth0: an unreadable client secret, or one the tenant refuses: its line, no port opened")
+    func auth0Credential() throws {
+        let tenant = try FakeAuth0()
+        defer { tenant.fake.stop() }
+        let base = [
+            "SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_APPLY_TO": "auth0", "SIWA_AUTH0_DOMAIN": FakeAuth0.domain,
+            "SIWA_AUTH0_CLIENT_ID": FakeAuth0.clientID, "SIWA_AUTH0_URL": tenant.fake.url,
+        ]
+        let unreadable = try Self.serve(base.merging(["SIWA_AUTH0_CLIENT_SECRET_FILE": try Self.secretFile(nil)]) { $1 })
+        Self.expectRefused(unreadable, naming: "SIWA_AUTH0_CLIENT_SECRET_FILE: cannot read")
+        let wrong = try Self.secretFile(Array("not-the-secret".utf8))
+        let refused = try Self.serve(base.merging(["SIWA_AUTH0_CLIENT_SECRET_FILE": wrong]) { $1 })
+        Self.expectRefused(refused, naming: "SIWA_AUTH0_CLIENT_SECRET_FILE: auth0 refused the credential")
+    }
+
+    @Test("Clerk: an unreadable secret key, or one Clerk refuses: its line, no port opened")
+    func clerkCredential() throws {
+        let instance = try FakeClerk()
+        defer { instance.fake.stop() }
+        let base = ["SIWA_DATABASE_URL": try TestDatabase.create(), "SIWA_APPLY_TO": "clerk", "SIWA_CLERK_URL": instance.fake.url + "/v1"]
+        let unreadable = try Self.serve(base.merging(["SIWA_CLERK_SECRET_KEY_FILE": try Self.secretFile(nil)]) { $1 })
+        Self.expectRefused(unreadable, naming: "SIWA_CLERK_SECRET_KEY_FILE: cannot read")
+        let wrong = try Self.secretFile(Array("sk_test_rolled".utf8))
+        let refused = try Self.serve(base.merging(["SIWA_CLERK_SECRET_KEY_FILE": wrong]) { $1 })
+        Self.expectRefused(refused, naming: "SIWA_CLERK_SECRET_KEY_FILE: clerk refused the credential")
+    }
 }

@@ -39,6 +39,8 @@ public final class Auth0Client: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
+    public func pausedUntil() -> Double { http.pause.value }
+
     /// A token, then one user read of the smallest page: the credential, the Management API
     /// grant (`read:users`) and the tenant must all be right.
     public func check() -> ProviderOutcome {
@@ -61,6 +63,11 @@ public final class Auth0Client: HostedProviderClient {
         case .notFound(let status): return .userNotFound(status: status)
         case .failed(let outcome): return outcome
         }
+        return apply(effect, to: user, sub: sub, steps: &steps).reached(steps.actions)
+    }
+
+    /// The effect on the user found.
+    private func apply(_ effect: ProviderEffect, to user: Auth0User, sub: String, steps: inout ProviderSteps) -> ProviderOutcome {
         if let failed = signOut(user.userID, into: &steps) { return failed }
         if effect == .endSessions { return steps.done }
         if effect == .deleteUser && user.appleOnly {

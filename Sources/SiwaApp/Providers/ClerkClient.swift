@@ -30,6 +30,8 @@ public final class ClerkClient: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
+    public func pausedUntil() -> Double { http.pause.value }
+
     /// One user read of the smallest page: the key must be valid and the address Clerk's.
     public func check() -> ProviderOutcome {
         let (status, answer) = send(.init(operation: "check", method: "GET", path: "/users", query: [("limit", "1")]))
@@ -58,6 +60,11 @@ public final class ClerkClient: HostedProviderClient {
         case .notFound: return .userNotFound(status: 404)
         case .failed(let outcome): return outcome
         }
+        return apply(effect, to: user, steps: &steps).reached(steps.actions)
+    }
+
+    /// The effect on the user found.
+    private func apply(_ effect: ProviderEffect, to user: ClerkUser, steps: inout ProviderSteps) -> ProviderOutcome {
         if let failed = revokeSessions(user.userID, into: &steps) { return failed }
         if effect == .endSessions { return steps.done }
         let userPath = "/users/\(ProviderAnswer.pathSegment(user.userID))"

@@ -51,6 +51,7 @@ public final class CognitoClient: HostedProviderClient {
     private let scheme: FetchScheme
     private let clock: WallClock
     private let logger: Logger
+    private let pause = ProviderPause()
 
     /// - Parameters:
     ///   - url: the API's base; the region's endpoint when nil (`https://`, or `http://` to a
@@ -92,15 +93,16 @@ public final class CognitoClient: HostedProviderClient {
         findUser(sub: sub).then { user, _ in
             if effect == .deleteUser && user.appleOnly && !user.linked {
                 return deleteUser(username: user.username).then { existed, status in .done([existed ? .deleted : .alreadyDone], status: status) }
+                    .reached([])
             }
             return globalSignOut(username: user.username).then { _, status in
                 guard effect != .endSessions else { return .done([.signedOut], status: status) }
                 switch disableAppleProvider(sub: sub) {
                 // No user holds that identity any more: unlinked already.
                 case .userNotFound(let status): return .done([.signedOut, .alreadyDone], status: status)
-                case let step: return step.then { _, status in .done([.signedOut, .unlinked], status: status) }
+                case let step: return step.then { _, status in .done([.signedOut, .unlinked], status: status) }.reached([.signedOut])
                 }
-            }
+            }.reached([])
         }
     }
 
@@ -171,6 +173,8 @@ public final class CognitoClient: HostedProviderClient {
         }
     }
 
+    public func pausedUntil() -> Double { pause.value }
+
     /// The start-up check: one ListUsers of one user, which needs the credential, the permission
     /// and the pool to be right (`blame` of a refusal says which is not).
     public func check() -> ProviderOutcome {
@@ -226,7 +230,9 @@ public final class CognitoClient: HostedProviderClient {
                 return .retryLater(ProviderFailure(reason: error.code.rawValue))
             }
         }
-        switch CognitoAnswer.classify(status: response.status, headers: response.headers, body: response.body) {
+        let now = clock.sinceEpoch.inSeconds
+        pause.note(ProviderRateLimit(headers: response.headers, now: now), status: response.status, now: now)
+        switch CognitoAnswer.classify(status: response.status, headers: response.headers, body: response.body, now: now) {
         case .done(let bytes, let status):
             if bytes.isEmpty { return .done(nil, status: status) }
             guard let answer = try? JSONParser.parse(bytes) else {

@@ -69,6 +69,7 @@ public final class FirebaseClient: HostedProviderClient {
     private let tokens: Mutex<BearerTokenCache>
     private let fetching = Mutex<Void>(())
     private let issued = Atomic<Int>(0)
+    private let pause = ProviderPause()
 
     /// - Parameters:
     ///   - credential: the service account; nil only for the Auth emulator (`url` given).
@@ -108,6 +109,8 @@ public final class FirebaseClient: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
+    public func pausedUntil() -> Double { pause.value }
+
     /// One lookup of a local id nobody has, with a new access token: it needs the credential,
     /// the role and the project to be right, and changes nothing.
     public func check() -> ProviderOutcome {
@@ -131,13 +134,13 @@ public final class FirebaseClient: HostedProviderClient {
             case .done(_, let status): return .done([.deleted], status: status)
             // Gone since the lookup: what the call was for holds.
             case .userNotFound(let status): return .done([.alreadyDone], status: status)
-            case let other: return ending(other)
+            case let other: return ending(other).reached([])
             }
         }
         let unlink = effect != .endSessions
         switch call("update", Firebase.updateBody(localID: user.localID, now: clock.unixSeconds, unlink: unlink)) {
         case .done(_, let status): return .done(unlink ? [.signedOut, .unlinked] : [.signedOut], status: status)
-        case let other: return ending(other)
+        case let other: return ending(other).reached([])
         }
     }
 
@@ -201,7 +204,10 @@ public final class FirebaseClient: HostedProviderClient {
         case .success(let answer): response = answer
         case .failure(let failure): return failure.result()
         }
-        switch FirebaseAnswer.classify(status: response.status, headers: response.headers, body: response.body) {
+        let now = clock.sinceEpoch.inSeconds
+        pause.note(
+            FirebaseAnswer.rateLimit(headers: response.headers, body: response.body, now: now), status: response.status, now: now)
+        switch FirebaseAnswer.classify(status: response.status, headers: response.headers, body: response.body, now: now) {
         case .done(let bytes):
             if bytes.isEmpty { return .done(nil, status: response.status) }
             guard let answer = try? JSONParser.parse(bytes) else {
@@ -249,7 +255,7 @@ public final class FirebaseClient: HostedProviderClient {
         case .success(let answer): response = answer
         case .failure(let stop): return .failure(stop)
         }
-        switch FirebaseAnswer.classifyToken(status: response.status, headers: response.headers, body: response.body) {
+        switch FirebaseAnswer.classifyToken(status: response.status, headers: response.headers, body: response.body, now: Double(now)) {
         case .done(let bytes):
             guard let token = FirebaseAccessToken(answer: bytes) else {
                 return .failure(FirebaseStop(ProviderFailure(status: response.status, reason: "malformed_token_response"), permanent: false))

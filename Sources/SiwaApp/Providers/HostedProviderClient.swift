@@ -1,4 +1,5 @@
 import SiwaCore
+import Synchronization
 
 /// A hosted identity provider's admin API, as the provider-call queue uses it. Each call blocks
 /// its thread (libcurl) and ends in a `ProviderOutcome`; nothing is retried inside (the queue
@@ -13,4 +14,27 @@ public protocol HostedProviderClient: Sendable {
 
     /// Applies `effect` to the user whose Apple identity is `sub`.
     func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome
+
+    /// Until when (Unix seconds) the provider asked not to be called (its rate limit).
+    func pausedUntil() -> Double
+}
+
+extension HostedProviderClient {
+    /// Until when (Unix seconds) the provider asked not to be called, by what its answers said of
+    /// its rate limit (`ProviderCallSchedule.pause`); 0: never asked. The sender leases no call
+    /// of a paused provider.
+    public func pausedUntil() -> Double { 0 }
+}
+
+/// A provider's pause as its answers set it: the call threads note each answer, the sender reads
+/// it before it leases.
+final class ProviderPause: Sendable {
+    private let until = Mutex<Double>(0)
+
+    /// Notes an answer with `status` that said `limit` at `now` (Unix seconds).
+    func note(_ limit: ProviderRateLimit, status: Int, now: Double) {
+        until.withLock { $0 = ProviderCallSchedule.pause(until: $0, after: limit, status: status, now: now) }
+    }
+
+    var value: Double { until.withLock { $0 } }
 }

@@ -35,6 +35,8 @@ struct ProviderHTTP: Sendable {
     let options: ProviderHTTPOptions
     let logger: Logger
     let clock: WallClock
+    /// What the answers said of the rate limit.
+    let pause = ProviderPause()
     private let scheme: FetchScheme
 
     /// - Throws: an unusable `url` as a `ConfigurationError` whose `variable` is `url`.
@@ -71,11 +73,12 @@ struct ProviderHTTP: Sendable {
                 FetchRequest(
                     url: url, method: request.method, headers: headers, body: body, connectTimeout: options.connectTimeout,
                     totalTimeout: options.timeout, maxResponseBytes: options.maxResponseBytes, allowedSchemes: [scheme]))
+            let now = clock.sinceEpoch.inSeconds
+            pause.note(ProviderRateLimit(headers: response.headers, now: now), status: response.status, now: now)
             result = (
                 response.status,
                 ProviderAnswer.classify(
-                    status: response.status, headers: response.headers, body: response.body, code: code(response.body),
-                    now: clock.sinceEpoch.inSeconds,
+                    status: response.status, headers: response.headers, body: response.body, code: code(response.body), now: now,
                     blame: blame)
             )
         } catch {

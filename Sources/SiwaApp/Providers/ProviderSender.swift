@@ -3,7 +3,6 @@ import Logging
 import SiwaCore
 import SiwaPostgres
 import SiwaRuntime
-import Synchronization
 
 /// Makes the queued provider calls (`siwa.provider_calls`) at the hosted providers, as the
 /// forward sender delivers forwards: leases due calls (one short transaction), makes them outside
@@ -11,8 +10,6 @@ import Synchronization
 /// transaction). Per user and provider only the earliest waiting call is ever due
 /// (`ProviderCallStatements.claim`). A provider that is down holds no worker batch: the worker
 /// only queued the call; the call waits here, retried with backoff, until the provider answers.
-/// A provider that answers "too many requests" holds all its calls until its `Retry-After`
-/// (`ProviderThrottle`): a burst paces itself at the provider's limit.
 public final class ProviderSender: Service {
     public struct Options: Sendable {
         /// Calls in flight at most (call threads). Default 8.
@@ -47,8 +44,7 @@ public final class ProviderSender: Service {
         var byTarget: [HostedProvider: any HostedProviderClient] = [:]
         for client in clients { byTarget[client.provider] = client }
         let targets = HostedProvider.allCases.filter { byTarget[$0] != nil }
-        let steps = Steps(
-            schedule: options.schedule, lease: options.callTimeout + .seconds(5), targets: targets, logger: logger, metrics: metrics)
+        let steps = Steps(schedule: options.schedule, lease: options.callTimeout + .seconds(5), logger: logger, metrics: metrics)
         var settings = CallLoop<ClaimedProviderCall, Answer>.Settings(
             name: "provider sender", thread: "siwa-providers", calls: "siwa-provider", callsInFlight: options.concurrency,
             poll: options.pollInterval, stopGrace: options.stopGrace)
@@ -58,7 +54,12 @@ public final class ProviderSender: Service {
         loop = CallLoop(
             settings, logger: logger,
             connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify providers") },
-            claim: { c, limit, rounds in try steps.cycle(&rounds, claimLimit: limit, on: c) },
+            claim: { c, limit, rounds in
+                // A provider that asked not to be called (its rate limit) gets no call until then.
+                let now = WallClock.system.sinceEpoch.inSeconds
+                let open = targets.filter { (clientsByTarget[$0]?.pausedUntil() ?? 0) <= now }
+                return try steps.cycle(&rounds, claimLimit: open.isEmpty ? 0 : limit, targets: open, on: c)
+            },
             makeLocal: { () },
             call: { item, _ in
                 // The claim only returns calls of configured providers.
@@ -67,7 +68,7 @@ public final class ProviderSender: Service {
                     ?? .refused(ProviderFailure(reason: "target_not_configured", blame: .request))
                 return Answer(outcome: outcome, jitter: Double.random(in: 0..<1))
             },
-            record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, on: c) })
+            record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, targets: [], on: c) })
     }
 
     public func start() { loop.start() }
@@ -87,9 +88,10 @@ extension ProviderSender {
     )
         -> (ProviderCallStatements.Outcome, ProviderCallSchedule.Next)
     {
-        let next = schedule.next(after: answer.outcome, attempts: item.attempts + 1, age: .seconds(item.ageSeconds), jitter: answer.jitter)
+        let outcome = ProviderRules.settled(answer.outcome, effect: item.effect, foundBefore: item.foundBefore)
+        let next = schedule.next(after: outcome, attempts: item.attempts + 1, age: .seconds(item.ageSeconds), jitter: answer.jitter)
         var row = ProviderCallStatements.Outcome(id: item.id, state: .pending, status: nil, reason: nil, actions: nil, retryInSeconds: 0)
-        switch answer.outcome {
+        switch outcome {
         case .done(let actions, let status):
             row.status = status
             row.actions = actions.map(\.rawValue).joined(separator: ",")
@@ -98,6 +100,8 @@ extension ProviderSender {
         case .retryLater(let failure), .refused(let failure):
             row.status = failure.status
             row.reason = failure.blame.map { "\(failure.reason) [\($0.rawValue)]" } ?? failure.reason
+            // Empty when the user was found and nothing done yet: not null says found.
+            row.actions = failure.progress.map { done in done.map(\.rawValue).joined(separator: ",") }
         }
         switch next {
         case .done: row.state = .done
@@ -115,54 +119,29 @@ extension ProviderSender {
         let schedule: ProviderCallSchedule
         /// A claimed call's lease: its timeout, and 5 s to record the outcome.
         let lease: Duration
-        let targets: [HostedProvider]
         let logger: Logger
         let metrics: Metrics
 
-        /// The targets held by a throttle, shared by the claim and the record steps.
-        let throttle = Throttle()
-
-        final class Throttle: Sendable {
-            let state = Mutex(ProviderThrottle())
-        }
-
-        /// Records the outcomes and claims up to `claimLimit` due calls of the targets not held,
-        /// in one short transaction; counts and logs the outcomes once committed. Outcomes not
-        /// recorded are kept.
+        /// Records the outcomes and claims up to `claimLimit` due calls of `targets`, in one short
+        /// transaction; counts and logs the outcomes once committed. Outcomes not recorded are kept.
         func cycle(
-            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, on c: PostgresConnection
+            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, targets: [HostedProvider], on c: PostgresConnection
         ) throws -> [ClaimedProviderCall] {
+            guard rounds.hasAnswers || claimLimit > 0 else { return [] }
             let done = rounds.takeAnswers()
-            let open = holdThrottled(done, at: .now)
-            let limit = open.isEmpty ? 0 : claimLimit
-            guard !done.isEmpty || limit > 0 else { return [] }
             let recorded = done.map { ProviderSender.recorded($0.0, $0.1, schedule: schedule) }
             do {
                 let claimed = try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
                     if !recorded.isEmpty { try c.affected(ProviderCallStatements.recordOutcomes, recorded.map(\.0)) }
-                    guard limit > 0 else { return [ClaimedProviderCall]() }
+                    guard claimLimit > 0 else { return [ClaimedProviderCall]() }
                     return try c.rows(
-                        ProviderCallStatements.claim, .init(limit: limit, leaseSeconds: lease.inSeconds, targets: open))
+                        ProviderCallStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds, targets: targets))
                 }
                 report(zip(done.map(\.0), recorded))
                 return claimed
             } catch {
                 rounds.keep(done)
                 throw error
-            }
-        }
-
-        /// Notes the throttled answers (logging each hold that starts) and returns the targets
-        /// whose calls may be claimed at `now`.
-        private func holdThrottled(_ done: [(ClaimedProviderCall, Answer)], at now: Deadline) -> [HostedProvider] {
-            throttle.state.withLock { t in
-                for (item, answer) in done {
-                    guard let until = t.note(answer.outcome, of: item.target, at: now) else { continue }
-                    logger.warning(
-                        "provider throttled: its calls wait",
-                        metadata: ["target": "\(item.target.rawValue)", "hold": "\(until.timeLeft(at: now))"])
-                }
-                return t.open(targets, at: now)
             }
         }
 

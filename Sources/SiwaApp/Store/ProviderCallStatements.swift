@@ -11,6 +11,10 @@ struct ClaimedProviderCall: Sendable {
     var attempts: Int
     /// Seconds since it was queued or replayed (the retry bound counts from then).
     var ageSeconds: Double
+    /// An earlier attempt of this call found the user (its `actions` are set): the provider had
+    /// the user (`ProviderRules.settled`). Other calls are not read: the row's own history is
+    /// what it needs, and costs no read.
+    var foundBefore: Bool = false
 }
 
 /// The hosted providers' call queue (`siwa.provider_calls`, docs/hosted-providers.md): queued in
@@ -79,13 +83,15 @@ enum ProviderCallStatements {
         UPDATE siwa.provider_calls p SET lease_until = pg_catalog.now() + $2::double precision * interval '1 second'
         WHERE p.id = ANY (ARRAY(SELECT due.id FROM due))
         RETURNING p.id, p.target, p.apple_sub, p.effect, p.attempts,
-                  extract(epoch FROM pg_catalog.now() - p.retry_since)::double precision AS age
+                  extract(epoch FROM pg_catalog.now() - p.retry_since)::double precision AS age,
+                  p.actions IS NOT NULL AS found_before
         """,
         bind: { [String($0.limit), String($0.leaseSeconds), SQLEncoding.array($0.targets.map(\.rawValue))] },
         decode: { row throws(PostgresError) in
             ClaimedProviderCall(
                 id: try row.int64("id"), target: try row.value("target", as: HostedProvider.self), sub: try row.text("apple_sub"),
-                effect: try row.value("effect", as: ProviderEffect.self), attempts: try row.int("attempts"), ageSeconds: try row.double("age"))
+                effect: try row.value("effect", as: ProviderEffect.self), attempts: try row.int("attempts"), ageSeconds: try row.double("age"),
+                foundBefore: try row.bool("found_before"))
         })
 
     struct Outcome {
@@ -95,7 +101,8 @@ enum ProviderCallStatements {
         var status: Int?
         /// Its error code, or a network code; nil on success.
         var reason: String?
-        /// What the call did (`signed_out,unlinked`); nil: unchanged.
+        /// What the call did (`signed_out,unlinked`; after a failure what it did so far, empty
+        /// when it found the user and did nothing yet); nil: unchanged.
         var actions: String?
         var retryInSeconds: Double
     }

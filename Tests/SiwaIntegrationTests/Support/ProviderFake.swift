@@ -17,6 +17,8 @@ final class ProviderFake: HTTPHandler {
         var authorization: String?
         var body: [UInt8]
         var answer: HTTPResponse
+        /// When it arrived.
+        var at = Date()
 
         /// The query argument `name`.
         func argument(_ name: String) -> String? { query.first { $0.name == name }?.value }
@@ -44,6 +46,7 @@ final class ProviderFake: HTTPHandler {
     private let seen = Mutex<[Seen]>([])
     private let routes = Mutex<@Sendable (HTTPRequest) -> HTTPResponse>({ _ in HTTPResponse(status: 404) })
     private let override = Mutex<@Sendable (HTTPRequest) -> HTTPResponse?>({ _ in nil })
+    private let reshaping = Mutex<@Sendable (HTTPRequest, HTTPResponse) -> HTTPResponse>({ $1 })
     private let boundPort = Atomic<Int>(0)
 
     /// The provider's own answers.
@@ -51,6 +54,10 @@ final class ProviderFake: HTTPHandler {
 
     /// Answers the requests `answer` matches with its answer instead (nil: the provider's own).
     func answer(_ answer: @escaping @Sendable (HTTPRequest) -> HTTPResponse?) { override.withLock { $0 = answer } }
+
+    /// Changes the provider's own answers after they took effect (a lost answer, rate-limit
+    /// headers); `{ $1 }` restores them.
+    func reshape(_ reshape: @escaping @Sendable (HTTPRequest, HTTPResponse) -> HTTPResponse) { reshaping.withLock { $0 = reshape } }
 
     init() throws {
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 2)
@@ -75,7 +82,7 @@ final class ProviderFake: HTTPHandler {
     func bodyTooLarge(_ head: HTTPRequestHead) -> HTTPResponse { HTTPResponse(status: 413) }
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        let answer = override.withLock { $0 }(request) ?? routes.withLock { $0 }(request)
+        let answer = override.withLock { $0 }(request) ?? reshaping.withLock { $0 }(request, routes.withLock { $0 }(request))
         let head = request.head
         seen.withLock {
             $0.append(
