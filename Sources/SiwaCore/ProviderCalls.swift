@@ -102,14 +102,14 @@ public struct ProviderCallSchedule: Sendable, Equatable {
         self.backoff = backoff
     }
 
-    /// Until when (Unix seconds) no call goes to a provider paused until `until`, after an answer
-    /// with `status` that says `limit` at `now`: the later of the two, the provider's wait bounded
-    /// by `longestWait`.
+    /// Until when no call goes to a provider paused until `until`, after an answer with `status`
+    /// that says `limit` at `now` (both since the Unix epoch, as `WallClock` reads it): the later
+    /// of the two, the provider's wait bounded by `longestWait`.
     public static func pause(
-        until: Double, after limit: ProviderRateLimit, status: Int, now: Double, longestWait: Duration = defaultLongestWait
-    ) -> Double {
+        until: Duration, after limit: ProviderRateLimit, status: Int, now: Duration, longestWait: Duration = defaultLongestWait
+    ) -> Duration {
         guard let wait = limit.providerWait(status: status) else { return until }
-        return max(until, now + min(wait, longestWait).inSeconds)
+        return max(until, now + min(wait, longestWait))
     }
 
     /// After an attempt that ended in `outcome`, the `attempts`-th (this one included), `age`

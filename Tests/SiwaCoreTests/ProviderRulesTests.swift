@@ -112,11 +112,13 @@ struct ProviderRulesTests {
         #expect(short.next(after: .retryLater(far), attempts: 1, age: .zero, jitter: 0) == .retry(after: .seconds(60)))
         // The provider's pause: the later of the two, bounded the same way.
         let spent = ProviderRateLimit(remaining: 0, reset: .seconds(30))
-        #expect(ProviderCallSchedule.pause(until: 0, after: spent, status: 200, now: 1_000) == 1_030)
-        #expect(ProviderCallSchedule.pause(until: 2_000, after: spent, status: 200, now: 1_000) == 2_000)
-        #expect(ProviderCallSchedule.pause(until: 0, after: ProviderRateLimit(remaining: 4), status: 200, now: 1_000) == 0)
+        let now = Duration.seconds(1_000)
+        #expect(ProviderCallSchedule.pause(until: .zero, after: spent, status: 200, now: now) == .seconds(1_030))
+        #expect(ProviderCallSchedule.pause(until: .seconds(2_000), after: spent, status: 200, now: now) == .seconds(2_000))
+        #expect(ProviderCallSchedule.pause(until: .zero, after: ProviderRateLimit(remaining: 4), status: 200, now: now) == .zero)
         #expect(
-            ProviderCallSchedule.pause(until: 0, after: ProviderRateLimit(retryAfter: .seconds(1 << 32)), status: 429, now: 1_000) == 4_600)
+            ProviderCallSchedule.pause(until: .zero, after: ProviderRateLimit(retryAfter: .seconds(1 << 32)), status: 429, now: now)
+                == .seconds(4_600))
     }
 
     @Test("an unlink or deletion that finds no user is already done when an earlier call found the user")

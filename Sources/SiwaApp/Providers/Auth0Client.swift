@@ -39,7 +39,7 @@ public final class Auth0Client: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
-    public func pausedUntil() -> Double { http.pause.value }
+    public func pausedUntil() -> Duration { http.pause.value }
 
     /// A token, then one user read of the smallest page: the credential, the Management API
     /// grant (`read:users`) and the tenant must all be right.

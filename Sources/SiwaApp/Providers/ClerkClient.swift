@@ -30,7 +30,7 @@ public final class ClerkClient: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
-    public func pausedUntil() -> Double { http.pause.value }
+    public func pausedUntil() -> Duration { http.pause.value }
 
     /// One user read of the smallest page: the key must be valid and the address Clerk's.
     public func check() -> ProviderOutcome {

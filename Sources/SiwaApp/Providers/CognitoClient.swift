@@ -173,7 +173,7 @@ public final class CognitoClient: HostedProviderClient {
         }
     }
 
-    public func pausedUntil() -> Double { pause.value }
+    public func pausedUntil() -> Duration { pause.value }
 
     /// The start-up check: one ListUsers of one user, which needs the credential, the permission
     /// and the pool to be right (`blame` of a refusal says which is not).

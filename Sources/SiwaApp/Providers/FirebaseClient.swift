@@ -109,7 +109,7 @@ public final class FirebaseClient: HostedProviderClient {
 
     // MARK: - HostedProviderClient
 
-    public func pausedUntil() -> Double { pause.value }
+    public func pausedUntil() -> Duration { pause.value }
 
     /// One lookup of a local id nobody has, with a new access token: it needs the credential,
     /// the role and the project to be right, and changes nothing.

@@ -15,26 +15,26 @@ public protocol HostedProviderClient: Sendable {
     /// Applies `effect` to the user whose Apple identity is `sub`.
     func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome
 
-    /// Until when (Unix seconds) the provider asked not to be called (its rate limit).
-    func pausedUntil() -> Double
+    /// Until when (since the Unix epoch) the provider asked not to be called (its rate limit).
+    func pausedUntil() -> Duration
 }
 
 extension HostedProviderClient {
-    /// Until when (Unix seconds) the provider asked not to be called, by what its answers said of
-    /// its rate limit (`ProviderCallSchedule.pause`); 0: never asked. The sender leases no call
-    /// of a paused provider.
-    public func pausedUntil() -> Double { 0 }
+    /// Until when (since the Unix epoch) the provider asked not to be called, by what its answers
+    /// said of its rate limit (`ProviderCallSchedule.pause`); zero: never asked. The sender leases
+    /// no call of a paused provider.
+    public func pausedUntil() -> Duration { .zero }
 }
 
 /// A provider's pause as its answers set it: the call threads note each answer, the sender reads
 /// it before it leases.
 final class ProviderPause: Sendable {
-    private let until = Mutex<Double>(0)
+    private let until = Mutex<Duration>(.zero)
 
     /// Notes an answer with `status` that said `limit` at `now` (Unix seconds).
     func note(_ limit: ProviderRateLimit, status: Int, now: Double) {
-        until.withLock { $0 = ProviderCallSchedule.pause(until: $0, after: limit, status: status, now: now) }
+        until.withLock { $0 = ProviderCallSchedule.pause(until: $0, after: limit, status: status, now: .seconds(now)) }
     }
 
-    var value: Double { until.withLock { $0 } }
+    var value: Duration { until.withLock { $0 } }
 }

@@ -56,8 +56,8 @@ public final class ProviderSender: Service {
             connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify providers") },
             claim: { c, limit, rounds in
                 // A provider that asked not to be called (its rate limit) gets no call until then.
-                let now = WallClock.system.sinceEpoch.inSeconds
-                let open = targets.filter { (clientsByTarget[$0]?.pausedUntil() ?? 0) <= now }
+                let now = WallClock.system.sinceEpoch
+                let open = targets.filter { (clientsByTarget[$0]?.pausedUntil() ?? .zero) <= now }
                 return try steps.cycle(&rounds, claimLimit: open.isEmpty ? 0 : limit, targets: open, on: c)
             },
             makeLocal: { () },
