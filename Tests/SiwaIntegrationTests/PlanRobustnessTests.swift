@@ -384,7 +384,8 @@ struct PlanRobustnessTests {
             probe(RevocationStatements.counts, (), rows: 0),
             probe(RevocationStatements.unconfirmedCount, (), rows: 0),
             probe(ForwardStatements.backlog, (), rows: base / 2, perRow: 5, readsBacklog: true, only: ["siwa.forwards"]),
-            probe(ProviderCallStatements.backlog, (), rows: base, perRow: 5, readsBacklog: true, only: ["siwa.provider_calls"]),
+            // Per provider: the waiting calls counted, those in flight, the oldest, the dead (~6 entries a call).
+            probe(ProviderCallStatements.backlog, (), rows: base, perRow: 7, readsBacklog: true, only: ["siwa.provider_calls"]),
             probe(TransferStatements.counts, (), rows: 1),
             probe(ReconcileStatements.counts, (), rows: 1),
             probe(ConsoleStatements.idRange, (), rows: 2),
