@@ -1,4 +1,5 @@
 import ArgumentParser
+import SiwaApp
 import Synchronization
 
 #if canImport(Glibc)
@@ -9,11 +10,20 @@ import Glibc
 /// signal to every process) must never kill it, also while it starts, before `serve`, `receive`
 /// or `work` installs its reload handler. Until then a SIGHUP is only remembered; the runner
 /// reloads once when it installs its handler and finds one was received.
+///
+/// A command that fails prints its one line after the log lines queued before the failure (the
+/// log writer drains them on a thread of its own): a refused start's reason is its last line.
 @main
 enum Entry {
     static func main() {
         EarlySignals.holdHangUps()
-        SiwaNotify.main()
+        do {
+            var command = try SiwaNotify.parseAsRoot()
+            try command.run()
+        } catch {
+            LogWriter.standardError.flush(timeout: .seconds(2))
+            SiwaNotify.exit(withError: error)
+        }
     }
 }
 

@@ -218,7 +218,12 @@ struct ReconcileTests {
         }
         #expect(validated, "\(second.log)")
         #expect(harness.fake.calls(to: "/auth/token").filter { $0.form?["grant_type"] == "refresh_token" }.count == 2)
-        #expect(try Self.value(harness.conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = '001.killed'") == "active")
+        // The account is the sign-in event's, which a worker applies: the killed one may not have
+        // (a batch rolled back), and the second process's runs beside its reconciler.
+        let applied = try eventually(timeout: 30) { try Self.value(harness.conninfo, "SELECT count(*) FROM siwa.event_queue") == "0" }
+        #expect(applied, "\(second.log)")
+        let status = try Self.value(harness.conninfo, "SELECT status FROM siwa.accounts WHERE apple_sub = '001.killed'")
+        #expect(status == "active", "account status \(status ?? "none")")
     }
 
     // MARK: The shared pace, leases, and what a kill loses
