@@ -314,37 +314,30 @@ public final class ConsoleHandler: Sendable {
         }
         let target = kind + ":" + (all ? (type.map { "type=" + $0 } ?? "all") : "ids=" + ids.prefix(50).joined(separator: ","))
         let count = try pool.withConnection(timeout: .seconds(5)) { c -> Int in
+            // A kind's selection: its ids, one type (a provider call's target), or everything.
+            func replay<IDs>(
+                _ byIDs: Statement<IDs, Void>, _ selected: IDs, _ byType: Statement<String, Void>, _ everything: Statement<Void, Void>
+            ) throws(PostgresError) -> Int {
+                if !all { return try c.affected(byIDs, selected) }
+                if let type { return try c.affected(byType, type) }
+                return try c.affected(everything, ())
+            }
             let n: Int
             switch kind {
             case "events":
-                if !all {
-                    n = try c.affected(OperatorStatements.replayIDs, ids.compactMap { Int64($0) })
-                } else if let type {
-                    n = try c.affected(OperatorStatements.replayType, type)
-                } else {
-                    n = try c.affected(OperatorStatements.replayAll, ())
-                }
+                n = try replay(
+                    OperatorStatements.replayIDs, ids.compactMap { Int64($0) }, OperatorStatements.replayType, OperatorStatements.replayAll)
             case "revocations":
                 n =
                     all
                     ? (try c.row(RevocationStatements.replayDead) ?? 0)
                     : (try c.row(ConsoleStatements.replayRevocationIDs, ids.compactMap { Int64($0) }) ?? 0)
             case "provider-calls":
-                if !all {
-                    n = try c.affected(ProviderCallStatements.replayIDs, ids.compactMap { Int64($0) })
-                } else if let type {
-                    n = try c.affected(ProviderCallStatements.replayTarget, type)
-                } else {
-                    n = try c.affected(ProviderCallStatements.replayAll, ())
-                }
+                n = try replay(
+                    ProviderCallStatements.replayIDs, ids.compactMap { Int64($0) }, ProviderCallStatements.replayTarget,
+                    ProviderCallStatements.replayAll)
             default:
-                if !all {
-                    n = try c.affected(ConsoleStatements.replayForwardIDs, ids)
-                } else if let type {
-                    n = try c.affected(ForwardStatements.replayType, type)
-                } else {
-                    n = try c.affected(ForwardStatements.replayAll, ())
-                }
+                n = try replay(ConsoleStatements.replayForwardIDs, ids, ForwardStatements.replayType, ForwardStatements.replayAll)
             }
             try record(c, context, "replay", target + " (\(n))")
             return n
