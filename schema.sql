@@ -706,13 +706,19 @@ REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_receiver;
 
 -- ───── Shared functions ─────
 
--- The subject hash that logs print instead of a `sub` (first 16 hex digits of its SHA-256):
--- the same value in dashboards, so an operator can join the two. Inlined into the queries that
--- call it (and behind accounts_sub_hash_idx), so it cannot pin a search_path: every name in it
--- is qualified instead, and it calls no operator.
+-- The subject hash that logs print instead of a `sub` (first 16 hex digits of the SHA-256 of its
+-- UTF-8 bytes): the same value in dashboards, so an operator can join the two. Inlined into the
+-- queries that call it and into accounts_sub_hash_idx's entries, so it cannot pin a search_path:
+-- every name in it is qualified instead, and it calls no operator. PostgreSQL inlines an
+-- immutable SQL function only if all it calls is immutable, and `convert_to` is stable: a body
+-- holding it would go through the SQL-function executor at each call, for each account the
+-- worker creates (bench/README.md, *cost*). This schema applies to UTF8 and SQL_ASCII databases
+-- only (its text converts to no other encoding), where a text's stored bytes are its UTF-8
+-- bytes: `decode(…, 'escape')` of the text with each backslash doubled returns exactly them.
 CREATE OR REPLACE FUNCTION siwa.subject_hash(sub text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(sub, 'UTF8')), 'hex'), 16) $$;
+AS $$ SELECT pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+    pg_catalog.decode(pg_catalog.replace(sub, E'\\', E'\\\\'), 'escape')), 'hex'), 16) $$;
 -- PUBLIC executes none of siwa's functions (the README's grants table, checked by a test): the
 -- dashboards and the worker hold subject_hash by name.
 REVOKE ALL ON FUNCTION siwa.subject_hash(text) FROM PUBLIC;

@@ -82,6 +82,16 @@ struct PlantedFunctionTests {
         #expect(unpinned == ["mask_email", "subject_hash"])
     }
 
+    @Test("the two unpinned functions are inlined where they are called (no call per row, no grant needed)")
+    func unpinnedFunctionsInlined() throws {
+        let conninfo = try TestDatabase.create()
+        let plan = try TestDatabase.query(
+            conninfo, "EXPLAIN (VERBOSE) SELECT siwa.subject_hash(apple_sub), siwa.mask_email(email) FROM siwa.accounts"
+        ).rows.compactMap { $0[0] }.joined(separator: "\n")
+        #expect(plan.contains("sha256") && plan.contains("strpos"), "\(plan)")
+        #expect(!plan.contains("subject_hash") && !plan.contains("mask_email"), "\(plan)")
+    }
+
     @Test("the shadows work: a call that needs an implicit cast runs the planted one")
     func shadowsWork() throws {
         let conninfo = try TestDatabase.createEmpty()

@@ -178,7 +178,9 @@ struct StoreTests {
     @Test("the subject hash of the dashboard views is the one the logs print (an operator can join them)")
     func subjectHashMatchesLogs() throws {
         let url = try TestDatabase.create()
-        for sub in ["000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105", "caf\u{E9}", ""] {
+        // Backslashes too: the SQL hashes the text's bytes through `decode(…, 'escape')`.
+        let subs = ["000739.90ab72d5c78444a9bdf1a3fb80ff6660.2105", "caf\u{E9}", "", "a\\b", "\\x41", "\\101", "x\\\\y\u{1F600}\\"]
+        for sub in subs {
             #expect(try TestDatabase.query(url, "SELECT siwa.subject_hash($1)", [sub]).scalar == SubjectHash.of(sub))
         }
         // Pinned, computed outside Swift and PostgreSQL (SubjectHashTests has the command).
