@@ -257,6 +257,8 @@ struct PlanRobustnessTests {
         list.append(
             probe(WorkerStatements.writeAppAccounts, subs.map { ($0, "com.example.a", AccountState(status: .active)) }, begin: worker, rows: batch))
         list.append(
+            probe(WorkerStatements.insertAppAccounts, (0..<10).map { ("new.\($0)", "com.example.a", active) }, begin: worker, rows: 10))
+        list.append(
             probe(
                 WorkerStatements.revokeSessions, subs.map { .init(sub: $0, createdAtOrBefore: now, reason: "consent-revoked", aud: "com.example.a") },
                 begin: worker, rows: batch))

@@ -392,6 +392,51 @@ struct StoreTests {
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.events WHERE type = 'sign-in'").scalar == "1")
     }
 
+    @Test(
+        "an app account a transfer import creates while a batch inserts it: the batch waits, fails, and applies its events one by one, none lost"
+    )
+    func appAccountCreatedMeanwhile() throws {
+        let url = try TestDatabase.create()
+        let admin = try PostgresConnection(conninfo: url)
+        _ = try admin.rows(
+            OutboxStatements.insert,
+            [
+                Self.notification(jti: "meanwhile-1", sub: "meanwhile.a", type: "email-disabled", email: "a@privaterelay.appleid.com"),
+                Self.notification(jti: "meanwhile-2", sub: "meanwhile.b", type: "email-disabled", email: "b@privaterelay.appleid.com"),
+            ])
+        // The import's transaction: an app account of the first user, not yet committed.
+        let importer = try PostgresConnection(conninfo: url)
+        _ = try importer.execute("BEGIN")
+        _ = try importer.execute("INSERT INTO siwa.app_accounts (apple_sub, aud, status) VALUES ('meanwhile.a', 'com.example.a', 'active')")
+        let logs = LogSink.capturing()
+        let logger = Logger(label: "meanwhile") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
+        let worker = Worker(conninfo: url, options: Worker.Options(), logger: logger, metrics: Metrics())
+        let handled = Mutex<Result<Int, PostgresError>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let result = Result { () throws(PostgresError) -> Int in try worker.processBatch(on: try PostgresConnection(conninfo: url)) }
+            handled.withLock { $0 = result }
+            done.signal()
+        }
+        let waiting = try eventually(timeout: 10) {
+            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                .scalar == "1"
+        }
+        #expect(waiting, "the batch never waited for the import's app account")
+        _ = try importer.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 15) == .success)
+        #expect(throws: Never.self) { try handled.withLock { $0 }?.get() }
+        #expect(logs.lines.contains { $0.contains("applying one by one") }, "\(logs.lines)")
+        let events = try TestDatabase.query(url, "SELECT sub || ':' || status || ':' || coalesce(outcome, '') FROM siwa.events ORDER BY sub")
+        #expect(events.rows.map { $0[0] ?? "" } == ["meanwhile.a:done:applied", "meanwhile.b:done:applied"])
+        let apps = try TestDatabase.query(
+            url, "SELECT apple_sub || ':' || email_forwarding::text || ':' || email FROM siwa.app_accounts ORDER BY apple_sub")
+        #expect(
+            apps.rows.map { $0[0] ?? "" } == [
+                "meanwhile.a:false:a@privaterelay.appleid.com", "meanwhile.b:false:b@privaterelay.appleid.com",
+            ])
+    }
+
     @Test("accounts are created and locked in one sub order: a batch and another worker's one-by-one path do not deadlock")
     func accountLockOrder() throws {
         let url = try TestDatabase.create()

@@ -33,7 +33,7 @@ READERS = {
     "accounts_status_idx": "`siwa.account_status_summary` (dashboard view, index-only scan)",
     "accounts_sub_hash_idx": "console `/console/users?q=<sub hash>`",
     "app_accounts": "worker (`lock_app_accounts`), `user_report`",
-    "app_accounts_pkey": "worker (`lock_app_accounts`, `write_app_accounts`), `user_report`",
+    "app_accounts_pkey": "worker (`lock_app_accounts`, `insert_app_accounts`, `write_app_accounts`), `user_report`",
     "app_accounts_status_idx": "`siwa.app_account_status_summary` (`status`: users per app)",
     "sessions": "the app's session check; console user page; `user_report`",
     "sessions_pkey": "`revoke_sessions` (update by id); the app's session check",

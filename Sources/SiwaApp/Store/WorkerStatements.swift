@@ -245,10 +245,8 @@ enum WorkerStatements {
             )
         })
 
-    /// Creates or rewrites app accounts.
-    static let writeAppAccounts = Statement<[(sub: String, aud: String, state: AccountState)], Void>(
-        "write_app_accounts",
-        """
+    /// Inserts app account states, in the one order of every writer (sub, then aud).
+    private static let appAccountInsert = """
         INSERT INTO siwa.app_accounts AS a (apple_sub, aud, status, email, is_private_email, email_forwarding,
                                             last_event_time, email_event_time, status_event_time, signed_in_at,
                                             address_event_time)
@@ -268,22 +266,40 @@ enum WorkerStatements {
             pg_catalog.unnest($11::bigint[]))
              AS u(sub, aud, status, email, priv, fwd, last_ms, email_ms, status_ms, signed_ms, address_ms)
         ORDER BY u.sub COLLATE "C", u.aud
-        ON CONFLICT (apple_sub, aud) DO UPDATE SET status = excluded.status, email = excluded.email,
-            is_private_email = excluded.is_private_email, email_forwarding = excluded.email_forwarding,
-            last_event_time = excluded.last_event_time, email_event_time = excluded.email_event_time,
-            status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at,
-            address_event_time = excluded.address_event_time, updated_at = pg_catalog.now()
-        """,
-        bind: { rows in
-            [
-                SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.aud }),
-                SQLEncoding.array(rows.map { $0.state.status.rawValue }), SQLEncoding.array(rows.map { $0.state.email }),
-                SQLEncoding.array(rows.map { $0.state.isPrivateEmail }), SQLEncoding.array(rows.map { $0.state.emailForwarding }),
-                SQLEncoding.array(rows.map { $0.state.lastEventTime }), SQLEncoding.array(rows.map { $0.state.emailEventTime }),
-                SQLEncoding.array(rows.map { $0.state.statusEventTime }), SQLEncoding.array(rows.map { $0.state.signedInAt }),
-                SQLEncoding.array(rows.map { $0.state.addressEventTime }),
-            ]
-        })
+        """
+
+    private static func appAccountBinds(_ rows: [(sub: String, aud: String, state: AccountState)]) -> [String?] {
+        [
+            SQLEncoding.array(rows.map { $0.sub }), SQLEncoding.array(rows.map { $0.aud }),
+            SQLEncoding.array(rows.map { $0.state.status.rawValue }), SQLEncoding.array(rows.map { $0.state.email }),
+            SQLEncoding.array(rows.map { $0.state.isPrivateEmail }), SQLEncoding.array(rows.map { $0.state.emailForwarding }),
+            SQLEncoding.array(rows.map { $0.state.lastEventTime }), SQLEncoding.array(rows.map { $0.state.emailEventTime }),
+            SQLEncoding.array(rows.map { $0.state.statusEventTime }), SQLEncoding.array(rows.map { $0.state.signedInAt }),
+            SQLEncoding.array(rows.map { $0.state.addressEventTime }),
+        ]
+    }
+
+    /// Creates app accounts that `lockAppAccounts` did not find. A plain insert, with no
+    /// speculative insertion: the batch holds each user's account lock, under which only the
+    /// worker writes that user's app accounts. A transfer import does not take it: an app
+    /// account it creates meanwhile fails the insert (unique key), and the batch is then applied
+    /// event by event, each reading its app accounts again.
+    static let insertAppAccounts = Statement<[(sub: String, aud: String, state: AccountState)], Void>(
+        "insert_app_accounts", appAccountInsert, bind: appAccountBinds)
+
+    /// Rewrites the app accounts `lockAppAccounts` locked (an upsert: on rows that exist it costs
+    /// what an UPDATE by key does).
+    static let writeAppAccounts = Statement<[(sub: String, aud: String, state: AccountState)], Void>(
+        "write_app_accounts",
+        appAccountInsert + """
+
+            ON CONFLICT (apple_sub, aud) DO UPDATE SET status = excluded.status, email = excluded.email,
+                is_private_email = excluded.is_private_email, email_forwarding = excluded.email_forwarding,
+                last_event_time = excluded.last_event_time, email_event_time = excluded.email_event_time,
+                status_event_time = excluded.status_event_time, signed_in_at = excluded.signed_in_at,
+                address_event_time = excluded.address_event_time, updated_at = pg_catalog.now()
+            """,
+        bind: appAccountBinds)
 
     struct SessionsToRevoke {
         var sub: String

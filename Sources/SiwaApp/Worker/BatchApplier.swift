@@ -92,7 +92,11 @@ enum BatchApplier {
             }
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
-        if !changedApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, changedApps) }
+        // A new app account is inserted plainly, an existing one (locked above) rewritten.
+        let newApps = changedApps.filter { apps[$0.sub]?[$0.aud] == nil }
+        let existingApps = changedApps.filter { apps[$0.sub]?[$0.aud] != nil }
+        if !newApps.isEmpty { try c.affected(WorkerStatements.insertAppAccounts, newApps) }
+        if !existingApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, existingApps) }
         if !sessionsToRevoke.isEmpty { try c.affected(WorkerStatements.revokeSessions, sessionsToRevoke) }
         try AuthLibraryApplier.apply(libraries, events: events, decisions: decisions, on: c)
         // Forwarding: queued with the effect (same transaction), before a deletion erases emails.
