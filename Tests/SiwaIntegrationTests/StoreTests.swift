@@ -356,28 +356,19 @@ struct StoreTests {
         _ = try worker.execute("BEGIN")
         _ = try worker.execute(
             "UPDATE siwa.accounts SET status = 'deleted', status_event_time = now() - interval '1 minute' WHERE apple_sub = $1", [sub])
-        let answer = Mutex<String?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
+        let answer = Background {
             // A sign-in two minutes ago, stored late.
-            let result = try? TestDatabase.query(
+            try TestDatabase.query(
                 url,
                 """
                 SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true,
                                               now() - interval '2 minutes')
                 """, [sub]
             ).scalar
-            answer.withLock { $0 = result }
-            done.signal()
         }
-        let waiting = try eventually(timeout: 10) {
-            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
-                .scalar == "1"
-        }
-        #expect(waiting, "store_apple_token never waited for the worker's deletion")
+        #expect(try Self.oneWaitsForALock(url), "store_apple_token never waited for the worker's deletion")
         _ = try worker.execute("COMMIT")
-        #expect(done.wait(timeout: .now() + 15) == .success)
-        #expect(answer.withLock { $0 } == "deleted")
+        #expect(try answer.result()?.get() == "deleted")
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.apple_tokens").scalar == "0")
         #expect(
             try TestDatabase.query(url, "SELECT reason || ':' || status FROM siwa.revocations WHERE apple_sub = $1", [sub]).scalar
@@ -411,21 +402,10 @@ struct StoreTests {
         let logs = LogSink.capturing()
         let logger = Logger(label: "meanwhile") { LineLogHandler(label: $0, level: .debug, format: .json, sink: logs) }
         let worker = Worker(conninfo: url, options: Worker.Options(), logger: logger, metrics: Metrics())
-        let handled = Mutex<Result<Int, PostgresError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            let result = Result { () throws(PostgresError) -> Int in try worker.processBatch(on: try PostgresConnection(conninfo: url)) }
-            handled.withLock { $0 = result }
-            done.signal()
-        }
-        let waiting = try eventually(timeout: 10) {
-            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
-                .scalar == "1"
-        }
-        #expect(waiting, "the batch never waited for the import's app account")
+        let handled = Background { try worker.processBatch(on: try PostgresConnection(conninfo: url)) }
+        #expect(try Self.oneWaitsForALock(url), "the batch never waited for the import's app account")
         _ = try importer.execute("COMMIT")
-        #expect(done.wait(timeout: .now() + 15) == .success)
-        #expect(throws: Never.self) { try handled.withLock { $0 }?.get() }
+        #expect(try handled.result()?.get() == 2)
         #expect(logs.lines.contains { $0.contains("applying one by one") }, "\(logs.lines)")
         let events = try TestDatabase.query(url, "SELECT sub || ':' || status || ':' || coalesce(outcome, '') FROM siwa.events ORDER BY sub")
         #expect(events.rows.map { $0[0] ?? "" } == ["meanwhile.a:done:applied", "meanwhile.b:done:applied"])
@@ -460,29 +440,18 @@ struct StoreTests {
         // A batch of both (worker A) waits for B's lock on 'lock.a'. It must not hold 'lock.b'
         // meanwhile (inserting new accounts before locking existing ones did).
         let both = [event("lock.a"), event("lock.b")]
-        let batch = Mutex<Result<[AccountDecision], PostgresError>?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            let result = Result { () throws(PostgresError) -> [AccountDecision] in
-                let a = try PostgresConnection(conninfo: url)
-                return try a.transaction { c throws(PostgresError) in try BatchApplier.apply(both, hook: .shippedNoOp, on: c) }
+        let batch = Background {
+            try PostgresConnection(conninfo: url).transaction { c throws(PostgresError) in
+                try BatchApplier.apply(both, hook: .shippedNoOp, on: c).count
             }
-            batch.withLock { $0 = result }
-            done.signal()
         }
-        let waiting = try eventually(timeout: 10) {
-            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
-                .scalar == "1"
-        }
-        #expect(waiting, "the batch never waited for the account lock")
+        #expect(try Self.oneWaitsForALock(url), "the batch never waited for the account lock")
         // B goes on with 'lock.b': it must not wait for A (a deadlock PostgreSQL would break after
         // deadlock_timeout by failing one side).
         let second = Result { () throws(PostgresError) -> [AccountDecision] in try BatchApplier.apply([event("lock.b")], hook: .shippedNoOp, on: b) }
         #expect(throws: Never.self) { try second.get() }
         _ = try b.execute("COMMIT")
-        #expect(done.wait(timeout: .now() + 15) == .success)
-        let outcome = batch.withLock { $0 }
-        #expect(throws: Never.self) { try outcome?.get() }
+        #expect(try batch.result()?.get() == 2)
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.accounts WHERE status = 'consent_revoked'").scalar == "2")
     }
 
@@ -534,5 +503,35 @@ struct OwnerMigrationTests {
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM pg_proc WHERE proname = 'on_event'").scalar == "1")
         let connection = try PostgresConnection(conninfo: url)
         #expect(try connection.row(WorkerStatements.hookIsDefault) == true)
+    }
+}
+
+extension StoreTests {
+    /// Bounded: true once one backend of the test's database waits for a lock.
+    static func oneWaitsForALock(_ url: String) throws -> Bool {
+        try eventually(timeout: 10) {
+            try TestDatabase.query(url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")
+                .scalar == "1"
+        }
+    }
+}
+
+/// Work on a thread of its own (it blocks on a lock the test holds); `result()` waits for it, bounded.
+final class Background<T: Sendable>: Sendable {
+    private let outcome = Mutex<Result<T, any Error>?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ body: @escaping @Sendable () throws -> T) {
+        Thread.detachNewThread {
+            let result = Result { try body() }
+            self.outcome.withLock { $0 = result }
+            self.done.signal()
+        }
+    }
+
+    /// Its result, or nil when it has not finished within `seconds`.
+    func result(within seconds: Double = 15) -> Result<T, any Error>? {
+        guard done.wait(timeout: .now() + seconds) == .success else { return nil }
+        return outcome.withLock { $0 }
     }
 }
