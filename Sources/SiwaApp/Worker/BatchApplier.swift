@@ -93,8 +93,11 @@ enum BatchApplier {
         }
         if !changed.isEmpty { try c.affected(WorkerStatements.updateAccounts, changed) }
         // A new app account is inserted plainly, an existing one (locked above) rewritten.
-        let newApps = changedApps.filter { apps[$0.sub]?[$0.aud] == nil }
-        let existingApps = changedApps.filter { apps[$0.sub]?[$0.aud] != nil }
+        var newApps: [(sub: String, aud: String, state: AccountState)] = []
+        var existingApps: [(sub: String, aud: String, state: AccountState)] = []
+        for app in changedApps {
+            if apps[app.sub]?[app.aud] == nil { newApps.append(app) } else { existingApps.append(app) }
+        }
         if !newApps.isEmpty { try c.affected(WorkerStatements.insertAppAccounts, newApps) }
         if !existingApps.isEmpty { try c.affected(WorkerStatements.writeAppAccounts, existingApps) }
         if !sessionsToRevoke.isEmpty { try c.affected(WorkerStatements.revokeSessions, sessionsToRevoke) }
