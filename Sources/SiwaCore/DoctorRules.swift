@@ -140,6 +140,9 @@ public struct DoctorFacts: Sendable {
     public var providers: [Provider] = []
     /// The providers' call queues, read as the worker's role (nil: not read).
     public var providerQueues: [ProviderQueue]? = nil
+    /// Who, besides superusers and siwa's roles, may create objects in a schema that holds a
+    /// configured auth library's tables (`PUBLIC` for every login).
+    public var libraryCreators: [(schema: String, role: String)] = []
 
     public init(
         process: DoctorProcess, api: Bool, conninfoOptions: [String: String]?, database: Database?, databaseProblem: String?,
@@ -162,6 +165,32 @@ public struct DoctorFacts: Sendable {
 
 /// `doctor`'s decisions: each finding from the facts, with its fix.
 public enum DoctorRules {
+    /// A role that may create in a library's schema can plant an operator there (for the
+    /// library's `varchar` columns none of pg_catalog's fits exactly). siwa-notify's sessions pin
+    /// their search_path, so it runs none of them; the app's own connections may, with the
+    /// app's rights, so each such login is worth knowing, and PUBLIC is worth fixing.
+    static func libraryCreators(_ creators: [(schema: String, role: String)]) -> [DoctorFinding] {
+        var out: [DoctorFinding] = []
+        let publicSchemas = creators.filter { $0.role == "PUBLIC" }.map(\.schema)
+        if !publicSchemas.isEmpty {
+            out.append(
+                DoctorFinding(
+                    "library-schema-writable", .medium,
+                    "every login may create objects in schema \(publicSchemas.joined(separator: ", ")), which holds an auth library's tables: one may plant an operator the app's own statements run",
+                    fix: publicSchemas.map { "REVOKE CREATE ON SCHEMA \($0) FROM PUBLIC;" }.joined(separator: " ")))
+        }
+        let named = creators.filter { $0.role != "PUBLIC" }
+        if !named.isEmpty {
+            let list = named.map { "\($0.role) on \($0.schema)" }.joined(separator: ", ")
+            out.append(
+                DoctorFinding(
+                    "library-schema-creators", .info,
+                    "these roles may create objects where an auth library keeps its tables (\(list)): siwa-notify's sessions pin their search_path and run nothing they plant; the app's own connections do not",
+                    fix: "keep these logins as guarded as the owner's, or revoke CREATE where the app's migrations no longer need it"))
+        }
+        return out
+    }
+
     public static func findings(_ facts: DoctorFacts) -> [DoctorFinding] {
         var out: [DoctorFinding] = []
         if facts.conninfoOptions == nil {
@@ -179,6 +208,7 @@ public enum DoctorRules {
                     fix: "check SIWA_DATABASE_URL (host, credentials, pg_hba.conf) and that PostgreSQL is up"))
         }
         if let db = facts.database { out += database(db, facts) }
+        out += libraryCreators(facts.libraryCreators)
         if let problem = facts.authLibraryProblem {
             out.append(
                 DoctorFinding(

@@ -217,6 +217,21 @@ struct DoctorTests {
         #expect(d.finding("auth-library")?.message.contains("no index") == true)
         try d.sql(#"CREATE INDEX ON accounts ("providerAccountId"); CREATE INDEX ON sessions ("userId")"#)
         #expect(d.problems() == [], "\(d.examine().text)")
+
+        // Who else may create where the library's tables are: the app's migration role, INFO;
+        // every login (CREATE to PUBLIC), MEDIUM with its fix.
+        try d.sql(
+            "DO $$ BEGIN CREATE ROLE app_migrator NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; GRANT CREATE ON SCHEMA public TO app_migrator"
+        )
+        let creators = try #require(d.finding("library-schema-creators"))
+        #expect(creators.severity == .info && creators.message.contains("app_migrator on public"), "\(creators.message)")
+        #expect(!creators.message.contains("siwa_"))
+        try d.sql("GRANT CREATE ON SCHEMA public TO PUBLIC")
+        let writable = try #require(d.finding("library-schema-writable"))
+        #expect(writable.severity == .medium && writable.fix == "REVOKE CREATE ON SCHEMA public FROM PUBLIC;")
+        try d.apply(writable.fix)
+        #expect(d.finding("library-schema-writable") == nil)
+        #expect(d.finding("library-schema-creators", .receive) == nil, "receive applies nothing to the library's tables")
     }
 
     @Test(

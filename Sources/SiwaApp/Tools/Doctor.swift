@@ -25,7 +25,7 @@ public enum Doctor {
                 facts.databaseProblem = "\(error)"
             }
             if facts.database != nil, process != .receive {
-                facts.authLibraryProblem = authLibraryProblem(config, conninfo: url)
+                (facts.authLibraryProblem, facts.libraryCreators) = authLibraries(config, conninfo: url)
                 facts.providerQueues = try? providerQueues(conninfo: url)
             }
         }
@@ -58,13 +58,19 @@ public enum Doctor {
         }
     }
 
-    /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it; nil when it passes (or no target).
-    static func authLibraryProblem(_ config: ServerConfiguration, conninfo: String) -> String? {
+    /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it (nil when it passes, or no
+    /// target), and who else may create in the schemas of the tables it found.
+    static func authLibraries(
+        _ config: ServerConfiguration, conninfo: String
+    ) -> (problem: String?, creators: [(schema: String, role: String)]) {
         do {
-            _ = try AuthLibraryCheck.resolve(config.authLibraries, conninfo: conninfo)
-            return nil
+            let targets = try AuthLibraryCheck.resolve(config.authLibraries, conninfo: conninfo)
+            let schemas = Set(targets.schemas.flatMap(\.tables).compactMap { $0.schema ?? $0.foundIn }).sorted()
+            guard !schemas.isEmpty else { return (nil, []) }
+            let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+            return (nil, try c.rows(DoctorStatements.schemaCreators, schemas).map { ($0.schema, $0.role) })
         } catch {
-            return "\(error)"
+            return ("\(error)", [])
         }
     }
 
