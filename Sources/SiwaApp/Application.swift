@@ -160,14 +160,16 @@ public final class Application: Sendable {
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
         let probe = AdminProbe(
             conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
-            providers: !config.hostedProviders.targets.isEmpty)
+            providers: !config.hostedProviders.targets.isEmpty, logger: logger)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
         var keys: KeyStore?
+        var heldKeys: KeyStore?
         var writer: OutboxWriter?
         if roles.contains(.receive) || roles.contains(.work) {
             let store = try keyStore(pool: pool)
+            heldKeys = store
             try group.start(
                 PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
                     if store.isRefreshDue { try? store.refresh() }
@@ -192,7 +194,8 @@ public final class Application: Sendable {
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
         let console = try consoleHandler(apiOn: tokens != nil, conninfo: conninfo, inAppDeletion: appleAPI != nil, group: group)
-        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api, console: console)
+        let admin = AdminHandler(
+            pool: pool, probe: probe, keys: keys, heldKeys: heldKeys, writer: writer, metrics: metrics, api: api, console: console)
         var adminConfiguration = listenerConfiguration(config.adminListen, threads: 2)
         adminConfiguration.keptHeaders = ConsoleHandler.keptHeaders
         adminConfiguration.readsQuery = true

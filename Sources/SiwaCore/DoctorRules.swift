@@ -369,7 +369,7 @@ public enum DoctorRules {
             ]
         case .asynchronous: return [DoctorFinding("commit-durability", .medium, d.summary, fix: fix)]
         case .thisServer: return [DoctorFinding("commit-durability", .info, d.summary, fix: fix)]
-        case .unknown: return [DoctorFinding("commit-durability", .info, d.summary, fix: "GRANT pg_monitor TO \(d.role);")]
+        case .unknown: return [DoctorFinding("commit-durability", .info, d.summary, fix: "GRANT pg_read_all_stats TO \(d.role);")]
         }
     }
 

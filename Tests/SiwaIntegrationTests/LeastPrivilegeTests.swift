@@ -35,6 +35,11 @@ struct LeastPrivilegeTests {
         #expect(applied)
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NULL").scalar == "0")
         #expect(try receiver.admin("/readyz").status == 200)
+        // `work` holds the key set too (its refresher keeps it): the gauge says so.
+        #expect(
+            try eventually(timeout: 10) {
+                try worker.admin("/metrics").body.split(separator: "\n").contains { $0.hasPrefix("siwa_keys_loaded ") && !$0.hasSuffix(" 0") }
+            }, "siwa_keys_loaded counts the keys work holds")
         let metrics = try receiver.admin("/metrics").body
         #expect(metrics.contains("siwa_outbox_backlog"))
         // The worker keeps the key set the receivers fall back on (their role may only read it).

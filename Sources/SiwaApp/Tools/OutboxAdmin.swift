@@ -263,7 +263,7 @@ public enum OutboxAdmin {
         guard let d else { return [["database durability", "unknown (cannot read it)"]] }
         return [
             ["database durability", d.summary],
-            ["synchronous standbys", d.synchronousStandbys.map(String.init) ?? "unknown — grant pg_monitor to \(d.role)"],
+            ["synchronous standbys", d.synchronousStandbys.map(String.init) ?? "unknown — grant pg_read_all_stats to \(d.role)"],
         ]
     }
 
