@@ -141,6 +141,7 @@ public final class Application: Sendable {
         }
         try migrate(conninfo)
         logDurability(conninfo)
+        if configuration.databaseURL != nil { warnOfOwnerLogin(conninfo) }
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let appleAPI = try config.appleAPI.map { try AppleAPICredentials.load($0, audiences: config.audiences, logger: logger) }
         if let appleAPI {
@@ -443,6 +444,17 @@ public final class Application: Sendable {
             }
         } catch {
             logger.warning("database durability unknown", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// A process that runs as a superuser or as the schema's owner can do anything a leak of its
+    /// login would: said once at start, with the fix (`doctor` reports it as HIGH).
+    private func warnOfOwnerLogin(_ conninfo: String) {
+        guard let identity = try? Doctor.identity(conninfo: conninfo) else { return }
+        if identity.superuser || identity.ownsSchema {
+            logger.warning(
+                "this process connects as \(identity.superuser ? "a superuser" : "the owner of schema siwa"): give it a login of its own with only the roles it needs",
+                metadata: ["role": "\(identity.login)", "fix": "docs/operations.md, \"PostgreSQL\""])
         }
     }
 

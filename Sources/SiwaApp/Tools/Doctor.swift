@@ -36,6 +36,15 @@ public enum Doctor {
         return DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts))
     }
 
+    /// Who the login of `conninfo` is: a superuser, the schema's owner (or inheriting it).
+    static func identity(conninfo: String) throws -> (login: String, superuser: Bool, ownsSchema: Bool) {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        guard let identity = try c.row(DoctorStatements.identity) else {
+            throw PostgresError(code: .unexpectedRow, serverMessage: "doctor: the login's role was not found")
+        }
+        return (identity.login, identity.superuser, identity.ownsSchema)
+    }
+
     /// The database's facts, read as the login of `conninfo` (on the connection `serve` would get).
     static func database(conninfo: String) throws -> DoctorFacts.Database {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
