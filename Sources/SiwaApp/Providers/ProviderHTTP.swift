@@ -28,6 +28,8 @@ struct ProviderHTTP: Sendable {
         var bearer: String?
         /// A form body (`application/x-www-form-urlencoded`).
         var form: [(String, String)]?
+        /// A JSON body (`application/json`), when there is no form.
+        var json: JSONValue?
     }
 
     let provider: HostedProvider
@@ -66,6 +68,9 @@ struct ProviderHTTP: Sendable {
         if let form = request.form {
             headers.append("Content-Type: \(FormURLEncoding.contentType)")
             body = Array(FormURLEncoding.encode(form).utf8)
+        } else if let json = request.json {
+            headers.append("Content-Type: application/json")
+            body = Array(json.serialized().utf8)
         }
         let result: (status: Int?, answer: ProviderAnswer)
         do {
