@@ -223,7 +223,7 @@ final class ClerkFixture: ProviderFixture {
     func addLinkedUser(sub: String) throws { add(sub: sub, password: true) }
 
     func startSession(sub: String) throws -> String {
-        guard let id = users.withLock({ $0[sub] }), let session = instance.user(id)?.sessions.first(where: { $0.active }) else {
+        guard let id = users.withLock({ $0[sub] }), let session = instance.user(id)?.sessions.first(where: { FakeClerk.live($0.status) }) else {
             throw MotoServer.Failure(description: "no session for \(sub)")
         }
         return "\(id) \(session.id)"
@@ -231,7 +231,7 @@ final class ClerkFixture: ProviderFixture {
 
     func sessionAlive(_ session: String) throws -> Bool {
         let parts = session.split(separator: " ").map(String.init)
-        return instance.user(parts[0])?.sessions.contains { $0.id == parts[1] && $0.active } == true
+        return instance.user(parts[0])?.sessions.contains { $0.id == parts[1] && FakeClerk.live($0.status) } == true
     }
 
     func userExists(sub: String) throws -> Bool { users.withLock { $0[sub] }.flatMap(instance.user) != nil }
