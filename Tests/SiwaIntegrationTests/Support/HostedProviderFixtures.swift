@@ -122,7 +122,8 @@ final class Auth0Fixture: ProviderFixture {
 
     init() throws {
         tenant = try FakeAuth0()
-        secret = try SecretFile("auth0-client-secret", Array(FakeAuth0.secret.utf8))
+        // Ending in a newline, as `echo "$SECRET" > file` writes it: the secret is without it.
+        secret = try SecretFile("auth0-client-secret", Array((FakeAuth0.secret + "\n").utf8))
     }
 
     func configure(_ config: inout ServerConfiguration) {
@@ -205,7 +206,7 @@ final class ClerkFixture: ProviderFixture {
 
     init() throws {
         instance = try FakeClerk()
-        key = try SecretFile("clerk-secret-key", Array(FakeClerk.secretKey.utf8))
+        key = try SecretFile("clerk-secret-key", Array((FakeClerk.secretKey + "\n").utf8))
     }
 
     func configure(_ config: inout ServerConfiguration) {
