@@ -109,19 +109,21 @@ final class Auth0Fixture: ProviderFixture {
     /// Each sub's user id.
     private let users = Mutex<[String: String]>([:])
     var provider: HostedProvider { .auth0 }
+    /// What the sign-out records on the tenant's plan.
+    var signOut: String { tenant.plan == .enterprise ? "signed_out" : "refresh_tokens_revoked,blocked,unblocked" }
     var behaviour: ProviderBehaviour {
         ProviderBehaviour(
             // The sessions and refresh tokens are deleted before the user.
-            deleteAppleOnly: "signed_out,deleted",
+            deleteAppleOnly: "\(signOut),deleted",
             // Unlinking makes the Apple identity a user of its own, which is then deleted.
-            deleteLinked: "signed_out,unlinked,deleted",
+            deleteLinked: "\(signOut),unlinked,deleted",
             // A user's main identity cannot be unlinked ("Main identity cannot be removed").
             unlinksSoleIdentity: false,
             refusedCredential: "access_denied [credential]")
     }
 
-    init() throws {
-        tenant = try FakeAuth0()
+    init(plan: FakeAuth0.Plan = .enterprise) throws {
+        tenant = try FakeAuth0(plan: plan)
         // Ending in a newline, as `echo "$SECRET" > file` writes it: the secret is without it.
         secret = try SecretFile("auth0-client-secret", Array((FakeAuth0.secret + "\n").utf8))
     }
