@@ -128,7 +128,8 @@ public enum Auth0SignOut: String, Sendable, Equatable {
         switch self {
         case .sessionEndpoints: return "the Enterprise session and refresh-token endpoints"
         case .deviceCredentials:
-            return "refresh tokens revoked through device credentials and the Auth0 session ended by a block lifted at once (the tenant's plan refuses the Enterprise session endpoints)"
+            return
+                "refresh tokens revoked through device credentials and the Auth0 session ended by a block lifted at once (the tenant's plan refuses the Enterprise session endpoints)"
         }
     }
 }

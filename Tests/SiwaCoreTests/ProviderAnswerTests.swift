@@ -202,7 +202,8 @@ import Testing
     @Test("Auth0: device credential ids of either list shape; the block's body and mark; a user's block read")
     func auth0DeviceCredentialsAndBlock() throws {
         #expect(Auth0.deviceCredentialIDs(try JSONParser.parse(#"[{"id":"dcr_1","type":"refresh_token"},{"id":"dcr_2"},{}]"#)) == ["dcr_1", "dcr_2"])
-        #expect(Auth0.deviceCredentialIDs(try JSONParser.parse(#"{"start":0,"limit":1,"total":1,"device_credentials":[{"id":"dcr_3"}]}"#)) == ["dcr_3"])
+        #expect(
+            Auth0.deviceCredentialIDs(try JSONParser.parse(#"{"start":0,"limit":1,"total":1,"device_credentials":[{"id":"dcr_3"}]}"#)) == ["dcr_3"])
         #expect(Auth0.deviceCredentialIDs(try JSONParser.parse(#"{"error":"x"}"#)) == nil)
         #expect(Auth0.blockBody(true).serialized() == #"{"app_metadata":{"siwa_notify_sign_out":true},"blocked":true}"#)
         #expect(Auth0.blockBody(false).serialized() == #"{"app_metadata":{"siwa_notify_sign_out":null},"blocked":false}"#)

@@ -129,8 +129,12 @@ struct ProviderCallTests {
         #expect(fixture.tenant.user("apple|\(Self.apple)")?.blocked == false)
         try post(h, "account-delete", sub: Self.apple, at: 1_750_000_001_000)
         try post(h, "account-delete", sub: Self.linked, at: 1_750_000_001_000)
-        #expect(try Self.settled(h, sub: Self.apple).last == Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteAppleOnly, attempts: 1))
-        #expect(try Self.settled(h, sub: Self.linked) == [Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteLinked, attempts: 1)])
+        #expect(
+            try Self.settled(h, sub: Self.apple).last
+                == Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteAppleOnly, attempts: 1))
+        #expect(
+            try Self.settled(h, sub: Self.linked) == [Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteLinked, attempts: 1)]
+        )
         #expect(try !fixture.userExists(sub: Self.apple))
         #expect(fixture.unlinked == [Self.linked])
         // The Enterprise endpoints were asked once, by the start-up check, never per call.

@@ -70,7 +70,10 @@ public final class Auth0Client: HostedProviderClient {
         case .failed(let outcome): return outcome
         }
         let probe = ProviderAnswer.pathSegment(Self.probeUserID)
-        let sessions = management(.init(operation: "check_sign_out", method: "DELETE", path: "/api/v2/users/\(probe)/sessions"))
+        let sessions = management(
+            .init(
+                operation: "check_sign_out", method: "DELETE", path: "/api/v2/users/\(probe)/sessions",
+                expectedRefusal: Auth0.refusedByPlan))
         switch sessions.answer {
         case .success, .notFound:
             learn(.sessionEndpoints)
@@ -209,7 +212,7 @@ public final class Auth0Client: HostedProviderClient {
         for (operation, path) in [
             ("delete_sessions", "/api/v2/users/\(user)/sessions"), ("delete_refresh_tokens", "/api/v2/users/\(user)/refresh-tokens"),
         ] {
-            let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path))
+            let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path, expectedRefusal: Auth0.refusedByPlan))
             switch answer {
             case .success: steps.status = status ?? steps.status
             case .notFound: return .userNotFound(status: 404)

@@ -30,6 +30,9 @@ struct ProviderHTTP: Sendable {
         var form: [(String, String)]?
         /// A JSON body (`application/json`), when there is no form.
         var json: JSONValue?
+        /// A refusal the caller expects and handles (Auth0's plan refusing an Enterprise
+        /// endpoint): logged at info, not as an error.
+        var expectedRefusal: (@Sendable (ProviderOutcome) -> Bool)?
     }
 
     let provider: HostedProvider
@@ -94,11 +97,11 @@ struct ProviderHTTP: Sendable {
                 result = (nil, .failed(.retryLater(ProviderFailure(reason: error.code.rawValue))))
             }
         }
-        log(request.operation, result.answer)
+        log(request.operation, result.answer, expected: request.expectedRefusal)
         return result
     }
 
-    private func log(_ operation: String, _ answer: ProviderAnswer) {
+    private func log(_ operation: String, _ answer: ProviderAnswer, expected: (@Sendable (ProviderOutcome) -> Bool)?) {
         var metadata: Logger.Metadata = ["provider": "\(provider.rawValue)", "operation": "\(operation)"]
         switch answer {
         case .success:
@@ -114,7 +117,11 @@ struct ProviderHTTP: Sendable {
         case .failed(let outcome):
             metadata["outcome"] = "refused"
             if case .refused(let failure) = outcome { metadata["reason"] = "\(failure)" }
-            logger.error("provider refused the call", metadata: metadata)
+            if expected?(outcome) == true {
+                logger.info("provider refused the call, as it may", metadata: metadata)
+            } else {
+                logger.error("provider refused the call", metadata: metadata)
+            }
         }
     }
 }
