@@ -8,8 +8,9 @@ import Synchronization
 /// credentials: an access token from `POST /oauth/token` (audience `https://<domain>/api/v2/`),
 /// cached until shortly before it expires; a 401 drops it, and the call is tried once more with
 /// a new one. The sign-out uses what the tenant's plan allows (`Auth0SignOut`), learned by the
-/// start-up check or the first refusal and kept while the process runs. Blocking (libcurl); thread-safe. Logs name the operation and the outcome, never the
-/// secret, a token, a user id or a `sub` (docs/hosted-providers.md).
+/// start-up check or the first refusal and kept while the process runs. Blocking (libcurl);
+/// thread-safe. Logs name the operation and the outcome, never the secret, a token, a user id or
+/// a `sub` (docs/hosted-providers.md).
 public final class Auth0Client: HostedProviderClient {
     public let provider = HostedProvider.auth0
     public let domain: String
