@@ -94,10 +94,13 @@ public struct DoctorFacts: Sendable {
 
         public var provider: HostedProvider
         public var check: Check
+        /// How its users are signed out, where the provider's plan decides it (Auth0).
+        public var signOut: String?
 
-        public init(_ provider: HostedProvider, _ check: Check) {
+        public init(_ provider: HostedProvider, _ check: Check, signOut: String? = nil) {
             self.provider = provider
             self.check = check
+            self.signOut = signOut
         }
     }
 
@@ -248,8 +251,9 @@ public enum DoctorRules {
                 "provider-credential", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
         case .answered(let outcome):
             guard let problem = configuration.startProblem(p.provider, outcome) else {
+                let signOut = p.signOut.map { "; sign-out: \($0)" } ?? ""
                 return DoctorFinding(
-                    "provider-check", .info, "\(name) answers and accepts the credential", fix: "nothing to do")
+                    "provider-check", .info, "\(name) answers and accepts the credential\(signOut)", fix: "nothing to do")
             }
             if case .retryLater = outcome {
                 return DoctorFinding(

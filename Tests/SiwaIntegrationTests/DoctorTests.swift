@@ -277,6 +277,26 @@ struct DoctorTests {
         #expect(d.finding("provider-calls-waiting")?.message == "the oldest of 1 call waiting for clerk was queued 60 min ago")
     }
 
+    @Test("Auth0: provider-check names the sign-out the tenant's plan allows; a missing scope for it is HIGH")
+    func auth0SignOut() throws {
+        let d = try Deployment()
+        let fixture = try Auth0Fixture(plan: .professional)
+        defer { fixture.stop() }
+        fixture.configure(&d.config)
+        try fixture.addAppleUser(sub: "001234.doctor.0002")
+        chmod(try #require(d.config.hostedProviders.auth0?.clientSecretFile), 0o600)
+        #expect(d.problems() == [], "\(d.examine().text)")
+        #expect(d.finding("provider-check")?.message.contains("sign-out: refresh tokens revoked through device credentials") == true)
+        fixture.tenant.plan = .enterprise
+        #expect(d.finding("provider-check")?.message.contains("sign-out: the Enterprise session and refresh-token endpoints") == true)
+        fixture.tenant.scopes.remove("delete:sessions")
+        let refused = try #require(d.finding("provider-refused"))
+        #expect(refused.message.contains("insufficient_scope"), "\(refused)")
+        // Asking changed nobody.
+        let user = try #require(fixture.tenant.user("apple|001234.doctor.0002"))
+        #expect(user.signedIn && !user.blocked && user.refreshTokens.count == 2)
+    }
+
     @Test("credential files readable by others or writable by the group: HIGH; group-readable: LOW; 0600: gone")
     func secretFiles() throws {
         let d = try Deployment()
