@@ -138,8 +138,10 @@ enum SchemaDump {
         guard let pgDump = pgDumpPath() else { throw Failed(description: "pg_dump not found") }
         let process = Process()
         let output = Pipe(), errors = Pipe()
-        process.executableURL = URL(fileURLWithPath: pgDump)
-        process.arguments = ["--schema-only", "--schema=siwa", "--no-owner", "--dbname=" + conninfo]
+        // Bounded: a dump that hangs (a lock held on the schema) fails the test in a minute
+        // instead of holding the run to CI's limit.
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+        process.arguments = ["60", pgDump, "--schema-only", "--schema=siwa", "--no-owner", "--dbname=" + conninfo]
         process.standardOutput = output
         process.standardError = errors
         try process.run()
