@@ -73,3 +73,24 @@ public enum ReleaseMix {
         return nil
     }
 }
+
+extension ReleaseMix {
+    /// `doctor`'s findings about releases: this binary outside what the schema supports (HIGH:
+    /// its processes stop at start), or a mix of running releases wider than the promise (MEDIUM).
+    public static func findings(schema: RecordedSchema?, running: SemanticVersion, processes: [String]) -> [DoctorFinding] {
+        var found: [DoctorFinding] = []
+        if case .refuse(let newer) = SchemaDecision.decide(recorded: schema, running: running, digest: "") {
+            found.append(
+                DoctorFinding(
+                    "release-unsupported", .high, SchemaDecision.refusal(newer, running: running),
+                    fix: "deploy release \(newer.oldestSupported) or later"))
+        }
+        if let problem = problem(running: processes, schema: schema) {
+            found.append(
+                DoctorFinding(
+                    "release-mix", .medium, "the releases running against the database are a mix wider than the promise: \(problem)",
+                    fix: "finish the rolling upgrade (docs/operations.md \"Upgrading\"): stop or upgrade the older processes"))
+        }
+        return found
+    }
+}

@@ -24,11 +24,28 @@ public enum UnknownVariables {
         }
     }
 
+    /// Names the project's own scripts and tests read, never the server: known, so that a test
+    /// run or a development shell is not warned about them.
+    public static let tooling = [
+        "SIWA_TEST_DATABASE_URL", "SIWA_REQUIRE_DATABASE", "SIWA_BROWSER_TEST", "SIWA_FUZZ_SECONDS", "SIWA_FUZZ_TARGET",
+        "SIWA_IMAGE", "SIWA_IMAGE_BUILD", "SIWA_IMAGE_MAX_BYTES", "SIWA_IMAGE_SUITE", "SIWA_OPENAPI_RECORD",
+        "SIWA_SHUTDOWN_CYCLES", "SIWA_TEST_IMAGE",
+    ]
+
     /// The unknown `SIWA_` names of a process environment, against the variables this release's
     /// configuration reads (`ServerConfiguration.variables`: the one list, so a variable added
-    /// there is known here).
+    /// there is known here) and `tooling`.
     public static func unknown(in environment: [String: String]) -> [Finding] {
-        find(environment: environment.keys, known: ServerConfiguration.variables)
+        find(environment: environment.keys, known: ServerConfiguration.variables + tooling)
+    }
+
+    /// `doctor`'s finding for them (nil without any): MEDIUM, as a misspelt setting silently
+    /// keeps its default (`SIWA_RETENTON_DAYS=7` keeps 30 days).
+    public static func finding(_ findings: [Finding]) -> DoctorFinding? {
+        guard let line = warning(findings) else { return nil }
+        return DoctorFinding(
+            "unknown-variable", .medium, line,
+            fix: "rename each to the variable meant, or remove it (a name from a newer release does nothing in this one)")
     }
 
     /// One line naming every finding, or nil without any.
