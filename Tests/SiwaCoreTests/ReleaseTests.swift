@@ -16,8 +16,10 @@ struct SemanticVersionTests {
 
     @Test("orders as semver.org: numbers, then a pre-release before its release, build metadata ignored")
     func ordering() throws {
-        let ordered = ["0.9.0", "0.9.1-dev", "0.9.1", "1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta.2",
-                       "1.0.0-beta.11", "1.0.0-dev", "1.0.0", "1.0.1", "1.10.0", "2.0.0"]
+        let ordered = [
+            "0.9.0", "0.9.1-dev", "0.9.1", "1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta.2",
+            "1.0.0-beta.11", "1.0.0-dev", "1.0.0", "1.0.1", "1.10.0", "2.0.0",
+        ]
         let versions = ordered.compactMap(SemanticVersion.init)
         #expect(versions.count == ordered.count)
         for (a, b) in zip(versions, versions.dropFirst()) {
@@ -40,7 +42,8 @@ struct SchemaCompatibilityTests {
         #expect(SchemaDecision.decide(recorded: nil, running: me, digest: "sha256:aa") == .apply)
         #expect(SchemaDecision.decide(recorded: Self.recorded("0.9.0", oldest: "0.8.0"), running: me, digest: "sha256:aa") == .apply)
         #expect(SchemaDecision.decide(recorded: Self.recorded("1.0.0-dev", oldest: "0.9.0"), running: me, digest: "sha256:aa") == .apply)
-        #expect(SchemaDecision.decide(recorded: Self.recorded("1.0.0", oldest: "0.9.0", digest: "sha256:bb"), running: me, digest: "sha256:aa") == .apply)
+        #expect(
+            SchemaDecision.decide(recorded: Self.recorded("1.0.0", oldest: "0.9.0", digest: "sha256:bb"), running: me, digest: "sha256:aa") == .apply)
     }
 
     @Test("this release's schema: up to date")

@@ -72,8 +72,9 @@ struct ReleaseScriptTests {
         let tagged = try Self.sh("git rev-parse 'v1.0.0^{commit}'", in: dir).output.trimmingCharacters(in: .whitespacesAndNewlines)
         let info = try Self.sh("git show v1.0.0:Sources/SiwaBuildInfo/BuildInfo.swift", in: dir).output
         #expect(info.contains("static let version = \"1.0.0\"") && info.contains("static let previousRelease = \"0.9.0\""))
-        #expect(try Self.sh("git show v1.0.0:Tests/SiwaIntegrationTests/Fixtures/schemas/schema-v1.0.0.sql", in: dir).output
-            == (try String(contentsOfFile: dir + "/schema.sql", encoding: .utf8)))
+        #expect(
+            try Self.sh("git show v1.0.0:Tests/SiwaIntegrationTests/Fixtures/schemas/schema-v1.0.0.sql", in: dir).output
+                == (try String(contentsOfFile: dir + "/schema.sql", encoding: .utf8)))
         let changelog = try String(contentsOfFile: dir + "/CHANGELOG.md", encoding: .utf8)
         #expect(changelog.contains("## [Unreleased]\n\n## [1.0.0] - "), "\(changelog.prefix(3000))")
         #expect(changelog.contains("\n\nCommit: \(tagged)\n"))

@@ -83,7 +83,8 @@ enum ConsolePages {
         ])
         body += "<table><thead><tr><th>release</th><th>commit</th><th>role</th><th>host</th><th>pid</th><th>last beat</th></tr></thead><tbody>"
         for p in r.running {
-            body += "<tr><td>\(e(p.version))</td><td>\(e(p.commit))</td><td>\(e(p.role))</td><td>\(e(p.host))</td><td>\(p.pid)</td>"
+            body +=
+                "<tr><td>\(e(p.version))</td><td>\(e(p.commit))</td><td>\(e(p.role))</td><td>\(e(p.host))</td><td>\(p.pid)</td>"
                 + "<td>\(e(ConsoleHTML.duration(p.heartbeatAgeSeconds))) ago</td></tr>"
         }
         return body + "</tbody></table></section>"

@@ -51,4 +51,3 @@ public struct ReleaseReport: Sendable, Codable, Equatable {
         return rows
     }
 }
-
