@@ -1,8 +1,7 @@
 import Foundation
 import Testing
 
-/// `scripts/release VERSION` in a clone of this repository (the working tree's script, changelog
-/// and version file committed on top): it refuses a dirty tree and a red test run without
+/// `scripts/release VERSION` in a repository of its own made from the working tree's files: it refuses a dirty tree and a red test run without
 /// changing anything; a green one stamps the version, adds the release's schema fixture, tags
 /// the release commit, records that commit in the changelog and opens the next `-dev` version.
 @Suite("scripts/release", .serialized)
@@ -30,15 +29,18 @@ struct ReleaseScriptTests {
         return (process.terminationStatus, String(decoding: data, as: UTF8.self))
     }
 
-    /// A clone of HEAD with the working tree's release files committed on top.
+    /// A repository of its own holding what the script reads and writes (the script, the
+    /// changelog, the version file, schema.sql and the fixtures), one commit: no clone of this
+    /// repository needed (a source archive or a scratch copy has no `.git`).
     static func clone() throws -> String {
         let dir = NSTemporaryDirectory() + "siwa-release-\(UInt32.random(in: 0...UInt32.max))"
-        let files = ["scripts/release", "CHANGELOG.md", "Sources/SiwaBuildInfo/BuildInfo.swift", "schema.sql"]
-        let copy = files.map { "mkdir -p \"$(dirname '\(dir)/\($0)')\" && cp '\(root.path)/\($0)' '\(dir)/\($0)'" }.joined(separator: " && ")
-        let made = try sh(
-            "git clone -q '\(root.path)' '\(dir)' && \(copy) && cd '\(dir)' && git add -A && "
-                + "(git diff --cached --quiet || git commit -qm 'the working tree release files')",
-            in: NSTemporaryDirectory())
+        let files = [
+            "scripts/release", "CHANGELOG.md", "Sources/SiwaBuildInfo/BuildInfo.swift", "schema.sql",
+            "Tests/SiwaIntegrationTests/Fixtures/schemas",
+        ]
+        let copy = files.map { "mkdir -p \"$(dirname '\(dir)/\($0)')\" && cp -R '\(root.path)/\($0)' '\(dir)/\($0)'" }
+            .joined(separator: " && ")
+        let made = try sh("\(copy) && cd '\(dir)' && git init -q && git add -A && git commit -qm 'the release files'", in: NSTemporaryDirectory())
         #expect(made.status == 0, "\(made.output)")
         return dir
     }
