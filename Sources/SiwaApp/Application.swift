@@ -165,7 +165,7 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
-        try group.start(ProcessHeartbeat(pool: pool, role: roleName, interval: options.heartbeatInterval, logger: logger))
+        try group.start(ProcessHeartbeat(conninfo: conninfo, role: roleName, interval: options.heartbeatInterval, logger: logger))
         let probe = AdminProbe(
             conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
             providers: !config.hostedProviders.targets.isEmpty)

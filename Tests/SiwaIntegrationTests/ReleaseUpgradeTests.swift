@@ -118,6 +118,7 @@ struct ReleaseUpgradeTests {
         defer { receiver.stop() }
         let worker = try TestHarness(conninfo: try login("siwa_worker"), roles: .work)
         defer { worker.stop() }
+        #expect(eventually { (try? ProcessHeartbeat.running(conninfo: owner).count) == 2 })
         let running = try ProcessHeartbeat.running(conninfo: owner)
         #expect(running.map(\.role).sorted() == ["receive", "work"], "\(running)")
         #expect(!receiver.logs.lines.contains { $0.contains("heartbeat not recorded") })
@@ -127,8 +128,8 @@ struct ReleaseUpgradeTests {
     @Test("serve records its release: the start-up line, the metric, a heartbeat row its clean stop removes")
     func heartbeatRows() throws {
         let harness = try TestHarness()
+        #expect(eventually { (try? ProcessHeartbeat.running(conninfo: harness.conninfo).count) == 1 })
         let running = try ProcessHeartbeat.running(conninfo: harness.conninfo)
-        #expect(running.count == 1)
         #expect(running.first?.role == "serve" && running.first?.version == BuildInfo.version && running.first?.commit == BuildInfo.commit)
         #expect(harness.logs.lines.contains { $0.contains("siwa-notify starting") && $0.contains(BuildInfo.version) })
         let metrics = try harness.admin("/metrics")
@@ -161,6 +162,7 @@ struct ReleaseCommandLineTests {
     func statusAndDoctor() throws {
         let harness = try TestHarness()
         defer { harness.stop() }
+        #expect(eventually { (try? ProcessHeartbeat.running(conninfo: harness.conninfo).count) == 1 })
         let env = ["SIWA_DATABASE_URL": harness.conninfo]
         let status = try OperatorCommandTests.run(["status"], environment: env)
         #expect(status.status == 0, "\(status.output)")

@@ -9,9 +9,12 @@ import Synchronization
 
 /// Keeps this process's row in `siwa.processes` (its release, commit, role, host and pid) fresh,
 /// so `status`, `doctor` and the console list the releases running against the database. The
-/// first beat is written at start; a clean stop deletes the row. A failed beat (a database that
+/// first beat is written as the service starts, on its own thread (a database that hangs never
+/// holds up the start); a clean stop deletes the row. A failed beat (a database that
 /// a release before 1.0 migrated has no such table, an outage) is logged once and retried at the
-/// next beat: it never stops the process.
+/// next beat: it never stops the process. It has a connection of its own (opened at the first
+/// beat, statement and lock timeouts as the admin pool's), so a database that hangs holds up the
+/// heartbeat alone, never the admin listener's pool.
 public final class ProcessHeartbeat: Service {
     public let name = "process heartbeat"
     /// How often the row is refreshed.
@@ -23,11 +26,12 @@ public final class ProcessHeartbeat: Service {
     private let beat: ReleaseStatements.Heartbeat
     private let logger: Logger
     private let failing = Atomic<Bool>(false)
-    private let task = Mutex<PeriodicTask?>(nil)
+    private let thread = Mutex<LoopThread?>(nil)
+    private let stopping = WakeSignal()
     private let interval: Duration
 
-    init(pool: PostgresPool, role: String, interval: Duration = ProcessHeartbeat.interval, logger: Logger) {
-        self.pool = pool
+    init(conninfo: String, role: String, interval: Duration = ProcessHeartbeat.interval, logger: Logger) {
+        pool = PostgresPool(conninfo: conninfo, size: 1, applicationName: "siwa-notify heartbeat", transactionBegin: AdminStatements.beginAdmin)
         self.interval = interval
         self.logger = logger
         var random = SystemRandomNumberGenerator()
@@ -38,15 +42,17 @@ public final class ProcessHeartbeat: Service {
     }
 
     public func start() {
-        beatOnce()
-        let periodic = PeriodicTask(name: "heartbeat", interval: interval) { [self] _ in beatOnce() }
-        periodic.start()
-        task.withLock { $0 = periodic }
+        let started = LoopThread(name: "siwa-heartbeat") { [self] in
+            repeat { beatOnce() } while !stopping.wait(for: interval)
+        }
+        thread.withLock { $0 = started }
     }
 
     public func stop(deadline: Deadline) {
-        task.withLock { $0 }?.stop(deadline: deadline)
+        stopping.stop()
+        _ = thread.withLock { $0 }?.join(until: deadline)
         _ = try? pool.withConnection(timeout: .seconds(1)) { c in try c.affected(ReleaseStatements.stopped, beat.id) }
+        pool.close()
     }
 
     private func beatOnce() {
