@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaBuildInfo
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
@@ -45,6 +46,8 @@ public final class Application: Sendable {
         public var providers = ProviderSender.Options()
         /// Between two refreshes of the database gauges of `/metrics`. Default 5 s.
         public var metricsRefreshInterval: Duration = .seconds(5)
+        /// Between two beats of this process's row in `siwa.processes`. Default 10 s.
+        public var heartbeatInterval: Duration = ProcessHeartbeat.interval
         public init() {}
     }
 
@@ -121,8 +124,12 @@ public final class Application: Sendable {
         logger.info("stopped")
     }
 
+    /// The command this process runs as: `serve`, `receive` or `work` (its heartbeat's role).
+    public var roleName: String { roles == .all ? "serve" : roles.contains(.receive) ? "receive" : "work" }
+
     private func compose(into group: ServiceGroup) throws -> Running {
         let config = configuration
+        logger.notice("siwa-notify starting", metadata: ["version": "\(BuildInfo.version)", "commit": "\(BuildInfo.commit)", "role": "\(roleName)"])
         Fetcher.initialize()
         if config.dev {
             logger.warning(
@@ -159,6 +166,7 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
+        try group.start(ProcessHeartbeat(conninfo: conninfo, role: roleName, interval: options.heartbeatInterval, logger: logger))
         let probe = AdminProbe(
             conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
             providers: !config.hostedProviders.targets.isEmpty, logger: logger)
@@ -483,6 +491,12 @@ public final class Application: Sendable {
         case .notAllowed(let role):
             throw StartError(
                 description: "cannot prepare the database: role \(role) may not create schema siwa (run `siwa-notify migrate` as the owner)")
+        case .newer(let recorded):
+            logger.notice(
+                "\(SchemaDecision.newerNote(recorded, running: Migrator.release))",
+                metadata: ["schema_release": "\(recorded.version)", "release": "\(Migrator.release)"])
+        case .refused(let recorded):
+            throw StartError(description: SchemaDecision.refusal(recorded, running: Migrator.release))
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaBuildInfo
 import SiwaCore
 import SiwaFetch
 import SiwaPostgres
@@ -33,7 +34,23 @@ public enum Doctor {
             facts.hostedProviders = config.hostedProviders
             facts.providers = HostedProviderClients.examine(config.hostedProviders, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
         }
-        return DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts))
+        var report = DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts) + releaseFindings(config))
+        report.version = BuildInfo.version
+        report.commit = BuildInfo.commit
+        return report
+    }
+
+    /// Unknown `SIWA_` variables in this environment; this release against the schema's, and
+    /// the releases running (their heartbeats).
+    static func releaseFindings(_ config: ServerConfiguration) -> [DoctorFinding] {
+        var found = UnknownVariables.finding(UnknownVariables.unknown(in: ProcessInfo.processInfo.environment)).map { [$0] } ?? []
+        if let url = config.databaseURL, let releases = try? ReleaseReport.read(conninfo: url) {
+            let schema = releases.schemaVersion.flatMap(SemanticVersion.init).flatMap { v in
+                releases.schemaOldestSupported.flatMap(SemanticVersion.init).map { RecordedSchema(version: v, oldestSupported: $0, digest: "") }
+            }
+            found += ReleaseMix.findings(schema: schema, running: Migrator.release, processes: releases.running.map(\.version))
+        }
+        return found
     }
 
     /// Who the login of `conninfo` is: a superuser, the schema's owner (or inheriting it).
