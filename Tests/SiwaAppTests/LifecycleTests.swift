@@ -9,7 +9,7 @@ import Testing
 
 /// `ServiceGroup`, `PeriodicTask`, `WakeSignal` and `WakeSignal` in-process: order, the shared
 /// shutdown budget, a failed start, and that stopping never waits for an interval.
-@Suite("Lifecycle in-process")
+@Suite("Lifecycle in-process", .bounded())
 struct LifecycleTests {
     static let logger = Logger(label: "lifecycle") { _ in SwiftLogNoOpLogHandler() }
 

@@ -4,7 +4,7 @@ import SiwaRuntime
 import Synchronization
 import Testing
 
-@Suite("Call loop")
+@Suite("Call loop", .bounded())
 struct CallLoopTests {
     /// Rows to claim, and what was recorded of them, shared by the loop's steps and the test.
     final class Table: Sendable {
@@ -103,7 +103,7 @@ struct CallLoopTests {
     }
 }
 
-@Suite("Deadline waiters")
+@Suite("Deadline waiters", .bounded())
 struct DeadlineWaitersTests {
     @Test("Each waiter is answered once: by a matching answer, or at its deadline; later ones at once once stopped")
     func answeredOnce() {
@@ -136,7 +136,7 @@ struct DeadlineWaitersTests {
     }
 }
 
-@Suite("Shutdown budget")
+@Suite("Shutdown budget", .bounded())
 struct ShutdownBudgetTests {
     /// Records the deadline it was stopped with; `stopBudget` as told.
     final class Stopped: Service {

@@ -4,7 +4,7 @@ import SiwaRuntime
 import Synchronization
 import Testing
 
-@Suite("Lease -> call -> record engine")
+@Suite("Lease -> call -> record engine", .bounded())
 struct CallRoundsTests {
     let t0 = Deadline(uptimeNanoseconds: 1_000_000_000)
 
@@ -233,7 +233,7 @@ struct CallRoundsTests {
     }
 }
 
-@Suite("Call executor")
+@Suite("Call executor", .bounded())
 struct CallExecutorTests {
     @Test("Refuses calls beyond its limit; drain waits for those in flight on the injected clock")
     func boundedAndDrained() {

@@ -4,7 +4,7 @@ import SiwaRuntime
 import Synchronization
 import Testing
 
-@Suite("Clock, waits and backoff")
+@Suite("Clock, waits and backoff", .bounded())
 struct ClockAndSignalTests {
     @Test("Deadline arithmetic with durations saturates")
     func durations() {

@@ -12,7 +12,7 @@ final class FakeConnection: LoopConnection, Sendable {
 
 struct LoopError: Error {}
 
-@Suite("Connected loop")
+@Suite("Connected loop", .bounded())
 struct ConnectedLoopTests {
     /// What the loop did, in order.
     final class Trace: Sendable {
@@ -188,7 +188,7 @@ struct ConnectedLoopTests {
     }
 }
 
-@Suite("Periodic task")
+@Suite("Periodic task", .bounded())
 struct PeriodicTaskTests {
     @Test("Runs its body every interval on the clock, never before; stop ends the wait at once")
     func runsEveryInterval() {

@@ -1,0 +1,1 @@
+../SiwaRuntimeTests/Bounded.swift
