@@ -206,6 +206,13 @@ struct SenderCallTests {
         // Deletion is final: a later event queues nothing.
         try post(h, "email-disabled", sub: Self.apple, at: 1_750_000_003_000, email: Self.relay, isPrivate: true)
         #expect(try Self.settled(h, sub: Self.apple, count: 2).count == 2)
+        // The recipient's own unsubscribe of a deleted user's address goes too: the user is gone.
+        f.fake.preset(Self.otherRelay, origin: .user)
+        try post(h, "email-disabled", sub: Self.other, at: 1_750_000_001_000, email: Self.otherRelay, isPrivate: true)
+        #expect(try Self.settled(h, sub: Self.other, count: 1).map(\.actions) == ["already_suppressed"])
+        try post(h, "account-delete", sub: Self.other, at: 1_750_000_002_000)
+        #expect(try Self.settled(h, sub: Self.other, count: 2).last?.actions == "erased")
+        #expect(f.fake.entries(Self.otherRelay).isEmpty)
         try f.validate()
     }
 
