@@ -84,7 +84,13 @@ extension SuppressionAPI {
             blame: { blame(status: $0, body: $1) })
     }
 
-    public func probes() -> [SenderRequest] { scopes.map { var r = lookup(SuppressionEntry(address: EmailSenders.probeAddress, scope: $0)); r.operation = "check"; return r } }
+    public func probes() -> [SenderRequest] {
+        scopes.map {
+            var r = lookup(SuppressionEntry(address: EmailSenders.probeAddress, scope: $0))
+            r.operation = "check"
+            return r
+        }
+    }
 
     /// The body's `field` when it is a short token (never free text: it could quote an address).
     func token(_ field: String, _ body: [UInt8]) -> String? {

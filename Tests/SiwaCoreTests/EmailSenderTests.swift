@@ -13,7 +13,8 @@ struct EmailSenderTests {
         _ type: EventType, outcome: ApplyOutcome = .applied, email: String? = relay, isPrivate: Bool? = true, all: Bool = false,
         before: AccountState? = nil
     ) -> (SenderEffect, String?)? {
-        let decision = AccountDecision(newState: AccountState(status: .active), accountChanged: true, revokeSessions: .none, revokeReason: nil, outcome: outcome)
+        let decision = AccountDecision(
+            newState: AccountState(status: .active), accountChanged: true, revokeSessions: .none, revokeReason: nil, outcome: outcome)
         let event = AppleEvent(type: type, sub: "s", eventTimeMillis: t, email: email, isPrivateEmail: isPrivate)
         return EmailSenderRules.effect(of: event, decision: decision, allAddresses: all, before: before).map { ($0.effect, $0.address) }
     }
@@ -62,7 +63,8 @@ struct EmailSenderTests {
         #expect(CallTarget(rawValue: "ses") == .sender(.ses) && CallTarget(rawValue: "auth0") == .provider(.auth0))
         #expect(CallTarget(rawValue: "resend") == nil)
         #expect(CallEffect(rawValue: "erase") == .sender(.erase) && CallEffect(rawValue: "unlink") == .provider(.unlink))
-        #expect(SuppressionEntry.parse(lines: "a@x\t\nb@y\toutbound") == [.init(address: "a@x", scope: ""), .init(address: "b@y", scope: "outbound")])
+        #expect(
+            SuppressionEntry.parse(lines: "a@x\t\nb@y\toutbound") == [.init(address: "a@x", scope: ""), .init(address: "b@y", scope: "outbound")])
         #expect(SuppressionEntry.parse(lines: nil) == [])
     }
 
@@ -73,13 +75,17 @@ struct EmailSenderTests {
     @Test("SES v2: the account-level list, the address one path segment, reason BOUNCE")
     func ses() throws {
         let api = SESSuppressionAPI()
-        #expect(api.lookup(Self.entry) == SenderRequest(operation: "lookup", method: "GET", path: "/v2/email/suppression/addresses/a%2Bb%40privaterelay.appleid.com"))
+        #expect(
+            api.lookup(Self.entry)
+                == SenderRequest(operation: "lookup", method: "GET", path: "/v2/email/suppression/addresses/a%2Bb%40privaterelay.appleid.com"))
         #expect(api.remove(Self.entry).method == "DELETE" && api.remove(Self.entry).path == api.lookup(Self.entry).path)
         let add = api.add(Self.entry)
         #expect(add.method == "PUT" && add.path == "/v2/email/suppression/addresses")
         let body = try JSONParser.parse(add.json ?? [])
         #expect(body["EmailAddress"]?.stringValue == Self.entry.address && body["Reason"]?.stringValue == "BOUNCE")
-        #expect(api.presence(body: Array(#"{"SuppressedDestination":{"EmailAddress":"a","Reason":"BOUNCE","LastUpdateTime":1}}"#.utf8)) == .present(removable: true))
+        #expect(
+            api.presence(body: Array(#"{"SuppressedDestination":{"EmailAddress":"a","Reason":"BOUNCE","LastUpdateTime":1}}"#.utf8))
+                == .present(removable: true))
         #expect(api.presence(body: Array("{}".utf8)) == nil)
         #expect(api.classify(status: 404, headers: [:], body: [], now: 0) == .notFound)
         let refused = api.classify(status: 403, headers: ["x-amzn-errortype": "UnrecognizedClientException:http://x"], body: [], now: 0)
@@ -100,7 +106,9 @@ struct EmailSenderTests {
         #expect(api.presence(body: Array("{}".utf8)) == .absent)
         #expect(api.presence(body: Array(#"{"recipient_email":"a@b"}"#.utf8)) == .present(removable: true))
         #expect(api.presence(body: Array("[]".utf8)) == nil)
-        #expect(api.classify(status: 401, headers: [:], body: [], now: 0) == .failed(.refused(ProviderFailure(status: 401, reason: "http_401", blame: .credential))))
+        #expect(
+            api.classify(status: 401, headers: [:], body: [], now: 0)
+                == .failed(.refused(ProviderFailure(status: 401, reason: "http_401", blame: .credential))))
         let spent = api.classify(status: 429, headers: ["x-ratelimit-remaining": "0", "x-ratelimit-reset": "110"], body: [], now: 100)
         #expect(spent == .failed(.retryLater(ProviderFailure(status: 429, reason: "http_429", retryAfter: .seconds(10)))))
     }
@@ -109,12 +117,18 @@ struct EmailSenderTests {
     func postmark() throws {
         let api = PostmarkSuppressionAPI(streams: ["outbound", "broad cast"])
         let entry = SuppressionEntry(address: "a@b", scope: "broad cast")
-        #expect(api.lookup(entry) == SenderRequest(operation: "lookup", method: "GET", path: "/message-streams/broad%20cast/suppressions/dump", query: [.init("EmailAddress", "a@b")]))
+        #expect(
+            api.lookup(entry)
+                == SenderRequest(
+                    operation: "lookup", method: "GET", path: "/message-streams/broad%20cast/suppressions/dump", query: [.init("EmailAddress", "a@b")]
+                ))
         #expect(api.add(entry).path == "/message-streams/broad%20cast/suppressions")
         #expect(api.remove(entry).path == "/message-streams/broad%20cast/suppressions/delete" && api.remove(entry).method == "POST")
         #expect(try JSONParser.parse(api.add(entry).json ?? [])["Suppressions"]?.arrayValue?.first?["EmailAddress"]?.stringValue == "a@b")
         #expect(api.presence(body: Array(#"{"Suppressions":[]}"#.utf8)) == .absent)
-        #expect(api.presence(body: Array(#"{"Suppressions":[{"EmailAddress":"a@b","SuppressionReason":"SpamComplaint"}]}"#.utf8)) == .present(removable: false))
+        #expect(
+            api.presence(body: Array(#"{"Suppressions":[{"EmailAddress":"a@b","SuppressionReason":"SpamComplaint"}]}"#.utf8))
+                == .present(removable: false))
         #expect(api.applied(body: Array(#"{"Suppressions":[{"EmailAddress":"a@b","Status":"Failed"}]}"#.utf8)) == false)
         #expect(api.applied(body: Array(#"{"Suppressions":[{"EmailAddress":"a@b","Status":"Deleted"}]}"#.utf8)) == true)
         #expect(api.applied(body: Array("{}".utf8)) == nil)
@@ -130,8 +144,13 @@ struct EmailSenderTests {
         let api = MailgunSuppressionAPI(domains: ["mg.example.com"])
         let entry = SuppressionEntry(address: "a@b", scope: "mg.example.com")
         #expect(api.lookup(entry).path == "/v3/mg.example.com/unsubscribes/a%40b")
-        #expect(api.add(entry) == SenderRequest(operation: "add", method: "POST", path: "/v3/mg.example.com/unsubscribes", form: [.init("address", "a@b"), .init("tag", "*")]))
-        #expect(api.classify(status: 404, headers: [:], body: Array(#"{"message":"Address not found in unsubscribers table"}"#.utf8), now: 0) == .notFound)
+        #expect(
+            api.add(entry)
+                == SenderRequest(
+                    operation: "add", method: "POST", path: "/v3/mg.example.com/unsubscribes", form: [.init("address", "a@b"), .init("tag", "*")]))
+        #expect(
+            api.classify(status: 404, headers: [:], body: Array(#"{"message":"Address not found in unsubscribers table"}"#.utf8), now: 0) == .notFound
+        )
         let domain = api.classify(status: 404, headers: [:], body: Array(#"{"message":"Domain not found: mg.x"}"#.utf8), now: 0)
         #expect(domain == .failed(.refused(ProviderFailure(status: 404, reason: "domain_not_found", blame: .tenant))))
     }
@@ -163,12 +182,20 @@ struct EmailSenderTests {
         #expect(problem(["SIWA_EMAIL_SENDERS": "resend"]) == "SIWA_EMAIL_SENDERS")
         #expect(problem(["SIWA_EMAIL_SENDERS": "ses", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s"]) == "SIWA_SES_REGION")
         #expect(problem(["SIWA_EMAIL_SENDERS": "sendgrid"]) == "SIWA_SENDGRID_API_KEY_FILE")
-        #expect(problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "https://api.sendgrid.com/v3"]) == "SIWA_SENDGRID_URL")
-        #expect(problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "http://api.sendgrid.com"]) == "SIWA_SENDGRID_URL")
-        #expect(problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "http://127.0.0.1:9"]) == "loaded")
+        #expect(
+            problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "https://api.sendgrid.com/v3"])
+                == "SIWA_SENDGRID_URL")
+        #expect(
+            problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "http://api.sendgrid.com"])
+                == "SIWA_SENDGRID_URL")
+        #expect(
+            problem(["SIWA_EMAIL_SENDERS": "sendgrid", "SIWA_SENDGRID_API_KEY_FILE": "/k", "SIWA_SENDGRID_URL": "http://127.0.0.1:9"]) == "loaded")
         #expect(problem(["SIWA_EMAIL_SENDERS": "mailgun", "SIWA_MAILGUN_API_KEY_FILE": "/m"]) == "SIWA_MAILGUN_DOMAINS")
-        #expect(problem(["SIWA_EMAIL_SENDERS": "mailgun", "SIWA_MAILGUN_API_KEY_FILE": "/m", "SIWA_MAILGUN_DOMAINS": "a/b"]) == "SIWA_MAILGUN_DOMAINS")
-        #expect(problem(["SIWA_EMAIL_SENDERS": "postmark", "SIWA_POSTMARK_SERVER_TOKEN_FILE": "/t", "SIWA_POSTMARK_STREAMS": ","]) == "SIWA_POSTMARK_STREAMS")
+        #expect(
+            problem(["SIWA_EMAIL_SENDERS": "mailgun", "SIWA_MAILGUN_API_KEY_FILE": "/m", "SIWA_MAILGUN_DOMAINS": "a/b"]) == "SIWA_MAILGUN_DOMAINS")
+        #expect(
+            problem(["SIWA_EMAIL_SENDERS": "postmark", "SIWA_POSTMARK_SERVER_TOKEN_FILE": "/t", "SIWA_POSTMARK_STREAMS": ","])
+                == "SIWA_POSTMARK_STREAMS")
         #expect(problem(["SIWA_EMAIL_SENDERS_ALL_ADDRESSES": "maybe"]) == "SIWA_EMAIL_SENDERS_ALL_ADDRESSES")
     }
 
@@ -177,9 +204,12 @@ struct EmailSenderTests {
         var config = EmailSenderConfiguration(targets: [.sendgrid, .mailgun])
         config.ses = .init(region: "eu-west-1", credentials: .environment(SigV4.Credentials(accessKeyID: "a", secretAccessKey: "s")), url: nil)
         #expect(config.startProblem(.sendgrid, .done([], status: 200)) == nil)
-        #expect(config.startProblem(.sendgrid, .refused(ProviderFailure(status: 401, reason: "http_401", blame: .credential)))?.variable == "SIWA_SENDGRID_API_KEY_FILE")
+        #expect(
+            config.startProblem(.sendgrid, .refused(ProviderFailure(status: 401, reason: "http_401", blame: .credential)))?.variable
+                == "SIWA_SENDGRID_API_KEY_FILE")
         #expect(config.startProblem(.ses, .refused(ProviderFailure(status: 403, reason: "x", blame: .credential)))?.variable == "AWS_ACCESS_KEY_ID")
-        #expect(config.startProblem(.mailgun, .refused(ProviderFailure(status: 404, reason: "x", blame: .tenant)))?.variable == "SIWA_MAILGUN_DOMAINS")
+        #expect(
+            config.startProblem(.mailgun, .refused(ProviderFailure(status: 404, reason: "x", blame: .tenant)))?.variable == "SIWA_MAILGUN_DOMAINS")
         #expect(config.startProblem(.postmark, .retryLater(ProviderFailure(reason: "couldnt_connect")))?.variable == "SIWA_POSTMARK_URL")
     }
 }

@@ -305,7 +305,8 @@ struct PlanRobustnessTests {
         ).rows.compactMap { $0[0].flatMap(Int64.init) }
         list.append(
             probe(
-                ProviderCallStatements.enqueue, claimed.map { .init(target: .provider(.auth0), effect: .provider(.endSessions), event: $0) }, begin: worker,
+                ProviderCallStatements.enqueue, claimed.map { .init(target: .provider(.auth0), effect: .provider(.endSessions), event: $0) },
+                begin: worker,
                 rows: batch))
         list.append(
             probe(

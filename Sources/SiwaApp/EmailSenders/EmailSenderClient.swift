@@ -59,7 +59,9 @@ public struct SenderTransport: Sendable {
     private let scheme: FetchScheme
 
     /// - Throws: an unusable `url` as a `ConfigurationError` whose `variable` is `url`.
-    public init(url: String, credential: Credential, options: ProviderHTTPOptions = ProviderHTTPOptions(), clock: WallClock = .system)
+    public init(
+        url: String, credential: Credential, options: ProviderHTTPOptions = ProviderHTTPOptions(), clock: WallClock = .system
+    )
         throws(ConfigurationError)
     {
         if let problem = EmailSenders.problem(withURL: url) { throw ConfigurationError(variable: "url", problem: problem) }

@@ -142,7 +142,12 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
         case .sendgrid:
             return Self.json(401, .object(["errors": .array([.object(["field": .null, "message": .string("authorization required")])])]))
         case .postmark:
-            return Self.json(401, .object(["ErrorCode": .number(10), "Message": .string("The Server Token you provided in the X-Postmark-Server-Token request header was invalid.")]))
+            return Self.json(
+                401,
+                .object([
+                    "ErrorCode": .number(10),
+                    "Message": .string("The Server Token you provided in the X-Postmark-Server-Token request header was invalid."),
+                ]))
         case .mailgun:
             return HTTPResponse(status: 401, body: Array("Forbidden".utf8))
         }
@@ -158,9 +163,13 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
         case .sendgrid:
             return Self.json(
                 429, .object(["errors": .array([.object(["field": .null, "message": .string("too many requests")])])]),
-                headers: [HTTPHeader("X-RateLimit-Limit", "600"), HTTPHeader("X-RateLimit-Remaining", "0"), HTTPHeader("X-RateLimit-Reset", "\(reset)")])
+                headers: [
+                    HTTPHeader("X-RateLimit-Limit", "600"), HTTPHeader("X-RateLimit-Remaining", "0"), HTTPHeader("X-RateLimit-Reset", "\(reset)"),
+                ])
         case .postmark:
-            return Self.json(429, .object(["ErrorCode": .number(429), "Message": .string("Rate limit exceeded.")]), headers: [HTTPHeader("Retry-After", "\(seconds)")])
+            return Self.json(
+                429, .object(["ErrorCode": .number(429), "Message": .string("Rate limit exceeded.")]),
+                headers: [HTTPHeader("Retry-After", "\(seconds)")])
         case .mailgun:
             return Self.json(429, .object(["message": .string("Too many requests")]), headers: [HTTPHeader("Retry-After", "\(seconds)")])
         }
@@ -171,13 +180,17 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
 
     /// SES v2: `/v2/email/suppression/addresses[/{EmailAddress}]`.
     private func ses(_ method: String, _ parts: [String], _ body: [UInt8]) -> HTTPResponse {
-        let notFound = Self.json(404, .object(["message": .string("Email address is not on the suppression list.")]),
+        let notFound = Self.json(
+            404, .object(["message": .string("Email address is not on the suppression list.")]),
             headers: [HTTPHeader("x-amzn-ErrorType", "NotFoundException:")])
         guard parts.count >= 5, parts[1...4] == ["v2", "email", "suppression", "addresses"] else { return notFound }
         if parts.count == 5, method == "PUT" {
             guard let b = try? JSONParser.parse(body), let address = b["EmailAddress"]?.stringValue,
                 let reason = b["Reason"]?.stringValue, ["BOUNCE", "COMPLAINT"].contains(reason)
-            else { return Self.json(400, .object(["message": .string("Invalid input.")]), headers: [HTTPHeader("x-amzn-ErrorType", "BadRequestException:")]) }
+            else {
+                return Self.json(
+                    400, .object(["message": .string("Invalid input.")]), headers: [HTTPHeader("x-amzn-ErrorType", "BadRequestException:")])
+            }
             put("", address, .api)
             return Self.json(200, .object([:]))
         }
@@ -224,27 +237,44 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
         guard parts.count >= 4, parts[1] == "message-streams", parts[3] == "suppressions" else { return HTTPResponse(status: 404) }
         let stream = parts[2]
         guard scopes.contains(stream) else {
-            return Self.json(422, .object(["ErrorCode": .number(1226), "Message": .string("The message stream for the provided 'ID' was not found.")]))
+            return Self.json(
+                422, .object(["ErrorCode": .number(1226), "Message": .string("The message stream for the provided 'ID' was not found.")]))
         }
         let listed = (try? JSONParser.parse(body))?["Suppressions"]?.arrayValue?.compactMap { $0["EmailAddress"]?.stringValue } ?? []
         switch (method, parts.count > 4 ? parts[4] : "") {
         case ("GET", "dump"):
             let address = query.first { $0.name == "EmailAddress" }?.value ?? ""
             guard let origin = has(stream, address) else { return Self.json(200, .object(["Suppressions": .array([])])) }
-            let (reason, from) = origin == .api ? ("ManualSuppression", "Customer") : origin == .user ? ("ManualSuppression", "Recipient") : ("SpamComplaint", "Recipient")
-            return Self.json(200, .object(["Suppressions": .array([.object([
-                "EmailAddress": .string(address), "SuppressionReason": .string(reason), "Origin": .string(from),
-                "CreatedAt": .string("2026-11-28T10:00:00-05:00"),
-            ])])]))
+            let (reason, from) =
+                origin == .api
+                ? ("ManualSuppression", "Customer") : origin == .user ? ("ManualSuppression", "Recipient") : ("SpamComplaint", "Recipient")
+            return Self.json(
+                200,
+                .object([
+                    "Suppressions": .array([
+                        .object([
+                            "EmailAddress": .string(address), "SuppressionReason": .string(reason), "Origin": .string(from),
+                            "CreatedAt": .string("2026-11-28T10:00:00-05:00"),
+                        ])
+                    ])
+                ]))
         case ("POST", ""):
             for a in listed where has(stream, a) == nil { put(stream, a, .api) }
-            return Self.json(200, .object(["Suppressions": .array(listed.map { .object(["EmailAddress": .string($0), "Status": .string("Suppressed"), "Message": .null]) })]))
+            return Self.json(
+                200,
+                .object([
+                    "Suppressions": .array(listed.map { .object(["EmailAddress": .string($0), "Status": .string("Suppressed"), "Message": .null]) })
+                ]))
         case ("POST", "delete"):
             var out: [JSONValue] = []
             for a in listed {
                 // A spam complaint cannot be deleted through the API.
                 if has(stream, a) == .service {
-                    out.append(.object(["EmailAddress": .string(a), "Status": .string("Failed"), "Message": .string("You do not have the required authority to change this suppression.")]))
+                    out.append(
+                        .object([
+                            "EmailAddress": .string(a), "Status": .string("Failed"),
+                            "Message": .string("You do not have the required authority to change this suppression."),
+                        ]))
                 } else {
                     put(stream, a, nil)
                     out.append(.object(["EmailAddress": .string(a), "Status": .string("Deleted"), "Message": .null]))
@@ -273,7 +303,8 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
         switch method {
         case "GET":
             guard has(domain, address) != nil else { return missing }
-            return Self.json(200, .object(["address": .string(address), "tags": .array([.string("*")]), "created_at": .string("Fri, 28 Nov 2026 10:00:00 UTC")]))
+            return Self.json(
+                200, .object(["address": .string(address), "tags": .array([.string("*")]), "created_at": .string("Fri, 28 Nov 2026 10:00:00 UTC")]))
         case "DELETE":
             guard has(domain, address) != nil else { return missing }
             put(domain, address, nil)
