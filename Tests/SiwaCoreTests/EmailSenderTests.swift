@@ -213,3 +213,24 @@ struct EmailSenderTests {
         #expect(config.startProblem(.postmark, .retryLater(ProviderFailure(reason: "couldnt_connect")))?.variable == "SIWA_POSTMARK_URL")
     }
 }
+
+/// `doctor`'s findings on the email services: their start-up check's verdict.
+@Suite("Email senders: doctor")
+struct EmailSenderDoctorTests {
+    @Test("a service that answers is INFO; a refused credential, an unknown list or no answer is HIGH, naming the variable")
+    func findings() {
+        let config = EmailSenderConfiguration(targets: [.postmark])
+        func finding(_ check: DoctorFacts.Provider.Check) -> DoctorFinding {
+            DoctorRules.sender(DoctorFacts.Sender(.postmark, check), config)
+        }
+        #expect(finding(.answered(.done([], status: 200))).code == "sender-check")
+        let refused = finding(.answered(.refused(ProviderFailure(status: 401, reason: "postmark_10", blame: .credential))))
+        #expect(refused.code == "sender-refused" && refused.severity == .high && refused.fix.contains("SIWA_POSTMARK_SERVER_TOKEN_FILE"))
+        let stream = finding(.answered(.refused(ProviderFailure(status: 422, reason: "postmark_1226", blame: .tenant))))
+        #expect(stream.fix.contains("SIWA_POSTMARK_STREAMS"))
+        let down = finding(.answered(.retryLater(ProviderFailure(reason: "couldnt_connect"))))
+        #expect(down.code == "sender-unreachable" && down.severity == .high && down.fix.contains("SIWA_POSTMARK_URL"))
+        let unusable = finding(.unusable(ConfigurationError(variable: "SIWA_POSTMARK_SERVER_TOKEN_FILE", problem: "is empty")))
+        #expect(unusable.code == "sender-credential" && unusable.severity == .high)
+    }
+}
