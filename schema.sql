@@ -1438,16 +1438,20 @@ $$;
 -- the oldest waiting one, and the last hour's finished calls (no sub).
 CREATE OR REPLACE VIEW siwa.provider_call_backlog AS
     SELECT t.target,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending') AS pending,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending' AND p.lease_until > now()) AS in_flight,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'dead') AS dead,
-           coalesce(extract(epoch FROM now() - (SELECT min(p.created_at) FROM siwa.provider_calls p
-                                                WHERE p.target = t.target AND p.state = 'pending')), 0)::double precision
-               AS oldest_waiting_age_seconds,
+           coalesce(w.pending, 0) AS pending,
+           coalesce(w.in_flight, 0) AS in_flight,
+           coalesce(d.dead, 0) AS dead,
+           coalesce(w.oldest_waiting_age_seconds, 0)::double precision AS oldest_waiting_age_seconds,
            coalesce(h.done, 0) AS done_last_hour,
            coalesce(h.user_unknown, 0) AS user_unknown_last_hour
     FROM (VALUES ('firebase'), ('auth0'), ('clerk'), ('cognito'), ('ses'), ('sendgrid'), ('postmark'), ('mailgun')) AS t(target)
-    -- The last hour's finished calls read once for every provider, not once per provider and state.
+    -- Each state's calls read once for every target, not once per target: most targets have none.
+    LEFT JOIN (SELECT p.target, count(*) AS pending, count(*) FILTER (WHERE p.lease_until > now()) AS in_flight,
+                      extract(epoch FROM now() - min(p.created_at)) AS oldest_waiting_age_seconds
+               FROM siwa.provider_calls p WHERE p.state = 'pending'
+               GROUP BY p.target) w ON w.target = t.target
+    LEFT JOIN (SELECT p.target, count(*) AS dead FROM siwa.provider_calls p WHERE p.state = 'dead' GROUP BY p.target) d
+        ON d.target = t.target
     LEFT JOIN (SELECT p.target, count(*) FILTER (WHERE p.state = 'done') AS done,
                       count(*) FILTER (WHERE p.state = 'user_unknown') AS user_unknown
                FROM siwa.provider_calls p
