@@ -292,12 +292,14 @@ public enum DoctorRules {
             guard let problem = configuration.startProblem(s.sender, outcome) else {
                 return DoctorFinding("sender-check", .info, "\(name) answers and accepts the credential", fix: "nothing to do")
             }
-            if case .retryLater = outcome {
+            switch outcome {
+            case .retryLater:
                 return DoctorFinding(
                     "sender-unreachable", .high, "\(problem) \(stops)",
                     fix: "allow outbound HTTPS to \(name)'s API (a proxy, DNS, the firewall), or fix \(problem.variable)")
+            default:
+                return DoctorFinding("sender-refused", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
             }
-            return DoctorFinding("sender-refused", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
         }
     }
 

@@ -160,6 +160,18 @@ struct SenderCallTests {
 
         try post(h, "email-disabled", sub: Self.apple, at: 1_750_000_003_000, email: Self.relay, isPrivate: true)
         #expect(try Self.settled(h, sub: Self.apple, count: 12).suffix(4).allSatisfy { $0.actions == "suppressed" })
+        // user-report lists each call (which service, what, its outcome) and never the address or a credential.
+        let report = try #require(try UserReport.json(sub: Self.apple, conninfo: h.conninfo))
+        for f in fixtures {
+            #expect(report.contains(#""target": "\#(f.sender.rawValue)""#) || report.contains(#""target":"\#(f.sender.rawValue)""#), "\(report)")
+            #expect(!report.contains(f.fake.credential))
+        }
+        #expect(!report.contains(Self.relay) && report.contains("unsuppressed"), "\(report)")
+        // Logs name the service and the operation: no address, no credential.
+        let logs = h.logs.lines.joined(separator: "\n")
+        #expect(logs.contains("sendgrid"))
+        #expect(!logs.contains(Self.relay) && !logs.contains(Self.otherRelay), "an address in the logs")
+        for f in fixtures { #expect(!logs.contains(f.fake.credential), "\(f.sender)'s credential in the logs") }
         try post(h, "account-delete", sub: Self.apple, at: 1_750_000_004_000)
         let erased = try Self.settled(h, sub: Self.apple, count: 16).suffix(4)
         #expect(erased.allSatisfy { $0.effect == "erase" && $0.state == "done" && $0.actions == "erased" }, "\(erased)")

@@ -236,7 +236,7 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
     private func postmark(_ method: String, _ parts: [String], _ query: [HTTPHeader], _ body: [UInt8]) -> HTTPResponse {
         guard parts.count >= 4, parts[1] == "message-streams", parts[3] == "suppressions" else { return HTTPResponse(status: 404) }
         let stream = parts[2]
-        guard scopes.contains(stream) else {
+        guard state.withLock({ $0.lists[stream] != nil }) else {
             return Self.json(
                 422, .object(["ErrorCode": .number(1226), "Message": .string("The message stream for the provided 'ID' was not found.")]))
         }
@@ -289,7 +289,7 @@ final class FakeEmailService: HTTPHandler, @unchecked Sendable {
     private func mailgun(_ method: String, _ parts: [String], _ body: [UInt8]) -> HTTPResponse {
         guard parts.count >= 4, parts[1] == "v3", parts[3] == "unsubscribes" else { return HTTPResponse(status: 404) }
         let domain = parts[2]
-        guard scopes.contains(domain) else { return Self.json(404, .object(["message": .string("Domain not found: \(domain)")])) }
+        guard state.withLock({ $0.lists[domain] != nil }) else { return Self.json(404, .object(["message": .string("Domain not found: \(domain)")])) }
         let missing = Self.json(404, .object(["message": .string("Address not found in unsubscribers table")]))
         if parts.count == 4, method == "POST" {
             guard let address = FormURLEncoding.decode(body)?.first(where: { $0.0 == "address" })?.1 else {
