@@ -297,7 +297,7 @@ public final class SuppressionClient: EmailSenderClient {
         case .failed(.retryLater(let failure)):
             metadata["outcome"] = "retry_later"
             metadata["reason"] = "\(failure)"
-            logger.warning("email service call failed, will retry", metadata: metadata)
+            logger.warning("email service call failed (retried)", metadata: metadata)
         case .failed(let outcome):
             metadata["outcome"] = "refused"
             if case .refused(let failure) = outcome { metadata["reason"] = "\(failure)" }
