@@ -112,13 +112,9 @@ struct ConfigurationOptions: ParsableArguments {
     var cognitoRegion: String?
     @Option(name: .customLong("cognito-url"), help: "Cognito API base URL, e.g. a local emulator's (SIWA_COGNITO_URL).")
     var cognitoURL: String?
-    @Option(
-        name: .customLong("email-senders"),
-        help: "Email services kept in step with Apple's relay: ses, sendgrid, postmark, mailgun (SIWA_EMAIL_SENDERS).")
+    @Option(name: .customLong("email-senders"), help: "Email services: ses, sendgrid, postmark, mailgun (SIWA_EMAIL_SENDERS).")
     var emailSenders: String?
-    @Option(
-        name: .customLong("email-senders-all-addresses"),
-        help: "Also addresses not on Apple's relay: true or false (SIWA_EMAIL_SENDERS_ALL_ADDRESSES).")
+    @Option(name: .customLong("email-senders-all-addresses"), help: "Not only relay addresses (SIWA_EMAIL_SENDERS_ALL_ADDRESSES).")
     var emailSendersAllAddresses: String?
     @Option(name: .customLong("ses-region"), help: "AWS region of the SES account (SIWA_SES_REGION).")
     var sesRegion: String?
