@@ -132,7 +132,9 @@ public struct EmailSenderConfiguration: Sendable, Equatable {
         }
         func names(_ name: String, _ text: String) throws(ConfigurationError) -> [String] {
             let items = list(text)
-            guard !items.isEmpty, items.allSatisfy(HostedProviderConfiguration.isHostName(_:)) else {
+            // Host names (Mailgun's domains) and stream ids (Postmark's): nothing that changes a path.
+            guard !items.isEmpty, items.allSatisfy({ HostedProviderConfiguration.isHostName(String($0.map { $0 == "_" ? "-" : $0 })) })
+            else {
                 throw ConfigurationError(variable: name, problem: "must be a comma-separated list of names (letters, digits, '-', '.')")
             }
             return items

@@ -172,6 +172,10 @@ struct EmailSenderTests {
         ])
         #expect(all.targets == [.ses, .sendgrid, .postmark, .mailgun] && all.allAddresses)
         #expect(all.postmark?.streams == ["outbound"] && all.mailgun?.domains == ["a.example.com", "b.example.com"])
+        let streams = try load([
+            "SIWA_EMAIL_SENDERS": "postmark", "SIWA_POSTMARK_SERVER_TOKEN_FILE": "/t", "SIWA_POSTMARK_STREAMS": "outbound, my_stream-2",
+        ])
+        #expect(streams.postmark?.streams == ["outbound", "my_stream-2"])
         #expect(all.sendgrid?.url == "https://api.eu.sendgrid.com" && all.ses?.region == "eu-west-1")
         func problem(_ env: [String: String]) -> String {
             do throws(ConfigurationError) {
