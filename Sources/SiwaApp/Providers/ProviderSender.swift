@@ -105,7 +105,8 @@ extension ProviderSender {
             row.status = status
             row.actions = actions.map(\.rawValue).joined(separator: ",")
         case .userNotFound(let status):
-            row.status = status
+            // Zero: nothing was asked (an erase with nothing to erase).
+            row.status = status > 0 ? status : nil
         case .retryLater(let failure), .refused(let failure):
             row.status = failure.status
             row.reason = failure.blame.map { "\(failure.reason) [\($0.rawValue)]" } ?? failure.reason
