@@ -170,6 +170,9 @@ enum ProviderCallStatements {
         """
         SELECT target, pending, in_flight, dead, oldest_waiting_age_seconds, done_last_hour, user_unknown_last_hour
         FROM siwa.provider_call_backlog
+        UNION ALL
+        SELECT target, pending, in_flight, dead, oldest_waiting_age_seconds, done_last_hour, user_unknown_last_hour
+        FROM siwa.email_sender_backlog
         """,
         decode: { row throws(PostgresError) in
             Backlog(
