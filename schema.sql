@@ -338,10 +338,31 @@ CREATE TABLE IF NOT EXISTS siwa.provider_calls (
     created_at      timestamptz NOT NULL DEFAULT now(),
     retry_since     timestamptz NOT NULL DEFAULT now(),  -- queued, or replayed: the retry bound counts from it
     updated_at      timestamptz NOT NULL DEFAULT now(),
-    CONSTRAINT provider_calls_target_check CHECK (target IN ('firebase', 'auth0', 'clerk', 'cognito')),
-    CONSTRAINT provider_calls_effect_check CHECK (effect IN ('end_sessions', 'unlink', 'delete_user')),
+    email           text,                              -- an email service's call: the address (erased once the user's erase is done)
+    CONSTRAINT provider_calls_target_check
+        CHECK (target IN ('firebase', 'auth0', 'clerk', 'cognito', 'ses', 'sendgrid', 'postmark', 'mailgun')),
+    CONSTRAINT provider_calls_effect_check
+        CHECK (effect IN ('end_sessions', 'unlink', 'delete_user', 'suppress', 'unsuppress', 'erase')),
     CONSTRAINT provider_calls_state_check CHECK (state IN ('pending', 'done', 'user_unknown', 'dead')),
     CONSTRAINT provider_calls_event_key UNIQUE (event_id, target)
+);
+
+-- ───── Email services (SIWA_EMAIL_SENDERS; docs/email-senders.md) ─────
+
+-- Their calls are rows of siwa.provider_calls (target `ses`, `sendgrid`, `postmark`, `mailgun`;
+-- effect `suppress`, `unsuppress`, `erase`; the address in `email`). This is siwa-notify's record
+-- of the suppressions it added: one row per service, address and list (`scope`: a Postmark stream,
+-- a Mailgun domain, '' for an account-wide list), written with the outcome of the call that added
+-- it. `email-enabled` lifts only these; a deletion erases them and then forgets them.
+CREATE TABLE IF NOT EXISTS siwa.email_suppressions (
+    target    text COLLATE "C" NOT NULL,
+    email     text COLLATE "C" NOT NULL,
+    scope     text COLLATE "C" NOT NULL DEFAULT '',
+    apple_sub text COLLATE "C" NOT NULL,
+    call_id   bigint      NOT NULL,              -- the siwa.provider_calls row that added it
+    added_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT email_suppressions_pkey PRIMARY KEY (target, email, scope),
+    CONSTRAINT email_suppressions_target_check CHECK (target IN ('ses', 'sendgrid', 'postmark', 'mailgun'))
 );
 
 -- ───── Reconciliation (README "Missed notifications") ─────
@@ -683,6 +704,25 @@ BEGIN
         ALTER TABLE siwa.forwards DROP CONSTRAINT IF EXISTS forwards_source_check;
         ALTER TABLE siwa.forwards ADD CONSTRAINT forwards_source_check
             CHECK (source IN ('apple', 'in-app', 'reconcile', 'transfer'));
+    END IF;
+END
+$$;
+
+-- Provider calls: email services' calls (their address; their targets and effects in the checks).
+ALTER TABLE siwa.provider_calls ADD COLUMN IF NOT EXISTS email text;
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint WHERE conrelid = 'siwa.provider_calls'::regclass
+                   AND conname = 'provider_calls_target_check' AND pg_catalog.pg_get_constraintdef(oid) LIKE '%''mailgun''%') THEN
+        ALTER TABLE siwa.provider_calls DROP CONSTRAINT IF EXISTS provider_calls_target_check;
+        ALTER TABLE siwa.provider_calls ADD CONSTRAINT provider_calls_target_check
+            CHECK (target IN ('firebase', 'auth0', 'clerk', 'cognito', 'ses', 'sendgrid', 'postmark', 'mailgun'));
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint WHERE conrelid = 'siwa.provider_calls'::regclass
+                   AND conname = 'provider_calls_effect_check' AND pg_catalog.pg_get_constraintdef(oid) LIKE '%''erase''%') THEN
+        ALTER TABLE siwa.provider_calls DROP CONSTRAINT IF EXISTS provider_calls_effect_check;
+        ALTER TABLE siwa.provider_calls ADD CONSTRAINT provider_calls_effect_check
+            CHECK (effect IN ('end_sessions', 'unlink', 'delete_user', 'suppress', 'unsuppress', 'erase'));
     END IF;
 END
 $$;
@@ -1373,6 +1413,8 @@ CREATE INDEX IF NOT EXISTS provider_calls_waiting_idx ON siwa.provider_calls (ta
 CREATE INDEX IF NOT EXISTS provider_calls_sub_idx ON siwa.provider_calls (apple_sub, id);
 CREATE INDEX IF NOT EXISTS provider_calls_dead_idx ON siwa.provider_calls (id) WHERE state = 'dead';
 CREATE INDEX IF NOT EXISTS provider_calls_finished_idx ON siwa.provider_calls (updated_at) WHERE state IN ('done', 'user_unknown');
+-- An erase call's claim reads what siwa-notify added for the user at that service.
+CREATE INDEX IF NOT EXISTS email_suppressions_sub_idx ON siwa.email_suppressions (target, apple_sub);
 
 -- Wake the senders: one NOTIFY per inserting statement.
 CREATE OR REPLACE FUNCTION siwa.notify_new_provider_calls() RETURNS trigger
@@ -1396,16 +1438,44 @@ $$;
 -- the oldest waiting one, and the last hour's finished calls (no sub).
 CREATE OR REPLACE VIEW siwa.provider_call_backlog AS
     SELECT t.target,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending') AS pending,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'pending' AND p.lease_until > now()) AS in_flight,
-           (SELECT count(*) FROM siwa.provider_calls p WHERE p.target = t.target AND p.state = 'dead') AS dead,
-           coalesce(extract(epoch FROM now() - (SELECT min(p.created_at) FROM siwa.provider_calls p
-                                                WHERE p.target = t.target AND p.state = 'pending')), 0)::double precision
-               AS oldest_waiting_age_seconds,
+           coalesce(w.pending, 0) AS pending,
+           coalesce(w.in_flight, 0) AS in_flight,
+           coalesce(d.dead, 0) AS dead,
+           coalesce(w.oldest_waiting_age_seconds, 0)::double precision AS oldest_waiting_age_seconds,
            coalesce(h.done, 0) AS done_last_hour,
            coalesce(h.user_unknown, 0) AS user_unknown_last_hour
     FROM (VALUES ('firebase'), ('auth0'), ('clerk'), ('cognito')) AS t(target)
-    -- The last hour's finished calls read once for every provider, not once per provider and state.
+    -- Each state's calls read once for every target, not once per target: most targets have none.
+    LEFT JOIN (SELECT p.target, count(*) AS pending, count(*) FILTER (WHERE p.lease_until > now()) AS in_flight,
+                      extract(epoch FROM now() - min(p.created_at)) AS oldest_waiting_age_seconds
+               FROM siwa.provider_calls p WHERE p.state = 'pending'
+               GROUP BY p.target) w ON w.target = t.target
+    LEFT JOIN (SELECT p.target, count(*) AS dead FROM siwa.provider_calls p WHERE p.state = 'dead' GROUP BY p.target) d
+        ON d.target = t.target
+    LEFT JOIN (SELECT p.target, count(*) FILTER (WHERE p.state = 'done') AS done,
+                      count(*) FILTER (WHERE p.state = 'user_unknown') AS user_unknown
+               FROM siwa.provider_calls p
+               WHERE p.state IN ('done', 'user_unknown') AND p.updated_at > now() - interval '1 hour'
+               GROUP BY p.target) h ON h.target = t.target;
+
+-- The same for the email services (docs/email-senders.md): a view of its own, so that a process of an
+-- earlier release, which knows the four providers only, reads siwa.provider_call_backlog as before.
+CREATE OR REPLACE VIEW siwa.email_sender_backlog AS
+    SELECT t.target,
+           coalesce(w.pending, 0) AS pending,
+           coalesce(w.in_flight, 0) AS in_flight,
+           coalesce(d.dead, 0) AS dead,
+           coalesce(w.oldest_waiting_age_seconds, 0)::double precision AS oldest_waiting_age_seconds,
+           coalesce(h.done, 0) AS done_last_hour,
+           coalesce(h.user_unknown, 0) AS user_unknown_last_hour
+    FROM (VALUES ('ses'), ('sendgrid'), ('postmark'), ('mailgun')) AS t(target)
+    -- Each state's calls read once for every target, not once per target: most targets have none.
+    LEFT JOIN (SELECT p.target, count(*) AS pending, count(*) FILTER (WHERE p.lease_until > now()) AS in_flight,
+                      extract(epoch FROM now() - min(p.created_at)) AS oldest_waiting_age_seconds
+               FROM siwa.provider_calls p WHERE p.state = 'pending'
+               GROUP BY p.target) w ON w.target = t.target
+    LEFT JOIN (SELECT p.target, count(*) AS dead FROM siwa.provider_calls p WHERE p.state = 'dead' GROUP BY p.target) d
+        ON d.target = t.target
     LEFT JOIN (SELECT p.target, count(*) FILTER (WHERE p.state = 'done') AS done,
                       count(*) FILTER (WHERE p.state = 'user_unknown') AS user_unknown
                FROM siwa.provider_calls p
@@ -1622,7 +1692,9 @@ GRANT SELECT ON siwa.events_per_day, siwa.backlog, siwa.dead_letters, siwa.accou
 
 -- Hosted identity providers: the worker queues and sends the calls; dashboards read the views.
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.email_suppressions TO siwa_worker;
 GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
+GRANT SELECT ON siwa.email_sender_backlog TO siwa_dashboard, siwa_worker, siwa_console;
 -- The console's overview card, and its replay of dead calls (their progress columns only).
 GRANT SELECT ON siwa.provider_call_backlog TO siwa_console;
 GRANT UPDATE (state, attempts, next_attempt_at, last_reason, lease_until, retry_since, updated_at) ON siwa.provider_calls TO siwa_console;

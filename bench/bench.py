@@ -2,7 +2,7 @@
 """siwa-notify benchmark: runs one mode of the siwabench package (driven by bench/run, which
 builds the release binary and starts PostgreSQL).
 
-    bench.py throughput|latency|worker|lag|workers|scale|forward|compare|burst|transfer|authlib|sigterm|console|cost|states|providers|all
+    bench.py throughput|latency|worker|lag|workers|scale|forward|compare|burst|transfer|authlib|sigterm|console|cost|states|providers|senders|all
 
 Environment (set by bench/run): BENCH_SOCKDIR (PostgreSQL unix socket dir), BENCH_TMP (scratch),
 BENCH_BIN (release binary), BENCH_PGBIN (PostgreSQL bin dir). Tunables: see bench/README.md.
@@ -16,15 +16,15 @@ import subprocess
 import sys
 import time
 
-from siwabench import (authlib, burst, compare, console, cost, forward, lag, latency, providers, scale, sigterm, states, throughput,
-                       transfer, worker, workers)
+from siwabench import (authlib, burst, compare, console, cost, forward, lag, latency, providers, scale, senders, sigterm, states,
+                       throughput, transfer, worker, workers)
 from siwabench.harness import BIN, CACHE, HERE, RESULTS, ROOT, durability_settings, log, machine
 
 MODES = {"throughput": throughput.throughput, "latency": latency.latency, "worker": worker.worker, "lag": lag.lag,
          "workers": workers.workers, "scale": scale.scale, "compare": compare.compare, "transfer": transfer.transfer_mode,
          "forward": forward.forward, "authlib": authlib.authlib, "sigterm": sigterm.sigterm, "burst": burst.burst,
          "console": console.console, "cost": cost.cost, "states": states.states,
-         "providers": providers.providers}
+         "providers": providers.providers, "senders": senders.senders}
 # `all`: one database, and the compare table at the end (not compare itself, not the long ones).
 ALL = ["throughput", "latency", "worker", "lag", "workers", "scale"]
 

@@ -169,7 +169,7 @@ public final class Application: Sendable {
         try group.start(ProcessHeartbeat(conninfo: conninfo, role: roleName, interval: options.heartbeatInterval, logger: logger))
         let probe = AdminProbe(
             conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
-            providers: !config.hostedProviders.targets.isEmpty, logger: logger)
+            providers: !config.hostedProviders.targets.isEmpty || !config.emailSenders.targets.isEmpty, logger: logger)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
@@ -255,7 +255,9 @@ public final class Application: Sendable {
             workerOptions.connections = config.workerConnections
             workerOptions.forwarding = config.forwarding != nil
             workerOptions.authLibraries = work.libraries
-            workerOptions.providers = ProviderTargets(providers: work.providers.map(\.provider), policy: config.authLibraries.onAccountDelete)
+            workerOptions.providers = ProviderTargets(
+                providers: work.providers.map(\.provider), policy: config.authLibraries.onAccountDelete, senders: work.senders.map(\.sender),
+                allAddresses: config.emailSenders.allAddresses)
             let worker = Worker(conninfo: conninfo, options: workerOptions, logger: logger, metrics: metrics)
             try group.start(worker)
             if let appleAPI {
@@ -270,7 +272,9 @@ public final class Application: Sendable {
                     interval: options.retentionInterval, logger: logger))
             logger.info("worker started")
             if let delivery = work.forwarding { try startForwarding(delivery, conninfo: conninfo, in: group) }
-            if !work.providers.isEmpty { try startProviderCalls(work.providers, conninfo: conninfo, in: group) }
+            if !work.providers.isEmpty || !work.senders.isEmpty {
+                try startProviderCalls(work.providers, senders: work.senders, conninfo: conninfo, in: group)
+            }
 
             // Reconciliation (README "Missed notifications"): with in-app deletion, unless SIWA_RECONCILE_EVERY=0.
             if let appleAPI, config.reconcileEvery > .zero {
@@ -297,6 +301,8 @@ public final class Application: Sendable {
         var forwarding: ForwardDelivery?
         /// `SIWA_APPLY_TO`'s hosted providers, each client checked.
         var providers: [any HostedProviderClient] = []
+        /// `SIWA_EMAIL_SENDERS`' email services, each client checked.
+        var senders: [any EmailSenderClient] = []
     }
 
     /// The work role's targets, each checked (nil without the work role); the first that fails
@@ -311,6 +317,8 @@ public final class Application: Sendable {
             }
             targets.providers = try HostedProviderClients.make(configuration.hostedProviders, logger: logger)
             try HostedProviderClients.check(targets.providers, configuration: configuration.hostedProviders)
+            targets.senders = try EmailSenderClients.make(configuration.emailSenders, logger: logger)
+            try EmailSenderClients.check(targets.senders, configuration: configuration.emailSenders)
         } catch {
             throw StartError(description: "\(error)")
         }
@@ -375,7 +383,8 @@ public final class Application: Sendable {
             conninfo: conninfo, size: 2, applicationName: "siwa-notify console", transactionBegin: AdminStatements.beginConsole)
         let console = ConsoleHandler(
             pool: pool, secureCookie: configuration.consoleSecureCookie, trustedProxies: configuration.trustedProxies,
-            inAppDeletion: inAppDeletion, forwarding: configuration.forwarding != nil, providers: configuration.hostedProviders.targets,
+            inAppDeletion: inAppDeletion, forwarding: configuration.forwarding != nil,
+            providers: configuration.hostedProviders.targets.map(CallTarget.provider) + configuration.emailSenders.targets.map(CallTarget.sender),
             logger: logger,
             doctor: DoctorWatch(configuration, process: roles == .all ? .serve : roles.contains(.receive) ? .receive : .work))
         try group.start(
@@ -423,14 +432,18 @@ public final class Application: Sendable {
 
     /// The hosted providers' calls (docs/hosted-providers.md, work role, with a provider in
     /// `SIWA_APPLY_TO`): the sender and its NOTIFY wake-ups. Started after the worker, so stopped before it.
-    private func startProviderCalls(_ clients: [any HostedProviderClient], conninfo: String, in group: ServiceGroup) throws {
-        let sender = ProviderSender(conninfo: conninfo, clients: clients, options: options.providers, logger: logger, metrics: metrics)
+    /// The email services of `SIWA_EMAIL_SENDERS` (docs/email-senders.md) are clients of the same sender.
+    private func startProviderCalls(
+        _ clients: [any HostedProviderClient], senders: [any EmailSenderClient], conninfo: String, in group: ServiceGroup
+    ) throws {
+        let sender = ProviderSender(
+            conninfo: conninfo, clients: clients, senders: senders, options: options.providers, logger: logger, metrics: metrics)
         try group.start(sender)
         try group.start(WakeUpListener(conninfo: conninfo, channel: ProviderCallStatements.channel, waking: sender.wakeups, logger: logger))
         logger.info(
             "hosted providers on",
             metadata: [
-                "targets": "\(clients.map(\.provider.rawValue).joined(separator: ","))",
+                "targets": "\((clients.map(\.provider.rawValue) + senders.map(\.sender.rawValue)).joined(separator: ","))",
                 "on_account_delete": "\(configuration.authLibraries.onAccountDelete.rawValue)",
             ])
     }

@@ -83,6 +83,17 @@ public struct DoctorFacts: Sendable {
         }
     }
 
+    /// One email service of `SIWA_EMAIL_SENDERS`, put through the start-up check the work role runs.
+    public struct Sender: Sendable {
+        public var sender: EmailSender
+        public var check: Provider.Check
+
+        public init(_ sender: EmailSender, _ check: Provider.Check) {
+            self.sender = sender
+            self.check = check
+        }
+    }
+
     /// One hosted provider of `SIWA_APPLY_TO`, put through the start-up check the work role runs.
     public struct Provider: Sendable {
         public enum Check: Sendable {
@@ -141,6 +152,10 @@ public struct DoctorFacts: Sendable {
     public var hostedProviders = HostedProviderConfiguration()
     /// Each of them checked (the work role's processes only).
     public var providers: [Provider] = []
+    /// `SIWA_EMAIL_SENDERS`' email services (the variables each finding names).
+    public var emailSenders = EmailSenderConfiguration()
+    /// Each of them checked (the work role's processes only).
+    public var senders: [Sender] = []
     /// The providers' call queues, read as the worker's role (nil: not read).
     public var providerQueues: [ProviderQueue]? = nil
     /// Who, besides superusers and siwa's roles, may create objects in a schema that holds a
@@ -230,6 +245,7 @@ public enum DoctorRules {
         }
         if let keySet = facts.keySet { out += self.keySet(keySet, allowance: facts.clockSkewAllowance) }
         out += facts.providers.map { provider($0, facts.hostedProviders) }
+        out += facts.senders.map { sender($0, facts.emailSenders) }
         out += (facts.providerQueues ?? []).flatMap(providerQueue)
         return out
     }
@@ -264,6 +280,29 @@ public enum DoctorRules {
         }
     }
 
+    /// The start-up check's verdict on one email service, as `provider`'s on a provider.
+    static func sender(_ s: DoctorFacts.Sender, _ configuration: EmailSenderConfiguration) -> DoctorFinding {
+        let name = s.sender.rawValue
+        let docs = "docs/email-senders.md"
+        let stops = "(the work role does not start with SIWA_EMAIL_SENDERS=\(name))"
+        switch s.check {
+        case .unusable(let problem):
+            return DoctorFinding("sender-credential", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
+        case .answered(let outcome):
+            guard let problem = configuration.startProblem(s.sender, outcome) else {
+                return DoctorFinding("sender-check", .info, "\(name) answers and accepts the credential", fix: "nothing to do")
+            }
+            switch outcome {
+            case .retryLater:
+                return DoctorFinding(
+                    "sender-unreachable", .high, "\(problem) \(stops)",
+                    fix: "allow outbound HTTPS to \(name)'s API (a proxy, DNS, the firewall), or fix \(problem.variable)")
+            default:
+                return DoctorFinding("sender-refused", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
+            }
+        }
+    }
+
     /// Dead calls (sessions at the provider that were not ended: HIGH) and a call waiting for long.
     static func providerQueue(_ q: DoctorFacts.ProviderQueue) -> [DoctorFinding] {
         var out: [DoctorFinding] = []
@@ -271,7 +310,9 @@ public enum DoctorRules {
             out.append(
                 DoctorFinding(
                     "provider-calls-dead", .high,
-                    "\(q.dead) call\(q.dead == 1 ? "" : "s") to \(q.target) gave up: those users' sessions there were not ended",
+                    "\(q.dead) call\(q.dead == 1 ? "" : "s") to \(q.target) gave up: "
+                        + (EmailSender(rawValue: q.target) == nil
+                            ? "those users' sessions there were not ended" : "those addresses' suppressions there were not kept in step"),
                     fix:
                         "read each one's last error (the console's Failures, siwa.dead_provider_calls), fix the cause, then `siwa-notify replay --provider-calls --type \(q.target)`"
                 ))

@@ -35,6 +35,20 @@ public enum ProviderAction: String, Sendable, Equatable {
     case deleted
     /// The effect was already in place (an identity already unlinked, a user already deleted).
     case alreadyDone = "already_done"
+    // Email services (docs/email-senders.md):
+    /// The address was put on a suppression list (siwa-notify's record has it).
+    case suppressed
+    /// The address was on the list already, put there by the service or the user: not recorded
+    /// as siwa-notify's, so never lifted by it.
+    case alreadySuppressed = "already_suppressed"
+    /// A suppression siwa-notify added was lifted.
+    case unsuppressed
+    /// The address is suppressed by the service or the user: it stays.
+    case notOurs = "not_ours"
+    /// An entry of the address was deleted (account deletion).
+    case erased
+    /// An entry the service's API cannot delete (a Postmark spam complaint): it stays.
+    case notErasable = "not_erasable"
 }
 
 /// What a refused call says to fix.

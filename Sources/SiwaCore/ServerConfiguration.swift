@@ -82,6 +82,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     /// `SIWA_APPLY_TO`'s hosted identity providers and their variables (docs/hosted-providers.md).
     /// Default: none.
     public var hostedProviders = HostedProviderConfiguration()
+    /// `SIWA_EMAIL_SENDERS`'s email services and their variables (docs/email-senders.md). Default: none.
+    public var emailSenders = EmailSenderConfiguration()
 
     /// Every variable `load` reads, in the order of docs/configuration.md (a test checks its table
     /// and the command-line flags against this list).
@@ -95,7 +97,7 @@ public struct ServerConfiguration: Sendable, Equatable {
             "SIWA_APPLE_URL", "SIWA_API_TOKEN_FILE", "SIWA_API_CONCURRENCY", "SIWA_REVOKE_RETRY_FOR",
             "SIWA_FORWARD_URL", "SIWA_FORWARD_SECRET_FILE", "SIWA_FORWARD_RETRY_FOR",
             "SIWA_RECONCILE_EVERY", "SIWA_CONSOLE_SECURE_COOKIE", "SIWA_TRUSTED_PROXIES",
-        ] + AuthLibraryConfiguration.variables + HostedProviderConfiguration.variables
+        ] + AuthLibraryConfiguration.variables + HostedProviderConfiguration.variables + EmailSenderConfiguration.variables
 
     /// Audience always accepted in dev mode.
     public static let devAudience = "com.example.siwa-notify.dev"
@@ -265,6 +267,7 @@ public struct ServerConfiguration: Sendable, Equatable {
         }
         config.hostedProviders = try HostedProviderConfiguration.load(
             applyTo: applyTo, value, environment: Dictionary(awsEnvironment, uniquingKeysWith: { a, _ in a }))
+        config.emailSenders = try EmailSenderConfiguration.load(value, environment: Dictionary(awsEnvironment, uniquingKeysWith: { a, _ in a }))
         if let id = config.authLibraries.clientID, !config.audiences.isEmpty, !config.audiences.contains(id) {
             throw ConfigurationError(variable: "SIWA_LIBRARY_CLIENT_ID", problem: "must be one of SIWA_AUDIENCES")
         }

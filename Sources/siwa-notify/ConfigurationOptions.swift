@@ -112,6 +112,30 @@ struct ConfigurationOptions: ParsableArguments {
     var cognitoRegion: String?
     @Option(name: .customLong("cognito-url"), help: "Cognito API base URL, e.g. a local emulator's (SIWA_COGNITO_URL).")
     var cognitoURL: String?
+    @Option(name: .customLong("email-senders"), help: "Email services: ses, sendgrid, postmark, mailgun (SIWA_EMAIL_SENDERS).")
+    var emailSenders: String?
+    @Option(name: .customLong("email-senders-all-addresses"), help: "Not only relay addresses (SIWA_EMAIL_SENDERS_ALL_ADDRESSES).")
+    var emailSendersAllAddresses: String?
+    @Option(name: .customLong("ses-region"), help: "AWS region of the SES account (SIWA_SES_REGION).")
+    var sesRegion: String?
+    @Option(name: .customLong("ses-url"), help: "SES base URL, scheme and host, e.g. a local fake's (SIWA_SES_URL).")
+    var sesURL: String?
+    @Option(name: .customLong("sendgrid-api-key-file"), help: "File holding the SendGrid API key (SIWA_SENDGRID_API_KEY_FILE).")
+    var sendgridAPIKeyFile: String?
+    @Option(name: .customLong("sendgrid-url"), help: "SendGrid base URL, e.g. https://api.eu.sendgrid.com (SIWA_SENDGRID_URL).")
+    var sendgridURL: String?
+    @Option(name: .customLong("postmark-server-token-file"), help: "File holding the Postmark server token (SIWA_POSTMARK_SERVER_TOKEN_FILE).")
+    var postmarkServerTokenFile: String?
+    @Option(name: .customLong("postmark-streams"), help: "Postmark message streams, comma-separated; default outbound (SIWA_POSTMARK_STREAMS).")
+    var postmarkStreams: String?
+    @Option(name: .customLong("postmark-url"), help: "Postmark base URL, scheme and host (SIWA_POSTMARK_URL).")
+    var postmarkURL: String?
+    @Option(name: .customLong("mailgun-api-key-file"), help: "File holding the Mailgun API key (SIWA_MAILGUN_API_KEY_FILE).")
+    var mailgunAPIKeyFile: String?
+    @Option(name: .customLong("mailgun-domains"), help: "Mailgun sending domains, comma-separated (SIWA_MAILGUN_DOMAINS).")
+    var mailgunDomains: String?
+    @Option(name: .customLong("mailgun-url"), help: "Mailgun base URL, e.g. https://api.eu.mailgun.net (SIWA_MAILGUN_URL).")
+    var mailgunURL: String?
 
     var overrides: [String: String] {
         var o: [String: String] = [:]
@@ -167,6 +191,18 @@ struct ConfigurationOptions: ParsableArguments {
         o["SIWA_COGNITO_USER_POOL_ID"] = cognitoUserPoolID
         o["SIWA_COGNITO_REGION"] = cognitoRegion
         o["SIWA_COGNITO_URL"] = cognitoURL
+        o["SIWA_EMAIL_SENDERS"] = emailSenders
+        o["SIWA_EMAIL_SENDERS_ALL_ADDRESSES"] = emailSendersAllAddresses
+        o["SIWA_SES_REGION"] = sesRegion
+        o["SIWA_SES_URL"] = sesURL
+        o["SIWA_SENDGRID_API_KEY_FILE"] = sendgridAPIKeyFile
+        o["SIWA_SENDGRID_URL"] = sendgridURL
+        o["SIWA_POSTMARK_SERVER_TOKEN_FILE"] = postmarkServerTokenFile
+        o["SIWA_POSTMARK_STREAMS"] = postmarkStreams
+        o["SIWA_POSTMARK_URL"] = postmarkURL
+        o["SIWA_MAILGUN_API_KEY_FILE"] = mailgunAPIKeyFile
+        o["SIWA_MAILGUN_DOMAINS"] = mailgunDomains
+        o["SIWA_MAILGUN_URL"] = mailgunURL
         return o
     }
 

@@ -305,11 +305,12 @@ struct PlanRobustnessTests {
         ).rows.compactMap { $0[0].flatMap(Int64.init) }
         list.append(
             probe(
-                ProviderCallStatements.enqueue, claimed.map { .init(target: .auth0, effect: .endSessions, event: $0) }, begin: worker,
+                ProviderCallStatements.enqueue, claimed.map { .init(target: .provider(.auth0), effect: .provider(.endSessions), event: $0) },
+                begin: worker,
                 rows: batch))
         list.append(
             probe(
-                ProviderCallStatements.claim, .init(limit: batch, leaseSeconds: 60, targets: HostedProvider.allCases),
+                ProviderCallStatements.claim, .init(limit: batch, leaseSeconds: 60, targets: CallTarget.all),
                 begin: ForwardStatements.beginCycle, rows: batch))
         list.append(
             probe(

@@ -38,7 +38,7 @@ public final class ConsoleHandler: Sendable {
 
     public init(
         pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
-        providers: [HostedProvider] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
+        providers: [CallTarget] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
     ) {
         self.doctor = doctor
         self.clock = clock

@@ -7,8 +7,8 @@ enum ConsolePages {
     struct Features: Sendable, Equatable {
         var inAppDeletion: Bool
         var forwarding: Bool
-        /// The hosted providers of `SIWA_APPLY_TO`.
-        var providers: [HostedProvider] = []
+        /// The hosted providers of `SIWA_APPLY_TO` and the email services of `SIWA_EMAIL_SENDERS`.
+        var providers: [CallTarget] = []
     }
 
     private static let e = ConsoleHTML.escape
@@ -145,7 +145,7 @@ enum ConsolePages {
 
     /// The hosted providers' calls, per provider configured or with calls: waiting (in flight
     /// among them), dead (replayed from Failures), the oldest waiting one's age.
-    static func providerCard(_ backlog: [ProviderCallStatements.Backlog], configured: [HostedProvider]) -> String {
+    static func providerCard(_ backlog: [ProviderCallStatements.Backlog], configured: [CallTarget]) -> String {
         let c = ConsoleHTML.count
         let shown = backlog.filter { b in
             configured.contains(b.target) || b.pending + b.dead + b.doneLastHour + b.userUnknownLastHour > 0
@@ -159,7 +159,7 @@ enum ConsolePages {
                     c(b.pending), c(b.inFlight), b.dead > 0 ? "<span class=\"badge bad\">\(c(b.dead))</span>" : c(b.dead),
                     b.pending > 0 ? e(ConsoleHTML.duration(b.oldestWaitingAgeSeconds)) : "–", c(b.doneLastHour + b.userUnknownLastHour),
                 ]
-            }, empty: "No hosted provider (SIWA_APPLY_TO) and no calls.")
+            }, empty: "No hosted provider (SIWA_APPLY_TO), no email service (SIWA_EMAIL_SENDERS) and no calls.")
         return body + "</div>"
     }
 

@@ -36,14 +36,20 @@ public final class ProviderSender: Service {
     struct Answer: Sendable {
         var outcome: ProviderOutcome
         var jitter: Double
+        /// An email service's call: what it changed in siwa-notify's record of its suppressions.
+        var ledger = SuppressionLedger()
     }
 
+    /// `clients`: the hosted providers' (`SIWA_APPLY_TO`); `senders`: the email services'
+    /// (`SIWA_EMAIL_SENDERS`). One queue, one loop: each target is a client on it.
     public init(
-        conninfo: String, clients: [any HostedProviderClient], options: Options = Options(), logger: Logger, metrics: Metrics
+        conninfo: String, clients: [any HostedProviderClient], senders: [any EmailSenderClient] = [], options: Options = Options(),
+        logger: Logger, metrics: Metrics
     ) {
-        var byTarget: [HostedProvider: any HostedProviderClient] = [:]
-        for client in clients { byTarget[client.provider] = client }
-        let targets = HostedProvider.allCases.filter { byTarget[$0] != nil }
+        var byTarget: [CallTarget: any CallClient] = [:]
+        for client in clients { byTarget[.provider(client.provider)] = HostedCall(client: client) }
+        for client in senders { byTarget[.sender(client.sender)] = SenderCall(client: client) }
+        let targets = CallTarget.all.filter { byTarget[$0] != nil }
         let steps = Steps(schedule: options.schedule, lease: options.callTimeout + .seconds(5), logger: logger, metrics: metrics)
         var settings = CallLoop<ClaimedProviderCall, Answer>.Settings(
             name: "provider sender", thread: "siwa-providers", calls: "siwa-provider", callsInFlight: options.concurrency,
@@ -62,11 +68,11 @@ public final class ProviderSender: Service {
             },
             makeLocal: { () },
             call: { item, _ in
-                // The claim only returns calls of configured providers.
-                let outcome =
-                    clientsByTarget[item.target]?.apply(item.effect, sub: item.sub)
-                    ?? .refused(ProviderFailure(reason: "target_not_configured", blame: .request))
-                return Answer(outcome: outcome, jitter: Double.random(in: 0..<1))
+                // The claim only returns calls of configured targets.
+                let result =
+                    clientsByTarget[item.target]?.call(item)
+                    ?? SenderResult(.refused(ProviderFailure(reason: "target_not_configured", blame: .request)))
+                return Answer(outcome: result.outcome, jitter: Double.random(in: 0..<1), ledger: result.ledger)
             },
             record: { c, rounds in _ = try steps.cycle(&rounds, claimLimit: 0, targets: [], on: c) })
     }
@@ -88,7 +94,10 @@ extension ProviderSender {
     )
         -> (ProviderCallStatements.Outcome, ProviderCallSchedule.Next)
     {
-        let outcome = ProviderRules.settled(answer.outcome, effect: item.effect, foundBefore: item.foundBefore)
+        var outcome = answer.outcome
+        if case .provider(let effect) = item.effect {
+            outcome = ProviderRules.settled(answer.outcome, effect: effect, foundBefore: item.foundBefore)
+        }
         let next = schedule.next(after: outcome, attempts: item.attempts + 1, age: .seconds(item.ageSeconds), jitter: answer.jitter)
         var row = ProviderCallStatements.Outcome(id: item.id, state: .pending, status: nil, reason: nil, actions: nil, retryInSeconds: 0)
         switch outcome {
@@ -96,7 +105,8 @@ extension ProviderSender {
             row.status = status
             row.actions = actions.map(\.rawValue).joined(separator: ",")
         case .userNotFound(let status):
-            row.status = status
+            // Zero: nothing was asked (an erase with nothing to erase).
+            row.status = status > 0 ? status : nil
         case .retryLater(let failure), .refused(let failure):
             row.status = failure.status
             row.reason = failure.blame.map { "\(failure.reason) [\($0.rawValue)]" } ?? failure.reason
@@ -125,7 +135,7 @@ extension ProviderSender {
         /// Records the outcomes and claims up to `claimLimit` due calls of `targets`, in one short
         /// transaction; counts and logs the outcomes once committed. Outcomes not recorded are kept.
         func cycle(
-            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, targets: [HostedProvider], on c: PostgresConnection
+            _ rounds: inout CallRounds<ClaimedProviderCall, Answer>, claimLimit: Int, targets: [CallTarget], on c: PostgresConnection
         ) throws -> [ClaimedProviderCall] {
             guard rounds.hasAnswers || claimLimit > 0 else { return [] }
             let done = rounds.takeAnswers()
@@ -133,6 +143,7 @@ extension ProviderSender {
             do {
                 let claimed = try c.transaction(begin: ForwardStatements.beginCycle) { c throws(PostgresError) in
                     if !recorded.isEmpty { try c.affected(ProviderCallStatements.recordOutcomes, recorded.map(\.0)) }
+                    try Self.recordSuppressions(zip(done, recorded).map { ($0.0, $0.1, $1.1) }, on: c)
                     guard claimLimit > 0 else { return [ClaimedProviderCall]() }
                     return try c.rows(
                         ProviderCallStatements.claim, .init(limit: claimLimit, leaseSeconds: lease.inSeconds, targets: targets))
@@ -143,6 +154,26 @@ extension ProviderSender {
                 rounds.keep(done)
                 throw error
             }
+        }
+
+        /// Writes what email services' calls changed of siwa-notify's record of its suppressions
+        /// (whatever their outcome: an entry added before a failure is still siwa-notify's), and
+        /// after a finished `erase`, forgets the user's addresses at that service.
+        static func recordSuppressions(
+            _ calls: [(ClaimedProviderCall, Answer, ProviderCallSchedule.Next)], on c: PostgresConnection
+        ) throws(PostgresError) {
+            var added: [EmailSuppressionStatements.Change] = []
+            var removed: [EmailSuppressionStatements.Change] = []
+            var forgotten: [(target: EmailSender, sub: String)] = []
+            for (item, answer, next) in calls {
+                guard case .sender(let sender) = item.target else { continue }
+                for entry in answer.ledger.added { added.append(.init(target: sender, sub: item.sub, entry: entry, callID: item.id)) }
+                for entry in answer.ledger.removed { removed.append(.init(target: sender, sub: item.sub, entry: entry, callID: item.id)) }
+                if item.effect == .sender(.erase) && (next == .done || next == .userUnknown) { forgotten.append((sender, item.sub)) }
+            }
+            if !removed.isEmpty { try c.affected(EmailSuppressionStatements.forgetRemoved, removed) }
+            if !added.isEmpty { try c.affected(EmailSuppressionStatements.recordAdded, added) }
+            if !forgotten.isEmpty { try c.affected(EmailSuppressionStatements.forget, forgotten) }
         }
 
         /// Counts and logs outcomes once they are committed (no sub: its hash; no credential).
@@ -174,4 +205,38 @@ extension ProviderSender {
             }
         }
     }
+}
+
+/// One kind of client the call queue drives: a hosted provider's or an email service's.
+protocol CallClient: Sendable {
+    func call(_ item: ClaimedProviderCall) -> SenderResult
+    func pausedUntil() -> Duration
+}
+
+/// A hosted provider's client on the queue.
+struct HostedCall: CallClient {
+    let client: any HostedProviderClient
+
+    func call(_ item: ClaimedProviderCall) -> SenderResult {
+        guard case .provider(let effect) = item.effect else {
+            return SenderResult(.refused(ProviderFailure(reason: "effect_not_of_target", blame: .request)))
+        }
+        return SenderResult(client.apply(effect, sub: item.sub))
+    }
+
+    func pausedUntil() -> Duration { client.pausedUntil() }
+}
+
+/// An email service's client on the queue.
+struct SenderCall: CallClient {
+    let client: any EmailSenderClient
+
+    func call(_ item: ClaimedProviderCall) -> SenderResult {
+        guard case .sender(let effect) = item.effect else {
+            return SenderResult(.refused(ProviderFailure(reason: "effect_not_of_target", blame: .request)))
+        }
+        return client.apply(effect, address: item.email, recorded: item.recorded)
+    }
+
+    func pausedUntil() -> Duration { client.pausedUntil() }
 }

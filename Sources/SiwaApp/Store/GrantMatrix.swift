@@ -61,9 +61,12 @@ public enum GrantMatrix {
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
         // The hosted providers' call queue (sent by the work role, read by dashboards).
         "siwa_worker SELECT provider_calls", "siwa_worker INSERT provider_calls", "siwa_worker UPDATE provider_calls",
-        "siwa_worker DELETE provider_calls", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
+        "siwa_worker DELETE provider_calls",
+        "siwa_worker SELECT email_suppressions", "siwa_worker INSERT email_suppressions", "siwa_worker UPDATE email_suppressions",
+        "siwa_worker DELETE email_suppressions", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
         "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
         "siwa_console SELECT provider_call_backlog",
+        "siwa_worker SELECT email_sender_backlog", "siwa_dashboard SELECT email_sender_backlog", "siwa_console SELECT email_sender_backlog",
         "siwa_console UPDATE provider_calls(attempts,last_reason,lease_until,next_attempt_at,retry_since,state,updated_at)",
         // Releases: each process reads the schema's release at start and keeps its heartbeat row.
         "siwa_receiver SELECT schema_release", "siwa_worker SELECT schema_release", "siwa_api SELECT schema_release",

@@ -4,9 +4,14 @@ import SiwaPostgres
 /// A provider call a sender claimed (leased) to make it.
 struct ClaimedProviderCall: Sendable {
     var id: Int64
-    var target: HostedProvider
+    var target: CallTarget
     var sub: String
-    var effect: ProviderEffect
+    var effect: CallEffect
+    /// The address of an email service's call (none for a hosted provider's).
+    var email: String? = nil
+    /// An email service's call: the suppressions siwa-notify's record says it added of the
+    /// address (for `erase`, of the user) at that service.
+    var recorded: [SuppressionEntry] = []
     /// Attempts so far.
     var attempts: Int
     /// Seconds since it was queued or replayed (the retry bound counts from then).
@@ -26,9 +31,11 @@ enum ProviderCallStatements {
 
     /// One call to queue.
     struct Queued {
-        var target: HostedProvider
-        var effect: ProviderEffect
+        var target: CallTarget
+        var effect: CallEffect
         var event: ClaimedEvent
+        /// An email service's call: the address it concerns.
+        var email: String? = nil
     }
 
     /// Queues calls in the caller's transaction, in the order given (the order of `id`, which is
@@ -37,15 +44,16 @@ enum ProviderCallStatements {
     static let enqueue = Statement<[Queued], Void>(
         "enqueue_provider_calls",
         """
-        INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time)
-        SELECT u.target, u.sub, u.effect, u.event_id, u.type, \(SQLEncoding.timestamp(millis: "u.event_ms"))
+        INSERT INTO siwa.provider_calls (target, apple_sub, effect, event_id, event_type, event_time, email)
+        SELECT u.target, u.sub, u.effect, u.event_id, u.type, \(SQLEncoding.timestamp(millis: "u.event_ms")), u.email
         FROM ROWS FROM (pg_catalog.unnest($1::text[]),
             pg_catalog.unnest($2::text[]),
             pg_catalog.unnest($3::text[]),
             pg_catalog.unnest($4::bigint[]),
             pg_catalog.unnest($5::text[]),
-            pg_catalog.unnest($6::bigint[]))
-            WITH ORDINALITY AS u(target, sub, effect, event_id, type, event_ms, n)
+            pg_catalog.unnest($6::bigint[]),
+            pg_catalog.unnest($7::text[]))
+            WITH ORDINALITY AS u(target, sub, effect, event_id, type, event_ms, email, n)
         ORDER BY u.n
         ON CONFLICT (event_id, target) DO NOTHING
         """,
@@ -54,6 +62,7 @@ enum ProviderCallStatements {
                 SQLEncoding.array(rows.map(\.target.rawValue)), SQLEncoding.array(rows.map(\.event.event.sub)),
                 SQLEncoding.array(rows.map(\.effect.rawValue)), SQLEncoding.array(rows.map(\.event.id)),
                 SQLEncoding.array(rows.map(\.event.event.type.rawValue)), SQLEncoding.array(rows.map(\.event.event.eventTimeMillis)),
+                SQLEncoding.array(rows.map(\.email)),
             ]
         })
 
@@ -61,7 +70,7 @@ enum ProviderCallStatements {
         var limit: Int
         var leaseSeconds: Double
         /// The providers configured: a call of another one waits for it to be configured again.
-        var targets: [HostedProvider]
+        var targets: [CallTarget]
     }
 
     /// Leases up to `limit` due calls, each the earliest waiting one of its user at its provider
@@ -84,14 +93,20 @@ enum ProviderCallStatements {
         WHERE p.id = ANY (ARRAY(SELECT due.id FROM due))
         RETURNING p.id, p.target, p.apple_sub, p.effect, p.attempts,
                   extract(epoch FROM pg_catalog.now() - p.retry_since)::double precision AS age,
-                  p.actions IS NOT NULL AS found_before
+                  p.actions IS NOT NULL AS found_before, p.email,
+                  -- An email service's call: the suppressions siwa-notify added, a line "address<TAB>scope" each.
+                  (SELECT pg_catalog.string_agg(s.email || E'\t' || s.scope, E'\n' ORDER BY s.email, s.scope)
+                   FROM siwa.email_suppressions s
+                   WHERE s.target = p.target
+                     AND (s.email = p.email OR (p.effect = 'erase' AND s.apple_sub = p.apple_sub))) AS recorded
         """,
         bind: { [String($0.limit), String($0.leaseSeconds), SQLEncoding.array($0.targets.map(\.rawValue))] },
         decode: { row throws(PostgresError) in
             ClaimedProviderCall(
-                id: try row.int64("id"), target: try row.value("target", as: HostedProvider.self), sub: try row.text("apple_sub"),
-                effect: try row.value("effect", as: ProviderEffect.self), attempts: try row.int("attempts"), ageSeconds: try row.double("age"),
-                foundBefore: try row.bool("found_before"))
+                id: try row.int64("id"), target: try row.value("target", as: CallTarget.self), sub: try row.text("apple_sub"),
+                effect: try row.value("effect", as: CallEffect.self), email: try row.optionalText("email"),
+                recorded: SuppressionEntry.parse(lines: try row.optionalText("recorded")),
+                attempts: try row.int("attempts"), ageSeconds: try row.double("age"), foundBefore: try row.bool("found_before"))
         })
 
     struct Outcome {
@@ -141,7 +156,7 @@ enum ProviderCallStatements {
 
     /// One provider's queue, for `status`, `/metrics` and the console.
     struct Backlog: Equatable, Sendable {
-        var target: HostedProvider
+        var target: CallTarget
         var pending: Int
         var inFlight: Int
         var dead: Int
@@ -155,10 +170,13 @@ enum ProviderCallStatements {
         """
         SELECT target, pending, in_flight, dead, oldest_waiting_age_seconds, done_last_hour, user_unknown_last_hour
         FROM siwa.provider_call_backlog
+        UNION ALL
+        SELECT target, pending, in_flight, dead, oldest_waiting_age_seconds, done_last_hour, user_unknown_last_hour
+        FROM siwa.email_sender_backlog
         """,
         decode: { row throws(PostgresError) in
             Backlog(
-                target: try row.value("target", as: HostedProvider.self), pending: try row.int("pending"), inFlight: try row.int("in_flight"),
+                target: try row.value("target", as: CallTarget.self), pending: try row.int("pending"), inFlight: try row.int("in_flight"),
                 dead: try row.int("dead"), oldestWaitingAgeSeconds: try row.double("oldest_waiting_age_seconds"),
                 doneLastHour: try row.int("done_last_hour"), userUnknownLastHour: try row.int("user_unknown_last_hour"))
         })

@@ -33,6 +33,14 @@ public enum Doctor {
         if process != .receive {
             facts.hostedProviders = config.hostedProviders
             facts.providers = HostedProviderClients.examine(config.hostedProviders, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
+            facts.emailSenders = config.emailSenders
+            facts.senders = EmailSenderClients.examine(config.emailSenders, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
+                .map { sender, result in
+                    switch result {
+                    case .success(let outcome): return DoctorFacts.Sender(sender, .answered(outcome))
+                    case .failure(let error): return DoctorFacts.Sender(sender, .unusable(error.problem))
+                    }
+                }
         }
         var report = DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts) + releaseFindings(config))
         report.version = BuildInfo.version
@@ -115,6 +123,13 @@ public enum Doctor {
         if let auth0 = providers.auth0 { files.append(("SIWA_AUTH0_CLIENT_SECRET_FILE", auth0.clientSecretFile)) }
         if let clerk = providers.clerk { files.append(("SIWA_CLERK_SECRET_KEY_FILE", clerk.secretKeyFile)) }
         if case .sharedFile(let path, _)? = providers.cognito?.credentials { files.append((AWSCredentialSource.fileVariable, path)) }
+        let senders = config.emailSenders
+        if let s = senders.sendgrid { files.append(("SIWA_SENDGRID_API_KEY_FILE", s.apiKeyFile)) }
+        if let s = senders.postmark { files.append(("SIWA_POSTMARK_SERVER_TOKEN_FILE", s.serverTokenFile)) }
+        if let s = senders.mailgun { files.append(("SIWA_MAILGUN_API_KEY_FILE", s.apiKeyFile)) }
+        if case .sharedFile(let path, _)? = senders.ses?.credentials, !files.contains(where: { $0.1 == path }) {
+            files.append((AWSCredentialSource.fileVariable, path))
+        }
         return files.map { variable, path in
             var info = stat()
             guard stat(path, &info) == 0 else {

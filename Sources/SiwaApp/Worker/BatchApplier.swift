@@ -111,8 +111,9 @@ enum BatchApplier {
             }
             if !effective.isEmpty { try c.affected(ForwardStatements.enqueue, .init(events: effective)) }
         }
-        // Hosted providers: a call per effect and provider, queued with the effect (same transaction).
-        let calls = providers.calls(for: events, decisions: decisions)
+        // Hosted providers and email services: a call per effect and target, queued with the
+        // effect (same transaction), before a deletion erases the address it needs.
+        let calls = providers.calls(for: events, decisions: decisions, before: current)
         if !calls.isEmpty { try c.affected(ProviderCallStatements.enqueue, calls) }
         if !deleted.isEmpty {
             try c.affected(WorkerStatements.eraseEventEmails, deleted)
