@@ -59,6 +59,9 @@ $$;
 -- its users predate siwa.app_accounts (then they get their app accounts from their events).
 SELECT pg_catalog.set_config('siwa.migrate_fill_app_accounts',
     (to_regclass('siwa.app_accounts') IS NULL AND to_regclass('siwa.accounts') IS NOT NULL)::text, true);
+-- And whether its tokens predate siwa.token_keys (then the key ids they use are recorded once).
+SELECT pg_catalog.set_config('siwa.migrate_seed_token_keys',
+    (to_regclass('siwa.token_keys') IS NULL AND to_regclass('siwa.apple_tokens') IS NOT NULL)::text, true);
 
 
 -- ╔══════════════════════════════════════════════════════════════════════════════════════════╗
@@ -203,7 +206,20 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     validated_at        timestamptz,
     next_validation_at  timestamptz,
     validation_failures integer     NOT NULL DEFAULT 0,
+    -- Set at a process's start when the token does not open with its key, which that process
+    -- holds (the key is right: its id is the key's hash): set aside, never validated nor sent to
+    -- Apple, listed by `doctor` and the console (a sign-in of the user replaces it).
+    quarantined_at      timestamptz,
     PRIMARY KEY (apple_sub, client_id)
+);
+
+-- The ids of the refresh-token keys (SIWA_TOKEN_KEY_FILE: the first 8 hex digits of each key's
+-- SHA-256) that the owner's `migrate` and `rekey`, and the worker's processes at start, recorded
+-- (siwa.record_token_keys): the API's functions store a token under one of them only, so a login
+-- of the API cannot write a key id that no process holds (which stops every worker's start).
+CREATE TABLE IF NOT EXISTS siwa.token_keys (
+    key_id      text COLLATE "C" PRIMARY KEY CHECK (key_id ~ '^[0-9a-f]{8}$'),
+    recorded_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- Revocations at Apple (`/auth/revoke`), one row per refresh token to revoke: the tokens a user
@@ -677,6 +693,18 @@ $$;
 DELETE FROM siwa.console_sessions WHERE operator_id IS NULL OR operator IS NULL;
 ALTER TABLE siwa.console_sessions ALTER COLUMN operator_id SET NOT NULL, ALTER COLUMN operator SET NOT NULL;
 
+-- Stored tokens: the quarantine mark; the key ids in use before siwa.token_keys existed, recorded
+-- once (so the API keeps storing under its key until `migrate` runs with SIWA_TOKEN_KEY_FILE;
+-- an id no process holds stops the start, as before).
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS quarantined_at timestamptz;
+INSERT INTO siwa.token_keys (key_id)
+SELECT key_id FROM siwa.apple_tokens
+WHERE pg_catalog.current_setting('siwa.migrate_seed_token_keys') = 'true' AND key_id ~ '^[0-9a-f]{8}$'
+UNION
+SELECT key_id FROM siwa.revocations
+WHERE pg_catalog.current_setting('siwa.migrate_seed_token_keys') = 'true' AND key_id ~ '^[0-9a-f]{8}$'
+ON CONFLICT (key_id) DO NOTHING;
+
 -- Privileges of earlier shapes that part 4 does not give: the receiver's and the API's INSERT
 -- of whole rows (part 4 grants the receiver its columns; the table REVOKE also takes column
 -- grants), the worker's of revocations (rows are born in the functions of part 3), the API's
@@ -1076,12 +1104,34 @@ CREATE INDEX IF NOT EXISTS revocation_calls_revocation_idx ON siwa.revocation_ca
 -- write a row of its own choosing (another user's, one born `done`). The API queues a token Apple
 -- issued that it could not keep; the worker moves the tokens of the users an in-app deletion
 -- takes (`DeletionStatements.moveTokensToRevocation`).
+-- What the API's functions accept of a token: a key id the owner or a worker recorded
+-- (siwa.token_keys; else insufficient_privilege), and a ciphertext at least as long as AES-GCM's
+-- nonce and tag (12 + 16 bytes; else invalid_parameter_value). A missing one is left to the
+-- tables' own checks (not_null_violation, revocations_token_check).
+CREATE OR REPLACE FUNCTION siwa.check_token_key(key_id text, ciphertext bytea) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF check_token_key.key_id IS NOT NULL
+       AND NOT EXISTS (SELECT FROM siwa.token_keys k WHERE k.key_id = check_token_key.key_id) THEN
+        RAISE EXCEPTION 'token key % is not recorded (siwa-notify migrate or rekey with SIWA_TOKEN_KEY_FILE records it)',
+            pg_catalog.left(check_token_key.key_id, 16) USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF check_token_key.ciphertext IS NOT NULL AND pg_catalog.octet_length(check_token_key.ciphertext) < 28 THEN
+        RAISE EXCEPTION 'a sealed token is at least 28 bytes (nonce and tag)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.check_token_key(text, bytea) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION siwa.queue_revocation(apple_sub text, client_id text, key_id text, ciphertext bytea)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM siwa.check_token_key(queue_revocation.key_id, queue_revocation.ciphertext);
     INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
     VALUES (queue_revocation.apple_sub, queue_revocation.client_id, queue_revocation.key_id, queue_revocation.ciphertext,
-            'exchange-failed')
+            'exchange-failed');
+END
 $$;
 REVOKE ALL ON FUNCTION siwa.queue_revocation(text, text, text, bytea) FROM PUBLIC;
 
@@ -1138,6 +1188,7 @@ DECLARE
     existed boolean;
     signed_at timestamptz := least(store_apple_token.signed_in_at, clock_timestamp());
 BEGIN
+    PERFORM siwa.check_token_key(store_apple_token.key_id, store_apple_token.ciphertext);
     BEGIN
         SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
         WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
@@ -1164,7 +1215,7 @@ BEGIN
             store_apple_token.ciphertext, signed_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
+            updated_at = now(), quarantined_at = NULL, validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
             source = NULL;  -- a sign-in's token, also over one adopted from an auth library
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
@@ -1175,6 +1226,20 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean, timestamptz) FROM PUBLIC;
+
+-- Records the ids of the keys a process holds (`migrate`, `rekey`, a worker's process at start,
+-- each from its own SIWA_TOKEN_KEY_FILE). The worker's role may: it writes siwa.apple_tokens
+-- itself, so the list gives it nothing it lacks; the API's may not. Returns how many were new.
+CREATE OR REPLACE FUNCTION siwa.record_token_keys(key_ids text[]) RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH added AS (
+        INSERT INTO siwa.token_keys (key_id)
+        SELECT DISTINCT k FROM pg_catalog.unnest(record_token_keys.key_ids) AS k
+        ON CONFLICT (key_id) DO NOTHING RETURNING 1
+    )
+    SELECT pg_catalog.count(*)::integer FROM added
+$$;
+REVOKE ALL ON FUNCTION siwa.record_token_keys(text[]) FROM PUBLIC;
 
 -- In-app account deletion, in the caller's transaction (call it in the same transaction as your
 -- app's own delete): queues a deletion event (type 'deletion-requested') that the worker applies
@@ -1791,6 +1856,8 @@ GRANT EXECUTE ON FUNCTION siwa.move_tokens_to_revocation(text[], bigint[], text[
 GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_worker;
+GRANT EXECUTE ON FUNCTION siwa.record_token_keys(text[]) TO siwa_worker;  -- its own key file's ids, at start
+GRANT SELECT ON siwa.token_keys TO siwa_worker, siwa_api;  -- whether its own key is recorded
 
 -- API (POST /apple/tokens, /apple/refresh-tokens, the console): stores tokens, queues the
 -- revocation of a token it could not keep (through the function only: never a row without it,

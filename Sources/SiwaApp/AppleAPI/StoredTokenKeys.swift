@@ -22,6 +22,7 @@ public enum StoredTokenKeys {
         let rows: [(row: TokenKeyStatements.Row, count: Int)]
         do {
             let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token key check")
+            try record(vault, on: connection, logger: logger)
             rows = try connection.rows(TokenKeyStatements.onePerKey) + connection.rows(TokenKeyStatements.revocationOnePerKey)
         } catch  where error.sqlState == "42501" {
             logger.notice("this role may not read siwa.apple_tokens: the stored tokens' keys are checked by the worker's processes")
@@ -59,6 +60,38 @@ public enum StoredTokenKeys {
         return counts.count
     }
 
+    /// Records the ids of `vault`'s keys in `siwa.token_keys` (the ids the API's functions store a
+    /// token under) where this login may: the owner (`migrate`, `rekey`) and the worker's role.
+    /// Where it may not (the API's login), warns when the key that encrypts is not recorded: the
+    /// API's functions then refuse to store a token (42501). True when recorded here.
+    @discardableResult
+    public static func record(_ vault: TokenVault, conninfo: String, logger: Logger? = nil) throws -> Bool {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token keys")
+        return try record(vault, on: connection, logger: logger)
+    }
+
+    @discardableResult
+    static func record(_ vault: TokenVault, on connection: PostgresConnection, logger: Logger?) throws(PostgresError) -> Bool {
+        do {
+            _ = try connection.row(TokenKeyStatements.record, vault.keyIDs)
+            return true
+        } catch where error.sqlState == "42501" {
+            // Not this login's to record: whether the key it encrypts with is.
+        }
+        do {
+            if try connection.row(TokenKeyStatements.isRecorded, vault.current.id) != true {
+                logger?.warning(
+                    """
+                    token key \(vault.current.id) is not recorded in siwa.token_keys: sign-ins cannot be stored until \
+                    `siwa-notify migrate` or `rekey` runs with this SIWA_TOKEN_KEY_FILE, or a work process starts with it
+                    """)
+            }
+        } catch where error.sqlState == "42501" {
+            // A receiver's login: it stores no token.
+        }
+        return false
+    }
+
     /// What `rekey` did.
     public struct RekeyReport: Sendable, Equatable {
         /// Re-encrypted with the newest key by this run.
@@ -82,6 +115,7 @@ public enum StoredTokenKeys {
         let connection: PostgresConnection
         do {
             connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify rekey")
+            try record(vault, on: connection, logger: nil)
             report.alreadyCurrent = try connection.row(TokenKeyStatements.countUnderKey, newest) ?? 0
         } catch {
             throw Failure(description: "cannot read the stored refresh tokens: \(error)")

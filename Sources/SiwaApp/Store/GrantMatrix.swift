@@ -23,6 +23,8 @@ public enum GrantMatrix {
         "siwa_receiver SELECT key_sets",
         "siwa_worker USAGE schema siwa",
         "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
+        // The token keys' ids: recorded by the owner and the worker's processes, read by the API's.
+        "siwa_worker EXECUTE record_token_keys", "siwa_worker SELECT token_keys", "siwa_api SELECT token_keys",
         "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
         "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
         "siwa_worker SELECT apple_tokens", "siwa_worker INSERT apple_tokens", "siwa_worker UPDATE apple_tokens",

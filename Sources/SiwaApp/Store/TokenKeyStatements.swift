@@ -17,6 +17,17 @@ enum TokenKeyStatements {
             token: DeletionStatements.StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
     }
 
+    /// Records the ids of the keys this process holds (`siwa.record_token_keys`: the owner's and
+    /// the worker's role); returns how many were new.
+    static let record = Statement<[String], Int>(
+        "record_token_keys", "SELECT siwa.record_token_keys($1::text[]) AS added", bind: { [SQLEncoding.array($0)] },
+        decode: { r throws(PostgresError) in try r.int("added") })
+
+    /// Whether a key id is recorded (the ids the API's functions store a token under).
+    static let isRecorded = Statement<String, Bool>(
+        "token_key_recorded", "SELECT EXISTS (SELECT FROM siwa.token_keys WHERE key_id = $1) AS recorded", bind: { [$0] },
+        decode: { r throws(PostgresError) in try r.bool("recorded") })
+
     /// One stored token per distinct `key_id`, with how many tokens use that key (a skip scan
     /// over `apple_tokens_key_id`: one index probe per key, however many tokens there are).
     static let onePerKey = Statement<Void, (row: Row, count: Int)>(
