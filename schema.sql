@@ -207,8 +207,8 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     next_validation_at  timestamptz,
     validation_failures integer     NOT NULL DEFAULT 0,
     -- Set at a process's start when the token does not open with its key, which that process
-    -- holds (the key is right: its id is the key's hash): set aside, never validated nor sent to
-    -- Apple, listed by `doctor` and the console (a sign-in of the user replaces it).
+    -- holds (the key is right: its id is the key's hash): set aside instead of stopping the start,
+    -- counted in /metrics, listed by `doctor` and the console; a sign-in of the user replaces it.
     quarantined_at      timestamptz,
     PRIMARY KEY (apple_sub, client_id)
 );
@@ -1099,6 +1099,8 @@ CREATE INDEX IF NOT EXISTS revocations_dead_idx ON siwa.revocations (id) WHERE s
 -- The gauge and the alert read the unconfirmed ones only: a probe of this small index.
 CREATE INDEX IF NOT EXISTS revocations_unconfirmed_idx ON siwa.revocations (id) WHERE confirmation = 'unconfirmed';
 CREATE INDEX IF NOT EXISTS revocation_calls_revocation_idx ON siwa.revocation_calls (revocation_id, id);
+-- The stored tokens set aside at start (/metrics, `doctor`, the console): a probe of this small index.
+CREATE INDEX IF NOT EXISTS apple_tokens_quarantined_idx ON siwa.apple_tokens (quarantined_at) WHERE quarantined_at IS NOT NULL;
 
 -- Only these functions (and store_apple_token's stale sign-in) insert revocations: no role may
 -- write a row of its own choosing (another user's, one born `done`). The API queues a token Apple
@@ -1895,7 +1897,7 @@ GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts,
     siwa.provider_calls, siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
 GRANT SELECT (id, apple_sub, client_id, key_id, reason, status, attempts, next_attempt_at, last_error, created_at,
               finished_at, confirmation, confirmed_at) ON siwa.revocations TO siwa_console;
-GRANT SELECT (next_validation_at) ON siwa.apple_tokens TO siwa_console;
+GRANT SELECT (next_validation_at, apple_sub, client_id, key_id, quarantined_at) ON siwa.apple_tokens TO siwa_console;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text), siwa.user_report(text) TO siwa_console;
 REVOKE EXECUTE ON FUNCTION siwa.request_deletion(text, text) FROM siwa_console;  -- through console_request_deletion
 GRANT EXECUTE ON FUNCTION siwa.console_sign_in(text, text, text, text), siwa.console_session(text, boolean),

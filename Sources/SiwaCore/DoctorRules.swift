@@ -140,6 +140,9 @@ public struct DoctorFacts: Sendable {
     public var providers: [Provider] = []
     /// The providers' call queues, read as the worker's role (nil: not read).
     public var providerQueues: [ProviderQueue]? = nil
+    /// Stored refresh tokens set aside at start (they do not open with their key), each named by
+    /// its user's hash, client id and key (nil: not read).
+    public var quarantinedTokens: [String]? = nil
 
     public init(
         process: DoctorProcess, api: Bool, conninfoOptions: [String: String]?, database: Database?, databaseProblem: String?,
@@ -198,6 +201,16 @@ public enum DoctorRules {
         if let keySet = facts.keySet { out += self.keySet(keySet, allowance: facts.clockSkewAllowance) }
         out += facts.providers.map { provider($0, facts.hostedProviders) }
         out += (facts.providerQueues ?? []).flatMap(providerQueue)
+        if let tokens = facts.quarantinedTokens, !tokens.isEmpty {
+            out.append(
+                DoctorFinding(
+                    "stored-tokens-quarantined", .medium,
+                    "\(tokens.count) stored refresh token\(tokens.count == 1 ? "" : "s") did not open with their key and were set aside "
+                        + "(those users' tokens cannot be revoked at Apple): \(tokens.prefix(10).joined(separator: "; "))",
+                    fix:
+                        "each user's next sign-in replaces the token; ask them to sign in again, or remove the Apple grant "
+                        + "(Settings > Apple ID > Sign in with Apple); review who could write siwa.apple_tokens"))
+        }
         return out
     }
 

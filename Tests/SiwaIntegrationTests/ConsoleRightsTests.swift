@@ -71,7 +71,9 @@ struct ConsoleRightsTests {
         let operatorToken = try ConsoleOperators.add(name: "alice", conninfo: url)
         let console = try PostgresConnection(conninfo: login["siwa_console"]!)
 
-        // Its pages' reads still work; the token column of a revocation is not its to read.
+        // Its pages' reads still work (the tokens set aside included); the token column of a
+        // revocation is not its to read.
+        #expect(try console.execute("SELECT apple_sub, client_id, key_id, quarantined_at FROM siwa.apple_tokens").rows.isEmpty)
         #expect(try console.execute("SELECT id, status, created_at FROM siwa.revocations").rows.count == 1)
         for sql in [
             "SELECT ciphertext FROM siwa.revocations",

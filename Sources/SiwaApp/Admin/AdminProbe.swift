@@ -165,6 +165,13 @@ public final class AdminProbe: Service {
                     help: "Revocations whose refresh token still worked at Apple after Apple's 200 (revoked again with backoff).",
                     value: Double(unconfirmed)))
         }
+        if let quarantined = (try? c.row(TokenKeyStatements.quarantinedCount)) ?? nil {
+            gauges.append(
+                Gauge(
+                    name: "siwa_stored_tokens_quarantined",
+                    help: "Stored refresh tokens set aside at start because they do not open with their key (doctor lists them).",
+                    value: Double(quarantined)))
+        }
         if forwarding, let f = (try? c.row(ForwardStatements.backlog)) ?? nil {
             gauges += [
                 Gauge(

@@ -353,7 +353,8 @@ public final class ConsoleHandler: Sendable {
         return ConsolePages.Sync(
             now: now, reconcile: try c.row(ReconcileStatements.counts),
             tokensDue: try c.row(ConsoleStatements.tokensDue) ?? 0,
-            nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations)
+            nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations,
+            quarantined: try c.rows(TokenKeyStatements.quarantined, 100))
     }
 
     private static func notice(_ context: Context) -> String? {

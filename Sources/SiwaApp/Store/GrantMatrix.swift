@@ -56,7 +56,7 @@ public enum GrantMatrix {
         "siwa_console SELECT counts", "siwa_console SELECT count_changes", "siwa_console SELECT transfers",
         "siwa_console SELECT provider_calls",
         "siwa_console SELECT backlog", "siwa_console SELECT forward_backlog", "siwa_console SELECT dead_letters",
-        "siwa_console SELECT apple_tokens(next_validation_at)",
+        "siwa_console SELECT apple_tokens(apple_sub,client_id,key_id,next_validation_at,quarantined_at)",
         "siwa_console EXECUTE subject_hash", "siwa_console EXECUTE user_report",
         // The auth libraries' tokens adopted (their hash only).
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
