@@ -1202,10 +1202,11 @@ BEGIN
     END;
     -- Not newer than a deletion of this user: the deleted account's grant, also when the user came
     -- back since (the account is active again) or the deletion is still to be applied (found by
-    -- its event: an index probe of events_dedupe_key).
+    -- its event: an index probe of events_dedupe_key). Apple's current spelling `account-deleted`
+    -- is the same deletion (EventType), whoever stored the row.
     IF (existed AND acct.status = 'deleted' AND signed_at <= acct.status_event_time)
        OR EXISTS (SELECT FROM siwa.events e
-                  WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'deletion-requested')
+                  WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'account-deleted', 'deletion-requested')
                     AND e.event_time >= signed_at AND e.status <> 'ignored') THEN
         INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
         VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id,
@@ -1331,7 +1332,7 @@ AS $$
                                                     WHERE r.created_at = e.processed_at), '[]'::jsonb))
                     ORDER BY e.event_time, e.id)
                     FROM siwa.events e
-                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb),
+                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete', 'account-deleted')), '[]'::jsonb),
         'provider_calls', coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', p.id, 'target', p.target, 'effect', p.effect, 'event_id', p.event_id, 'event_type', p.event_type,
                         'event_time', p.event_time, 'state', p.state, 'attempts', p.attempts, 'queued_at', p.created_at,
