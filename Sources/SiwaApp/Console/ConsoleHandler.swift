@@ -28,6 +28,8 @@ public final class ConsoleHandler: Sendable {
     private let pool: PostgresPool
     private let executor: CallExecutor<Void>
     private let limiter = Mutex(SignInLimiter())
+    /// How long a sign-in waits when its name has failed `SignInLimiter.limit` times within the window.
+    private let signInSlowdown: Double
     private let secureCookie: Bool?
     private let trustedProxies: TrustedProxies
     private let features: ConsolePages.Features
@@ -38,8 +40,10 @@ public final class ConsoleHandler: Sendable {
 
     public init(
         pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
-        providers: [HostedProvider] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
+        providers: [HostedProvider] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system,
+        signInSlowdown: Double = 1
     ) {
+        self.signInSlowdown = signInSlowdown
         self.doctor = doctor
         self.clock = clock
         self.pool = pool
@@ -223,14 +227,17 @@ public final class ConsoleHandler: Sendable {
 
     // MARK: Sign-in and sessions
 
-    /// Attempts are limited per client address and per operator name (a name as typed, when it
-    /// is a valid one: anything else is refused without naming anyone).
+    /// Attempts are limited per client address (refused beyond the limit). A name's failed
+    /// attempts slow its next ones (`signInSlowdown` each, past the limit) but never refuse them:
+    /// whoever guesses at a name, its operator's right token still signs in.
     private func signIn(_ context: Context) throws -> HTTPResponse {
         let client = context.client ?? "unknown"
         let typedName = context.field("operator")?.trimmingCharacters(in: .whitespaces)
         let name = typedName.flatMap { ConsoleSecurity.isValidOperatorName($0) ? $0 : nil }
-        let keys = ["address:" + client] + (name.map { ["operator:" + $0] } ?? [])
+        let nameKey = name.map { "operator:" + $0 }
+        let keys = ["address:" + client]
         let now = clock.sinceEpoch.inSeconds
+        if let nameKey, limiter.withLock({ $0.isOver(nameKey, now: now) }) { Thread.sleep(forTimeInterval: signInSlowdown) }
         let allowed = limiter.withLock { $0.admit(keys, now: now) }
         guard allowed else {
             let wait = limiter.withLock { $0.retryAfter(keys, now: now) }
@@ -248,7 +255,10 @@ public final class ConsoleHandler: Sendable {
             signed.fingerprint = found.fingerprint
             return signed
         }
-        guard let signedIn else { return Self.html(401, ConsolePages.signIn(error: "Sign-in refused.")) }
+        guard let signedIn else {
+            if let nameKey { limiter.withLock { $0.record(nameKey, now: now) } }
+            return Self.html(401, ConsolePages.signIn(error: "Sign-in refused."))
+        }
         logger.notice(
             "console sign-in",
             metadata: ["operator": "\(signedIn.operatorName ?? "")", "token_fingerprint": "\(signedIn.fingerprint ?? "")", "client": "\(client)"])

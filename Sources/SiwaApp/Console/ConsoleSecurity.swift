@@ -148,6 +148,17 @@ struct SignInLimiter: Sendable {
         return true
     }
 
+    /// True when a key has `limit` attempts or more within the window (recorded by `record`).
+    func isOver(_ key: String, now: Double) -> Bool {
+        (attempts[key] ?? []).filter { now - $0 < window }.count >= limit
+    }
+
+    /// Records an attempt at `now` under `key` (a failed sign-in of a name), whatever the count.
+    mutating func record(_ key: String, now: Double) {
+        attempts[key] = (attempts[key] ?? []).filter { now - $0 < window } + [now]
+        if attempts.count > maxKeys { prune(now: now) }
+    }
+
     /// Seconds until every key may try again (0 when they may now).
     func retryAfter(_ keys: [String], now: Double) -> Double {
         keys.map { key in
