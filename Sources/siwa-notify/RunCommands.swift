@@ -78,7 +78,8 @@ struct Migrate: ParsableCommand {
             FileHandle.standardError.write(Data((warning + "\n").utf8))
         }
         // The ids the API's functions store a token under (docs/security.md, key ids).
-        if case .notAllowed = outcome {} else if let files = config.appleAPI?.tokenKeyFile {
+        if case .notAllowed = outcome {
+        } else if let files = config.appleAPI?.tokenKeyFile {
             do {
                 try StoredTokenKeys.record(try TokenVault.load(files: files), conninfo: url)
             } catch {

@@ -141,14 +141,17 @@ struct ConsoleRightsTests {
         #expect(
             try TestDatabase.query(url, "SELECT string_agg(status, ',' ORDER BY id) FROM siwa.events").scalar == "pending,pending",
             "the dead event is pending again, the pending one untouched")
-        #expect(try TestDatabase.query(url, "SELECT status || ' ' || (created_at > now() - interval '1 minute') FROM siwa.revocations").scalar == "pending true")
+        #expect(
+            try TestDatabase.query(url, "SELECT status || ' ' || (created_at > now() - interval '1 minute') FROM siwa.revocations").scalar
+                == "pending true")
         #expect(try TestDatabase.query(url, "SELECT state FROM siwa.provider_calls").scalar == "pending")
         Self.expectRefused(console, "SELECT siwa.console_replay($1, 'x', 'accounts', NULL, NULL)", [session], state: "22023")
         #expect(
             try TestDatabase.query(
                 url, "SELECT string_agg(operator || ' ' || target, ',' ORDER BY id) FROM siwa.operator_actions WHERE action = 'replay'"
             ).scalar
-                == "alice events:ids=\(rows.deadEvent),\(rows.pendingEvent) (1),alice revocations:all (1),alice forwards:all (1),alice provider-calls:all (0)")
+                == "alice events:ids=\(rows.deadEvent),\(rows.pendingEvent) (1),alice revocations:all (1),alice forwards:all (1),alice provider-calls:all (0)"
+        )
     }
 
     @Test("a console session ends 12 h after its sign-in however active it stays")

@@ -21,12 +21,14 @@ struct ReconcileOwnerTests {
         let (theirs, _) = try harness.fake.issueTokens(for: .init(sub: "001.theirs"), clientID: S.clientID)
         let sealed = try vault.seal(theirs, sub: "001.mine", clientID: S.clientID)
         _ = try TestDatabase.query(
-            harness.conninfo, "INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, source) VALUES ($1, $2, $3, $4::bytea, 'authjs')",
+            harness.conninfo,
+            "INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext, source) VALUES ($1, $2, $3, $4::bytea, 'authjs')",
             ["001.mine", S.clientID, sealed.keyID, SQLEncoding.bytea(sealed.ciphertext)])
         try ReconcileTests.due(harness.conninfo)
         #expect(
             try eventually(timeout: 20) {
-                try ReconcileTests.value(harness.conninfo, "SELECT validated_at IS NOT NULL FROM siwa.apple_tokens WHERE apple_sub = '001.own'") == "t"
+                try ReconcileTests.value(harness.conninfo, "SELECT validated_at IS NOT NULL FROM siwa.apple_tokens WHERE apple_sub = '001.own'")
+                    == "t"
                     && ReconcileTests.value(harness.conninfo, "SELECT validation_failures FROM siwa.apple_tokens WHERE apple_sub = '001.mine'") == "1"
             }, "the own token validated, the other user's answered")
         #expect(try ReconcileTests.value(harness.conninfo, "SELECT validated_at IS NULL FROM siwa.apple_tokens WHERE apple_sub = '001.mine'") == "t")

@@ -24,7 +24,8 @@ struct TokenBindingTests {
         }
         func setAside() throws -> String? {
             try TestDatabase.query(
-                setup.conninfo, "SELECT string_agg(apple_sub || ' ' || client_id, ',' ORDER BY apple_sub) FROM siwa.apple_tokens WHERE quarantined_at IS NOT NULL"
+                setup.conninfo,
+                "SELECT string_agg(apple_sub || ' ' || client_id, ',' ORDER BY apple_sub) FROM siwa.apple_tokens WHERE quarantined_at IS NOT NULL"
             ).scalar
         }
         try start()

@@ -32,7 +32,8 @@ struct TokenKeyListTests {
         // Under a recorded key, a ciphertext one byte short of nonce and tag.
         #expect(Self.outcome(api, store, [sub, RecordedTokenKey.id, short]) == "error 22023")
         #expect(Self.outcome(api, queue, [sub, RecordedTokenKey.id, short]) == "error 22023")
-        #expect(try TestDatabase.query(url, "SELECT (SELECT count(*) FROM siwa.apple_tokens) + (SELECT count(*) FROM siwa.revocations)").scalar == "0")
+        #expect(
+            try TestDatabase.query(url, "SELECT (SELECT count(*) FROM siwa.apple_tokens) + (SELECT count(*) FROM siwa.revocations)").scalar == "0")
         // A worker's process records its own key (its role writes the tokens anyway); then the API stores under it.
         #expect(Self.outcome(worker, "SELECT siwa.record_token_keys(ARRAY['0000000c', '0000000c'])") == "1")
         #expect(Self.outcome(worker, "SELECT siwa.record_token_keys(ARRAY['zz'])") == "error 23514")
@@ -67,7 +68,8 @@ struct TokenKeyListTests {
         #expect(try Migrator.migrate(conninfo: url) == .applied)
         #expect(try connection.execute("SELECT string_agg(key_id, ',' ORDER BY key_id) FROM siwa.token_keys").scalar == "abcdef01,abcdef02")
         // Recorded once: a token written later under another id is not recorded by the next migration.
-        _ = try connection.execute("INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ('d', 'app', 'abcdef03', '\\x00')")
+        _ = try connection.execute(
+            "INSERT INTO siwa.apple_tokens (apple_sub, client_id, key_id, ciphertext) VALUES ('d', 'app', 'abcdef03', '\\x00')")
         try Migrator.migrate(conninfo: url, force: true)
         #expect(try connection.execute("SELECT count(*) FROM siwa.token_keys").scalar == "2")
     }

@@ -113,7 +113,9 @@ struct TokenKeyRotationTests {
         }
     }
 
-    @Test("a stored token whose key is not configured stops the start with one line naming SIWA_TOKEN_KEY_FILE; one that does not open is set aside, once")
+    @Test(
+        "a stored token whose key is not configured stops the start with one line naming SIWA_TOKEN_KEY_FILE; one that does not open is set aside, once"
+    )
     func startUpCheck() throws {
         let setup = try Setup()
         try setup.storeTokens(3, key: setup.old, prefix: "check")
@@ -160,7 +162,8 @@ struct TokenKeyRotationTests {
 
         // Every token of the key damaged: each set aside once; a later start finds none left to try.
         _ = try TestDatabase.query(
-            setup.conninfo, "UPDATE siwa.apple_tokens SET ciphertext = overlay(ciphertext PLACING '\\xff'::bytea FROM 20) WHERE quarantined_at IS NULL")
+            setup.conninfo,
+            "UPDATE siwa.apple_tokens SET ciphertext = overlay(ciphertext PLACING '\\xff'::bytea FROM 20) WHERE quarantined_at IS NULL")
         for round in 1...2 {
             let logs = LogSink.capturing()
             let app = setup.application(setup.oldFile, logs: logs)
