@@ -29,6 +29,10 @@ let package = Package(
         // Pure core: parsing, verification rules, event rules. No C, no I/O.
         .target(name: "SiwaCore"),
 
+        // The release's version (stamped by scripts/release) and the commit, generated at build time.
+        .target(name: "SiwaBuildInfo", plugins: ["StampCommit"]),
+        .plugin(name: "StampCommit", capability: .buildTool()),
+
         // Thin Swift wrappers, one per C library.
         .target(name: "SiwaCrypto", dependencies: ["CCrypto"]),
         .target(name: "SiwaPostgres", dependencies: ["CPostgres", "SiwaCore", "SiwaClock"]),
@@ -49,7 +53,7 @@ let package = Package(
         .target(
             name: "SiwaApp",
             dependencies: [
-                "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch", "SiwaRuntime",
+                "SiwaCore", "SiwaCrypto", "SiwaHTTP", "SiwaPostgres", "SiwaFetch", "SiwaRuntime", "SiwaBuildInfo",
                 .product(name: "Logging", package: "swift-log"),
             ],
             resources: [
@@ -67,7 +71,7 @@ let package = Package(
         .executableTarget(
             name: "siwa-notify",
             dependencies: [
-                "SiwaApp", "SiwaDevTools", "SiwaRuntime",
+                "SiwaApp", "SiwaDevTools", "SiwaRuntime", "SiwaBuildInfo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -81,7 +85,7 @@ let package = Package(
             name: "SiwaIntegrationTests",
             dependencies: [
                 "SiwaApp", "SiwaDevTools", "SiwaCore", "SiwaCrypto", "SiwaFetch", "SiwaPostgres", "SiwaHTTP", "SiwaRuntime",
-                "SiwaTestSupport",
+                "SiwaTestSupport", "SiwaBuildInfo",
                 .product(name: "Logging", package: "swift-log"),
             ],
             // Read through #filePath (a database made by the previous release), not bundled.

@@ -466,6 +466,33 @@ CREATE TABLE IF NOT EXISTS siwa.count_changes (
 );
 
 
+-- ───── Releases (docs/operations.md "Upgrading") ─────
+
+-- The release whose migration applied this schema, and the oldest release whose processes run on
+-- it: one row, written by the migration in its own transaction (never here: this file is the same
+-- for every release). A process never applies an older release's schema over it.
+CREATE TABLE IF NOT EXISTS siwa.schema_release (
+    id               boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    version          text        NOT NULL,
+    oldest_supported text        NOT NULL,
+    digest           text        NOT NULL,  -- sha256: and 16 hex digits of the schema.sql applied
+    applied_at       timestamptz NOT NULL DEFAULT now()
+);
+-- Each running process (serve, receive, work): its release and a heartbeat, so `status`,
+-- `doctor` and the console list the releases running against the database. A row whose heartbeat
+-- is older than a few intervals is a process that is gone (a clean stop deletes its own row).
+CREATE TABLE IF NOT EXISTS siwa.processes (
+    id           text        COLLATE "C" PRIMARY KEY,  -- random, chosen by the process at start
+    role         text        NOT NULL,
+    version      text        NOT NULL,
+    commit       text        NOT NULL,
+    host         text        NOT NULL,
+    pid          integer     NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
+
 -- ╔══════════════════════════════════════════════════════════════════════════════════════════╗
 -- ║ 2. Upgrades: a table made by an earlier release, brought to its shape in part 1          ║
 -- ╚══════════════════════════════════════════════════════════════════════════════════════════╝
@@ -1904,5 +1931,11 @@ REVOKE EXECUTE ON FUNCTION siwa.request_deletion(text, text) FROM siwa_console; 
 GRANT EXECUTE ON FUNCTION siwa.console_sign_in(text, text, text, text), siwa.console_session(text, boolean),
     siwa.console_sign_out(text, text), siwa.console_revealed_email(text, text, text),
     siwa.console_request_deletion(text, text, text, text), siwa.console_replay(text, text, text, text[], text) TO siwa_console;
+
+-- Releases: every role that runs a process reads the schema's release (a start checks it is
+-- within the promise) and keeps its own heartbeat row; dashboards read both.
+GRANT SELECT ON siwa.schema_release TO siwa_receiver, siwa_worker, siwa_api, siwa_dashboard, siwa_console;
+GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.processes TO siwa_receiver, siwa_worker, siwa_console;
+GRANT SELECT ON siwa.processes TO siwa_dashboard;
 
 COMMIT;

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaBuildInfo
 import SiwaCore
 import SiwaCrypto
 import SiwaFetch
@@ -45,6 +46,8 @@ public final class Application: Sendable {
         public var providers = ProviderSender.Options()
         /// Between two refreshes of the database gauges of `/metrics`. Default 5 s.
         public var metricsRefreshInterval: Duration = .seconds(5)
+        /// Between two beats of this process's row in `siwa.processes`. Default 10 s.
+        public var heartbeatInterval: Duration = ProcessHeartbeat.interval
         public init() {}
     }
 
@@ -121,8 +124,12 @@ public final class Application: Sendable {
         logger.info("stopped")
     }
 
+    /// The command this process runs as: `serve`, `receive` or `work` (its heartbeat's role).
+    public var roleName: String { roles == .all ? "serve" : roles.contains(.receive) ? "receive" : "work" }
+
     private func compose(into group: ServiceGroup) throws -> Running {
         let config = configuration
+        logger.notice("siwa-notify starting", metadata: ["version": "\(BuildInfo.version)", "commit": "\(BuildInfo.commit)", "role": "\(roleName)"])
         Fetcher.initialize()
         if config.dev {
             logger.warning(
@@ -141,6 +148,7 @@ public final class Application: Sendable {
         }
         try migrate(conninfo)
         logDurability(conninfo)
+        if configuration.databaseURL != nil { warnOfOwnerLogin(conninfo) }
         // In-app deletion (Apple's REST API): the keys are checked now, a bad one stops the start.
         let appleAPI = try config.appleAPI.map { try AppleAPICredentials.load($0, audiences: config.audiences, logger: logger) }
         if let appleAPI {
@@ -158,16 +166,19 @@ public final class Application: Sendable {
         let pool = PostgresPool(
             conninfo: conninfo, size: 2, applicationName: "siwa-notify admin", transactionBegin: AdminStatements.beginAdmin)
         try group.start(ClosureService("admin pool", start: {}, stop: { _ in pool.close() }))
+        try group.start(ProcessHeartbeat(conninfo: conninfo, role: roleName, interval: options.heartbeatInterval, logger: logger))
         let probe = AdminProbe(
             conninfo: conninfo, refreshInterval: options.metricsRefreshInterval, forwarding: config.forwarding != nil,
-            providers: !config.hostedProviders.targets.isEmpty)
+            providers: !config.hostedProviders.targets.isEmpty, logger: logger)
         try group.start(probe)
 
         // 2. Keys and the outbox writer (receive role).
         var keys: KeyStore?
+        var heldKeys: KeyStore?
         var writer: OutboxWriter?
         if roles.contains(.receive) || roles.contains(.work) {
             let store = try keyStore(pool: pool)
+            heldKeys = store
             try group.start(
                 PeriodicTask(name: "key refresher", interval: options.keyCheckInterval) { _ in
                     if store.isRefreshDue { try? store.refresh() }
@@ -192,7 +203,8 @@ public final class Application: Sendable {
         apiTokenSource.withLock { $0 = tokens }
         let api = APIHandler(tokens: tokens, exchange: exchange, concurrency: config.apiConcurrency, logger: logger)
         let console = try consoleHandler(apiOn: tokens != nil, conninfo: conninfo, inAppDeletion: appleAPI != nil, group: group)
-        let admin = AdminHandler(pool: pool, probe: probe, keys: keys, writer: writer, metrics: metrics, api: api, console: console)
+        let admin = AdminHandler(
+            pool: pool, probe: probe, keys: keys, heldKeys: heldKeys, writer: writer, metrics: metrics, api: api, console: console)
         var adminConfiguration = listenerConfiguration(config.adminListen, threads: 2)
         adminConfiguration.keptHeaders = ConsoleHandler.keptHeaders
         adminConfiguration.readsQuery = true
@@ -443,6 +455,17 @@ public final class Application: Sendable {
         }
     }
 
+    /// A process that runs as a superuser or as the schema's owner can do anything a leak of its
+    /// login would: said once at start, with the fix (`doctor` reports it as HIGH).
+    private func warnOfOwnerLogin(_ conninfo: String) {
+        guard let identity = try? Doctor.identity(conninfo: conninfo) else { return }
+        if identity.superuser || identity.ownsSchema {
+            logger.warning(
+                "this process connects as \(identity.superuser ? "a superuser" : "the owner of schema siwa"): give it a login of its own with only the roles it needs",
+                metadata: ["role": "\(identity.login)", "fix": "docs/operations.md, \"PostgreSQL\""])
+        }
+    }
+
     private func migrate(_ conninfo: String) throws {
         let outcome: Migrator.Outcome
         do {
@@ -468,6 +491,12 @@ public final class Application: Sendable {
         case .notAllowed(let role):
             throw StartError(
                 description: "cannot prepare the database: role \(role) may not create schema siwa (run `siwa-notify migrate` as the owner)")
+        case .newer(let recorded):
+            logger.notice(
+                "\(SchemaDecision.newerNote(recorded, running: Migrator.release))",
+                metadata: ["schema_release": "\(recorded.version)", "release": "\(Migrator.release)"])
+        case .refused(let recorded):
+            throw StartError(description: SchemaDecision.refusal(recorded, running: Migrator.release))
         }
     }
 

@@ -3,8 +3,42 @@
 public enum Auth0 {
     /// The identity provider name of Sign in with Apple (Auth0's `apple` social connection).
     public static let appleProvider = "apple"
-    /// Fields read of a user: nothing else (no address, no profile) leaves Auth0.
-    public static let userFields = "user_id,identities"
+    /// Fields read of a user: nothing else (no address, no profile) leaves Auth0. `blocked` and
+    /// `app_metadata` tell a block of the sign-out (`signOutMark`) from an administrator's.
+    public static let userFields = "user_id,identities,blocked,app_metadata"
+
+    /// The key of `app_metadata` set while the sign-out holds the user blocked: a block that
+    /// carries it is the sign-out's own, lifted by the next try when the unblock did not answer;
+    /// a block without it is an administrator's, never lifted.
+    public static let signOutMark = "siwa_notify_sign_out"
+
+    /// The device credential types that are refresh tokens (`rotating_refresh_token`: with
+    /// rotation on). Listing needs the type: it defaults to `refresh_token` alone.
+    public static let refreshTokenTypes = ["refresh_token", "rotating_refresh_token"]
+    /// Device credentials read per page (the Management API's `per_page` allows up to 100).
+    public static let deviceCredentialPage = 100
+
+    /// The `PATCH /api/v2/users/{id}` body that blocks the user (Auth0 then ends its Auth0
+    /// session) with the sign-out's mark, or lifts both.
+    public static func blockBody(_ blocked: Bool) -> JSONValue {
+        .object(["blocked": .bool(blocked), "app_metadata": .object([signOutMark: blocked ? .bool(true) : .null])])
+    }
+
+    /// A refusal of the Enterprise-only session or refresh-token endpoints that is the tenant's
+    /// plan, not the application's grant: any 403 but `insufficient_scope` (a missing scope,
+    /// which waits for the operator like any other permission refusal). Auth0 does not publish
+    /// what a lower plan gets, so only the scope refusal it does publish is told apart.
+    public static func refusedByPlan(_ outcome: ProviderOutcome) -> Bool {
+        guard case .refused(let failure) = outcome, failure.status == 403 else { return false }
+        return failure.reason != "insufficient_scope"
+    }
+
+    /// The ids of a device credential list (an array, or the paginated object's
+    /// `device_credentials`); nil when it is neither.
+    public static func deviceCredentialIDs(_ value: JSONValue) -> [String]? {
+        guard let list = value.arrayValue ?? value["device_credentials"]?.arrayValue else { return nil }
+        return list.compactMap { $0["id"]?.stringValue }
+    }
 
     /// The user id Auth0 gives a user whose first identity is the Apple `sub`.
     public static func appleUserID(sub: String) -> String { "\(appleProvider)|\(sub)" }
@@ -70,13 +104,33 @@ public enum Auth0 {
         }
         guard identities.contains(where: isApple) else { return nil }
         return Auth0User(
-            userID: userID, applePrimary: userID == appleUserID(sub: sub), otherIdentities: identities.filter { !isApple($0) }.count)
+            userID: userID, applePrimary: userID == appleUserID(sub: sub), otherIdentities: identities.filter { !isApple($0) }.count,
+            blocked: value["blocked"]?.boolValue == true, blockedBySignOut: value["app_metadata"]?[signOutMark]?.boolValue == true)
     }
 
     /// The first user of a search answer (an array of users) that holds the Apple identity `sub`.
     public static func user(inSearch value: JSONValue, sub: String) -> Auth0User? {
         let users = value.arrayValue ?? value["users"]?.arrayValue ?? []
         return users.lazy.compactMap { user($0, sub: sub) }.first
+    }
+}
+
+/// How an Auth0 tenant lets its users be signed out.
+public enum Auth0SignOut: String, Sendable, Equatable {
+    /// `DELETE /api/v2/users/{id}/sessions` and `/refresh-tokens` (Enterprise plans).
+    case sessionEndpoints = "session_endpoints"
+    /// Every plan: each refresh token revoked through `/api/v2/device-credentials`, and the
+    /// Auth0 session ended by blocking the user and lifting the block.
+    case deviceCredentials = "device_credentials"
+
+    /// What an operator reads (`doctor`, the start-up log).
+    public var description: String {
+        switch self {
+        case .sessionEndpoints: return "the Enterprise session and refresh-token endpoints"
+        case .deviceCredentials:
+            return
+                "refresh tokens revoked through device credentials and the Auth0 session ended by a block lifted at once (the tenant's plan refuses the Enterprise session endpoints)"
+        }
     }
 }
 
@@ -88,10 +142,17 @@ public struct Auth0User: Sendable, Equatable {
     /// Identities other than the Apple one: other ways in.
     public var otherIdentities: Int
 
-    public init(userID: String, applePrimary: Bool, otherIdentities: Int) {
+    /// The user is blocked (`blocked: true`).
+    public var blocked: Bool
+    /// The block, if any, is the sign-out's own (`Auth0.signOutMark` in `app_metadata`).
+    public var blockedBySignOut: Bool
+
+    public init(userID: String, applePrimary: Bool, otherIdentities: Int, blocked: Bool = false, blockedBySignOut: Bool = false) {
         self.userID = userID
         self.applePrimary = applePrimary
         self.otherIdentities = otherIdentities
+        self.blocked = blocked
+        self.blockedBySignOut = blockedBySignOut
     }
 
     /// Apple is the only way in: deleting the user loses no other sign-in method.

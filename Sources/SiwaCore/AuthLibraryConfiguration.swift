@@ -41,8 +41,18 @@ public struct TableName: Sendable, Equatable, CustomStringConvertible {
         return letter(first) && s.utf8.allSatisfy { letter($0) || ($0 >= 48 && $0 <= 57) }
     }
 
+    /// The schema where a name configured without one was found at start, with the login's own
+    /// search_path (the statements then name it whole: they run with a pinned search_path).
+    /// Messages keep the name as configured.
+    public var foundIn: String?
+
     /// `"schema"."name"` (or `"name"`, found through the search path).
     public var quoted: String {
+        ((schema ?? foundIn).map { "\"\($0)\"." } ?? "") + "\"\(name)\""
+    }
+
+    /// `quoted` as configured: for the statements a message asks a person to run.
+    public var quotedAsConfigured: String {
         (schema.map { "\"\($0)\"." } ?? "") + "\"\(name)\""
     }
 

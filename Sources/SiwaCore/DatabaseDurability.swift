@@ -83,7 +83,7 @@ public struct DatabaseDurability: Sendable, Codable, Equatable {
         case .notFlushed:
             return "\(setting): a crash may lose events answered 200 (set synchronous_commit=on)"
         case .unknown:
-            return "\(setting), synchronous standbys unknown — grant pg_monitor to \(role)"
+            return "\(setting), synchronous standbys unknown — grant pg_read_all_stats to \(role)"
         }
     }
 

@@ -35,6 +35,9 @@ public struct DoctorReport: Sendable, Codable, Equatable {
     /// The process whose configuration was examined (`serve`, `receive` or `work`).
     public var process: String
     public var findings: [DoctorFinding]
+    /// The release and commit of the binary that examined (`--version`'s).
+    public var version: String? = nil
+    public var commit: String? = nil
 
     public init(process: String, findings: [DoctorFinding]) {
         self.process = process

@@ -94,10 +94,13 @@ public struct DoctorFacts: Sendable {
 
         public var provider: HostedProvider
         public var check: Check
+        /// How its users are signed out, where the provider's plan decides it (Auth0).
+        public var signOut: String?
 
-        public init(_ provider: HostedProvider, _ check: Check) {
+        public init(_ provider: HostedProvider, _ check: Check, signOut: String? = nil) {
             self.provider = provider
             self.check = check
+            self.signOut = signOut
         }
     }
 
@@ -143,6 +146,9 @@ public struct DoctorFacts: Sendable {
     /// Stored refresh tokens set aside at start (they do not open with their key), each named by
     /// its user's hash, client id and key (nil: not read).
     public var quarantinedTokens: [String]? = nil
+    /// Who, besides superusers and siwa's roles, may create objects in a schema that holds a
+    /// configured auth library's tables (`PUBLIC` for every login).
+    public var libraryCreators: [(schema: String, role: String)] = []
 
     public init(
         process: DoctorProcess, api: Bool, conninfoOptions: [String: String]?, database: Database?, databaseProblem: String?,
@@ -165,6 +171,32 @@ public struct DoctorFacts: Sendable {
 
 /// `doctor`'s decisions: each finding from the facts, with its fix.
 public enum DoctorRules {
+    /// A role that may create in a library's schema can plant an operator there (for the
+    /// library's `varchar` columns none of pg_catalog's fits exactly). siwa-notify's sessions pin
+    /// their search_path, so it runs none of them; the app's own connections may, with the
+    /// app's rights, so each such login is worth knowing, and PUBLIC is worth fixing.
+    static func libraryCreators(_ creators: [(schema: String, role: String)]) -> [DoctorFinding] {
+        var out: [DoctorFinding] = []
+        let publicSchemas = creators.filter { $0.role == "PUBLIC" }.map(\.schema)
+        if !publicSchemas.isEmpty {
+            out.append(
+                DoctorFinding(
+                    "library-schema-writable", .medium,
+                    "every login may create objects in schema \(publicSchemas.joined(separator: ", ")), which holds an auth library's tables: one may plant an operator the app's own statements run",
+                    fix: publicSchemas.map { "REVOKE CREATE ON SCHEMA \($0) FROM PUBLIC;" }.joined(separator: " ")))
+        }
+        let named = creators.filter { $0.role != "PUBLIC" }
+        if !named.isEmpty {
+            let list = named.map { "\($0.role) on \($0.schema)" }.joined(separator: ", ")
+            out.append(
+                DoctorFinding(
+                    "library-schema-creators", .info,
+                    "these roles may create objects where an auth library keeps its tables (\(list)): siwa-notify's sessions pin their search_path and run nothing they plant; the app's own connections do not",
+                    fix: "keep these logins as guarded as the owner's, or revoke CREATE where the app's migrations no longer need it"))
+        }
+        return out
+    }
+
     public static func findings(_ facts: DoctorFacts) -> [DoctorFinding] {
         var out: [DoctorFinding] = []
         if facts.conninfoOptions == nil {
@@ -182,6 +214,7 @@ public enum DoctorRules {
                     fix: "check SIWA_DATABASE_URL (host, credentials, pg_hba.conf) and that PostgreSQL is up"))
         }
         if let db = facts.database { out += database(db, facts) }
+        out += libraryCreators(facts.libraryCreators)
         if let problem = facts.authLibraryProblem {
             out.append(
                 DoctorFinding(
@@ -231,8 +264,9 @@ public enum DoctorRules {
                 "provider-credential", .high, "\(problem) \(stops)", fix: "fix \(problem.variable) (\(docs))")
         case .answered(let outcome):
             guard let problem = configuration.startProblem(p.provider, outcome) else {
+                let signOut = p.signOut.map { "; sign-out: \($0)" } ?? ""
                 return DoctorFinding(
-                    "provider-check", .info, "\(name) answers and accepts the credential", fix: "nothing to do")
+                    "provider-check", .info, "\(name) answers and accepts the credential\(signOut)", fix: "nothing to do")
             }
             if case .retryLater = outcome {
                 return DoctorFinding(
@@ -352,7 +386,7 @@ public enum DoctorRules {
             ]
         case .asynchronous: return [DoctorFinding("commit-durability", .medium, d.summary, fix: fix)]
         case .thisServer: return [DoctorFinding("commit-durability", .info, d.summary, fix: fix)]
-        case .unknown: return [DoctorFinding("commit-durability", .info, d.summary, fix: "GRANT pg_monitor TO \(d.role);")]
+        case .unknown: return [DoctorFinding("commit-durability", .info, d.summary, fix: "GRANT pg_read_all_stats TO \(d.role);")]
         }
     }
 

@@ -23,7 +23,14 @@ public enum ProviderEffect: String, CaseIterable, Sendable, Equatable {
 
 /// What a provider call did, in the order done (recorded with the call, shown to operators).
 public enum ProviderAction: String, Sendable, Equatable {
+    /// Every session and refresh token of the user ended by the provider's own sign-out.
     case signedOut = "signed_out"
+    /// Every refresh token of the user revoked one by one (Auth0's device credentials).
+    case refreshTokensRevoked = "refresh_tokens_revoked"
+    /// The user blocked, which ends its session at the provider (Auth0 below Enterprise).
+    case blocked
+    /// The block lifted: the user can sign in again with whatever way in it keeps.
+    case unblocked
     case unlinked
     case deleted
     /// The effect was already in place (an identity already unlinked, a user already deleted).

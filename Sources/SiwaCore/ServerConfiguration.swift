@@ -138,7 +138,7 @@ public struct ServerConfiguration: Sendable, Equatable {
 
     /// Loads the configuration. `environment` is the process environment; `overrides` are
     /// command-line values keyed by the same variable names (they win). Unknown `SIWA_` variables
-    /// are ignored; values are trimmed and an empty value counts as unset.
+    /// are ignored here (`UnknownVariables` names them at start); values are trimmed and an empty value counts as unset.
     ///
     /// In dev mode, audiences may be empty, `devAudience` is always appended, non-loopback
     /// listen hosts are replaced by 127.0.0.1 (the caller warns), and `SIWA_DATABASE_URL` is

@@ -1,4 +1,5 @@
 import CPostgres
+import SiwaCore
 
 #if canImport(Glibc)
 import Glibc
@@ -10,14 +11,18 @@ public final class PostgresConnection {
     private var conn: OpaquePointer?
     public let conninfo: String
     private let setup: ((PostgresConnection) throws(PostgresError) -> Void)?
+    private let pinsSearchPath: Bool
 
-    /// Opens a connection; `setup` runs once it is up (e.g. LISTEN).
+    /// Opens a connection; `setup` runs once it is up (e.g. LISTEN). `pinsSearchPath: false` is
+    /// for the tests' stand-ins of other clients (an app, psql) only: siwa-notify's own
+    /// connections always pin (`execute`).
     public init(
         conninfo: String, connectTimeout: Int = 5, applicationName: String = "siwa-notify",
-        setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil
+        pinsSearchPath: Bool = true, setup: ((PostgresConnection) throws(PostgresError) -> Void)? = nil
     ) throws(PostgresError) {
         self.conninfo = conninfo
         self.setup = setup
+        self.pinsSearchPath = pinsSearchPath
         self.conn = siwa_pq_connect(conninfo, String(connectTimeout), applicationName)
         guard let conn, PQstatus(conn) == CONNECTION_OK else {
             let message = conn.map { String(cString: PQerrorMessage($0)) } ?? "out of memory"
@@ -42,9 +47,38 @@ public final class PostgresConnection {
         if let setup { try setup(self) }
     }
 
-    /// Runs one command with text parameters `$1...`.
+    /// Runs one command with text parameters `$1...`, in a transaction whose `search_path` is
+    /// pinned (`PinnedSearchPath`): a transaction this text opens gets the pin with its `BEGIN`;
+    /// a command sent outside any transaction runs in one opened for it (two more round trips;
+    /// siwa-notify's hot paths run in transactions of their own).
     @discardableResult
     public func execute(_ sql: String, _ parameters: [String?] = []) throws(PostgresError) -> PostgresResult {
+        guard let conn else { throw PostgresError(code: .connectionLost) }
+        guard pinsSearchPath, PQtransactionStatus(conn) == PQTRANS_IDLE else { return try send(sql, parameters) }
+        switch PinnedSearchPath.plan(sql) {
+        case .asIs:
+            return try send(sql, parameters)
+        case .opensTransaction(let pinned) where parameters.isEmpty:
+            return try send(pinned, parameters)
+        case .opensTransaction:
+            let result = try send(sql, parameters)
+            try send(PinnedSearchPath.setLocal, [])
+            return result
+        case .wrap:
+            try send("BEGIN; " + PinnedSearchPath.setLocal, [])
+            do {
+                let result = try send(sql, parameters)
+                try send("COMMIT", [])
+                return result
+            } catch {
+                if isHealthy, PQtransactionStatus(conn) != PQTRANS_IDLE { _ = try? send("ROLLBACK", []) }
+                throw error
+            }
+        }
+    }
+
+    @discardableResult
+    private func send(_ sql: String, _ parameters: [String?]) throws(PostgresError) -> PostgresResult {
         guard let conn else { throw PostgresError(code: .connectionLost) }
         let result: OpaquePointer? = withCStrings(parameters) { pointers in
             if parameters.isEmpty { return PQexec(conn, sql) }

@@ -25,7 +25,7 @@ struct ConsoleOperatorCommand: ParsableCommand {
             do {
                 token = try ConsoleOperators.add(name: name, conninfo: conninfo)
             } catch {
-                throw CLIError("operator add: \(error)")
+                throw CLIError("operator add: \(PermissionDenied.explained(error))")
             }
             print(token)
         }
@@ -41,7 +41,7 @@ struct ConsoleOperatorCommand: ParsableCommand {
             do {
                 operators = try ConsoleOperators.list(conninfo: conninfo)
             } catch {
-                throw CLIError("operator list: \(error)")
+                throw CLIError("operator list: \(PermissionDenied.explained(error))")
             }
             let width = max(4, operators.map(\.name.count).max() ?? 0)
             func pad(_ s: String) -> String { s + String(repeating: " ", count: max(0, width - s.count)) }
@@ -63,7 +63,7 @@ struct ConsoleOperatorCommand: ParsableCommand {
                 let open = try ConsoleOperators.remove(name: name, conninfo: conninfo)
                 print("removed operator \(name); ended \(open) open console session\(open == 1 ? "" : "s")")
             } catch {
-                throw CLIError("operator remove: \(error)")
+                throw CLIError("operator remove: \(PermissionDenied.explained(error))")
             }
         }
     }

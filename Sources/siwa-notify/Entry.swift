@@ -22,7 +22,7 @@ enum Entry {
             try command.run()
         } catch {
             LogWriter.standardError.flush(timeout: .seconds(2))
-            SiwaNotify.exit(withError: error)
+            SiwaNotify.exit(withError: PermissionDenied.explained(error))
         }
     }
 }

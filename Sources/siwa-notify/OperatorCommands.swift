@@ -52,7 +52,7 @@ struct Replay: ParsableCommand {
                 print("requeued \(count) dead revocation\(count == 1 ? "" : "s")")
                 return
             } catch {
-                throw CLIError("replay failed: \(error)")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
             }
         }
         if providerCalls {
@@ -60,7 +60,7 @@ struct Replay: ParsableCommand {
                 let count = try OutboxAdmin.replayProviderCalls(target: type, conninfo: try operatorDatabase(config))
                 print("requeued \(count) dead provider call\(count == 1 ? "" : "s")")
             } catch {
-                throw CLIError("replay failed: \(error)")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
             }
             return
         }
@@ -69,7 +69,7 @@ struct Replay: ParsableCommand {
                 let count = try OutboxAdmin.replayForwards(type: type, conninfo: try operatorDatabase(config))
                 print("requeued \(count) dead forward\(count == 1 ? "" : "s")")
             } catch {
-                throw CLIError("replay failed: \(error)")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
             }
             return
         }
@@ -78,7 +78,7 @@ struct Replay: ParsableCommand {
             let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
             print("requeued \(count) dead event\(count == 1 ? "" : "s")")
         } catch {
-            throw CLIError("replay failed: \(error)")
+            throw CLIError("replay failed: \(PermissionDenied.explained(error))")
         }
     }
 }
@@ -107,7 +107,7 @@ struct DeleteUser: ParsableCommand {
                 "queued \(count) deletion\(count == 1 ? "" : "s")"
                     + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
         } catch {
-            throw CLIError("\(command) failed: \(error)")
+            throw CLIError("\(command) failed: \(PermissionDenied.explained(error))")
         }
     }
 }
@@ -152,7 +152,7 @@ struct UserReportCommand: ParsableCommand {
         do {
             report = try UserReport.json(sub: sub, conninfo: try operatorDatabase(config))
         } catch {
-            throw CLIError("user-report failed: \(error)")
+            throw CLIError("user-report failed: \(PermissionDenied.explained(error))")
         }
         guard let report else { throw CLIError("user-report: nothing is stored about this sub") }
         print(report)
@@ -184,7 +184,7 @@ struct Rekey: ParsableCommand {
         do {
             report = try StoredTokenKeys.rekey(vault, conninfo: try operatorDatabase(config))
         } catch {
-            throw CLIError("rekey failed: \(error)")
+            throw CLIError("rekey failed: \(PermissionDenied.explained(error))")
         }
         var line = "rekeyed \(report.rekeyed) token\(report.rekeyed == 1 ? "" : "s"); \(report.alreadyCurrent) already current"
         if report.remaining > 0 {
@@ -210,7 +210,7 @@ struct Status: ParsableCommand {
             report = try OutboxAdmin.status(
                 conninfo: try operatorDatabase(config), inAppDeletion: config.appleAPI != nil, forwarding: config.forwarding != nil)
         } catch {
-            throw CLIError("status failed: \(error)")
+            throw CLIError("status failed: \(PermissionDenied.explained(error))")
         }
         if json {
             let encoder = JSONEncoder()

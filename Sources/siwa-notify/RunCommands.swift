@@ -44,7 +44,8 @@ struct Migrate: ParsableCommand {
         abstract: "Apply schema.sql to SIWA_DATABASE_URL (idempotent, safe on every deploy).",
         discussion: """
             Does nothing ("schema up to date", no lock taken) when the database already carries this \
-            binary's schema version. Otherwise checks that the role owns schema siwa before taking any \
+            release's schema, and never applies it over a newer release's: it leaves one that supports \
+            this release alone, and stops on one that does not. Otherwise checks that the role owns schema siwa before taking any \
             lock, then applies the schema in one transaction whose lock waits give up after \
             --lock-timeout seconds (so notifications queued behind it are still answered), retried with \
             backoff for --retry-for seconds ("schema applied").
@@ -91,6 +92,10 @@ struct Migrate: ParsableCommand {
         case .applied: print("schema applied (\(Migrator.versionMarker))")
         case .notAllowed(let role):
             throw CLIError("migrate failed: role \(role) does not own schema siwa and its objects (run migrate as the owner)")
+        case .newer(let recorded):
+            print("schema not applied: \(SchemaDecision.newerNote(recorded, running: Migrator.release))")
+        case .refused(let recorded):
+            throw CLIError("migrate refused: " + SchemaDecision.refusal(recorded, running: Migrator.release))
         }
     }
 }
@@ -99,6 +104,9 @@ enum Runner {
     static func run(options: ConfigurationOptions, dev: Bool, roles: Application.Roles, audiencesRequired: Bool = true) throws {
         let config = try options.load(dev: dev, requireAudiences: audiencesRequired)
         let logger = Bootstrap.logging(config)
+        if let line = UnknownVariables.warning(UnknownVariables.unknown(in: ProcessInfo.processInfo.environment)) {
+            logger.warning("\(line)")
+        }
         let app = Application(configuration: config, roles: roles, logger: logger)
         let termination = TerminationSignals()
         do {

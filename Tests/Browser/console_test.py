@@ -28,6 +28,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 BINARY = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/siwa-notify")
 ARTIFACTS = os.path.abspath("test-artifacts/console")
@@ -144,7 +146,12 @@ def sign_in(driver, server, token, name=OPERATOR):
         box = driver.find_element(By.NAME, field)
         box.clear()
         box.send_keys(value)
-    driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
+    button = driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]")
+    button.click()
+    # The sign-in form's own page is "complete" until the answer replaces it: wait for that page
+    # to go first, or the next page is asked for before the session cookie is set (the sign-in
+    # form then comes back in its place).
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(button))
     eventually(lambda: driver.execute_script("return document.readyState") == "complete", 15, "the page after sign-in")
 
 

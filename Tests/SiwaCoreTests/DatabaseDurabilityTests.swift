@@ -52,6 +52,6 @@ import Testing
     func unknown() {
         let d = durability(names: "*", sync: nil, async: nil, role: "siwa_recv")
         #expect(d.promise == .unknown && d.metricValue == -1 && d.warning == nil)
-        #expect(d.summary.contains("unknown — grant pg_monitor to siwa_recv"))
+        #expect(d.summary.contains("unknown — grant pg_read_all_stats to siwa_recv"))
     }
 }

@@ -192,6 +192,11 @@ import Testing
         // A user the provider does not know answers the check too: it passes.
         f.providers = [.init(.clerk, .answered(.userNotFound(status: 404)))]
         #expect(Self.codes(f) == ["provider-check INFO"])
+        // Where the plan decides the sign-out (Auth0), the check names the one the tenant allows.
+        f.providers = [.init(.auth0, .answered(.done([], status: 200)), signOut: Auth0SignOut.deviceCredentials.description)]
+        #expect(
+            DoctorRules.findings(f).first { $0.code == "provider-check" }?.message
+                == "auth0 answers and accepts the credential; sign-out: \(Auth0SignOut.deviceCredentials.description)")
     }
 
     @Test("provider calls: a dead one HIGH with the replay that brings it back; the oldest waiting past 15 min MEDIUM, not before")

@@ -130,13 +130,15 @@ import Testing
         #expect(Auth0.user(inSearch: try JSONParser.parse(#"{"users":[],"total":0}"#), sub: "s1") == nil)
     }
 
-    /// A Clerk user with the Apple account `eac_1` of `s1`, its address linked to it, and
-    /// nothing else; `changes` replaces fields (JSON text).
+    /// A Clerk user with the Apple account `eac_1` of `s1` (identification `idn_apple`), its
+    /// address linked to it as Clerk links (by the identification), and nothing else; `changes`
+    /// replaces fields (JSON text).
     func clerkUser(_ changes: [String: String] = [:]) throws -> ClerkUser? {
         var user: [String: JSONValue] = [
             "id": .string("user_1"), "password_enabled": .bool(false),
-            "external_accounts": try JSONParser.parse(#"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"}]"#),
-            "email_addresses": try JSONParser.parse(#"[{"id":"idn_1","linked_to":[{"type":"oauth_apple","id":"eac_1"}]}]"#),
+            "external_accounts": try JSONParser.parse(
+                #"[{"id":"eac_1","provider":"oauth_apple","identification_id":"idn_apple","provider_user_id":"s1"}]"#),
+            "email_addresses": try JSONParser.parse(#"[{"id":"idn_1","linked_to":[{"type":"oauth_apple","id":"idn_apple"}]}]"#),
         ]
         for field in ["phone_numbers", "web3_wallets", "passkeys", "saml_accounts", "enterprise_accounts"] { user[field] = .array([]) }
         for (field, json) in changes { user[field] = try JSONParser.parse(json) }
@@ -156,7 +158,12 @@ import Testing
         #expect(try clerkUser(["external_accounts": twoAccounts])?.appleOnly == false)
         // An address verified on its own, or linked to another account, signs in by code or link.
         #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[]}]"#])?.appleOnly == false)
-        #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[{"type":"oauth_apple","id":"eac_9"}]}]"#])?.appleOnly == false)
+        #expect(try clerkUser(["email_addresses": #"[{"id":"idn_2","linked_to":[{"type":"oauth_apple","id":"idn_9"}]}]"#])?.appleOnly == false)
+        // The link names the account's identification, never the account's own id; an account
+        // without an identification has no address linked to it.
+        #expect(try clerkUser(["email_addresses": #"[{"id":"idn_1","linked_to":[{"type":"oauth_apple","id":"eac_1"}]}]"#])?.appleOnly == false)
+        #expect(
+            try clerkUser(["external_accounts": #"[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"}]"#])?.appleOnly == false)
         // Without the password flag, not known to be Apple-only.
         let noFlag = try JSONParser.parse(#"{"id":"u","external_accounts":[{"id":"eac_1","provider":"oauth_apple","provider_user_id":"s1"}]}"#)
         #expect(Clerk.user(noFlag, sub: "s1")?.appleOnly == false)
@@ -173,5 +180,41 @@ import Testing
         #expect(Clerk.errorCode(Array(#"{"errors":[]}"#.utf8)) == nil)
         #expect(Clerk.errorCode(Array("404 page not found".utf8)) == nil)
         #expect(Clerk.sessionIDs(try JSONParser.parse(#"[{"id":"sess_1"},{"id":"sess_2"},{}]"#)) == ["sess_1", "sess_2"])
+        // Every session not ended: `pending` too (signed in, session tasks not finished).
+        let statuses = ["active", "pending", "revoked", "ended", "expired", "removed", "abandoned", "replaced"]
+        let list = JSONValue.array(statuses.map { .object(["id": .string("sess_\($0)"), "status": .string($0)]) })
+        #expect(Clerk.sessionIDs(list) == ["sess_active", "sess_pending"])
+    }
+
+    @Test("Auth0: a plan refusal is any 403 of the Enterprise endpoints but a missing scope")
+    func auth0PlanRefusal() {
+        func refused(_ status: Int, _ reason: String) -> ProviderOutcome {
+            .refused(ProviderFailure(status: status, reason: reason, blame: .permission))
+        }
+        #expect(Auth0.refusedByPlan(refused(403, "http_403")))
+        #expect(Auth0.refusedByPlan(refused(403, "operation_not_supported")))
+        #expect(!Auth0.refusedByPlan(refused(403, "insufficient_scope")))
+        #expect(!Auth0.refusedByPlan(refused(401, "http_401")))
+        #expect(!Auth0.refusedByPlan(.retryLater(ProviderFailure(status: 403, reason: "http_403"))))
+        #expect(!Auth0.refusedByPlan(.done([], status: 202)))
+    }
+
+    @Test("Auth0: device credential ids of either list shape; the block's body and mark; a user's block read")
+    func auth0DeviceCredentialsAndBlock() throws {
+        #expect(Auth0.deviceCredentialIDs(try JSONParser.parse(#"[{"id":"dcr_1","type":"refresh_token"},{"id":"dcr_2"},{}]"#)) == ["dcr_1", "dcr_2"])
+        #expect(
+            Auth0.deviceCredentialIDs(try JSONParser.parse(#"{"start":0,"limit":1,"total":1,"device_credentials":[{"id":"dcr_3"}]}"#)) == ["dcr_3"])
+        #expect(Auth0.deviceCredentialIDs(try JSONParser.parse(#"{"error":"x"}"#)) == nil)
+        #expect(Auth0.blockBody(true).serialized() == #"{"app_metadata":{"siwa_notify_sign_out":true},"blocked":true}"#)
+        #expect(Auth0.blockBody(false).serialized() == #"{"app_metadata":{"siwa_notify_sign_out":null},"blocked":false}"#)
+        let identities = #""user_id":"apple|s1","identities":[{"provider":"apple","user_id":"s1"}]"#
+        let open = try #require(Auth0.user(try JSONParser.parse("{\(identities)}"), sub: "s1"))
+        #expect(!open.blocked && !open.blockedBySignOut)
+        let byAdmin = try #require(Auth0.user(try JSONParser.parse(#"{\#(identities),"blocked":true,"app_metadata":{"plan":"x"}}"#), sub: "s1"))
+        #expect(byAdmin.blocked && !byAdmin.blockedBySignOut)
+        let bySignOut = try #require(
+            Auth0.user(try JSONParser.parse(#"{\#(identities),"blocked":true,"app_metadata":{"siwa_notify_sign_out":true}}"#), sub: "s1"))
+        #expect(bySignOut.blocked && bySignOut.blockedBySignOut)
+        #expect(Auth0.userFields.split(separator: ",").contains("blocked") && Auth0.userFields.split(separator: ",").contains("app_metadata"))
     }
 }

@@ -413,7 +413,13 @@ struct AuthLibraryTests {
         #expect(!line.contains("\n"))
 
         let better = try Self.betterAuth(.deleteUser)
-        #expect(try better.resolve().schemas == [.betterAuth(tables: AuthLibrarySchema.betterAuthDefaultTables, snakeCase: false)])
+        // Tables named without a schema are found where the login's own search_path finds them.
+        let found = AuthLibrarySchema.betterAuthDefaultTables.map { table -> TableName in
+            var t = table
+            t.foundIn = "public"
+            return t
+        }
+        #expect(try better.resolve().schemas == [.betterAuth(tables: found, snakeCase: false)])
         _ = try TestDatabase.query(better.url, #"REVOKE DELETE ON "session" FROM \#(better.role)"#)
         #expect(try failure(better) == "SIWA_APPLY_TO=better-auth: no delete privilege on session (the grants: docs/auth-libraries.md)")
 

@@ -53,10 +53,46 @@ struct ClerkClientTests {
         #expect(find.argument("provider") == "oauth_apple")
         #expect(find.argument("provider_user_id") == Self.appleSub)
         #expect(instance.fake.requests.allSatisfy { $0.authorization == "Bearer \(FakeClerk.secretKey)" })
-        // More active sessions than a page: read again until none is left.
+        // More sessions than a page, ended ones among them: every page read, by offset.
         instance.addSessions("user_pw", 150)
+        instance.addSessions("user_pw", 70, status: "expired")
         #expect(client.apply(.endSessions, sub: Self.linkedSub) == .done([.signedOut], status: 200))
         #expect(instance.user("user_pw")?.activeSessions == 0)
+        let lists = instance.fake.requests.filter { $0.path == "/v1/sessions" && $0.argument("user_id") == "user_pw" }
+        #expect(lists.compactMap { $0.argument("offset") } == ["0", "100", "200"])
+        // Ended sessions are left as they are.
+        #expect(!instance.fake.requests.contains { $0.path.contains("_expired") })
+        try Self.expectValid(instance)
+    }
+
+    @Test("a pending session (signed in, session tasks not finished) is revoked too; the status filter cannot list it")
+    func pendingSession() throws {
+        let instance = try Self.instance()
+        defer { instance.fake.stop() }
+        instance.addSessions("user_apple", 1, status: "pending")
+        instance.addSessions("user_apple", 1, status: "ended")
+        let client = try Self.client(instance)
+        #expect(client.apply(.endSessions, sub: Self.appleSub) == .done([.signedOut], status: 200))
+        let sessions = try #require(instance.user("user_apple")?.sessions)
+        #expect(sessions.map(\.status) == ["revoked", "revoked", "revoked", "ended"])
+        #expect(instance.fake.requests.filter { $0.path == "/v1/sessions" }.allSatisfy { $0.argument("status") == nil })
+        #expect(instance.user("user_pw")?.activeSessions == 2)
+        try Self.expectValid(instance)
+    }
+
+    @Test("Apple-only: a relay address Clerk linked to the Apple account (by its identification) is no other way in")
+    func relayAddressLinked() throws {
+        let instance = try Self.instance()
+        defer { instance.fake.stop() }
+        let user = try #require(instance.user("user_apple"))
+        let account = try #require(user.externalAccounts.first)
+        #expect(user.emails.first?.linkedTo == account.identificationID && account.identificationID != account.id)
+        let client = try Self.client(instance)
+        // The default keeps the only way in, Apple linked; delete-user deletes the user.
+        #expect(client.apply(.unlink, sub: Self.appleSub) == .done([.signedOut], status: 200))
+        #expect(instance.user("user_apple")?.externalAccounts == [account])
+        #expect(client.apply(.deleteUser, sub: Self.appleSub) == .done([.signedOut, .deleted], status: 200))
+        #expect(instance.user("user_apple") == nil)
         try Self.expectValid(instance)
     }
 
@@ -174,16 +210,20 @@ final class FakeClerk: Sendable {
         var id: String
         var provider: String
         var providerUserID: String
+        /// The identification Clerk made of the account (`idn_…`): what its addresses link to.
+        var identificationID: String
     }
 
     struct User: Sendable, Equatable {
         var id: String
         var password: Bool
         var externalAccounts: [Account]
-        /// Each address with the id of the account Clerk linked it to (nil: verified on its own).
+        /// Each address with the identification id of the account Clerk linked it to (nil:
+        /// verified on its own).
         var emails: [(id: String, linkedTo: String?)]
-        var sessions: [(id: String, active: Bool)]
-        var activeSessions: Int { sessions.filter { $0.active }.count }
+        var sessions: [(id: String, status: String)]
+        /// Sessions not ended: `active`, and `pending` (signed in, session tasks not finished).
+        var activeSessions: Int { sessions.filter { FakeClerk.live($0.status) }.count }
 
         static func == (a: User, b: User) -> Bool { a.id == b.id && a.externalAccounts == b.externalAccounts }
     }
@@ -195,6 +235,8 @@ final class FakeClerk: Sendable {
 
     let state = Mutex(State())
     let fake: ProviderFake
+
+    static func live(_ status: String) -> Bool { status == "active" || status == "pending" }
 
     init() throws {
         fake = try ProviderFake()
@@ -210,20 +252,28 @@ final class FakeClerk: Sendable {
     func add(_ id: String, apple: String?, password: Bool, emails: [Email], google: String? = nil) {
         state.withLock { state in
             var accounts: [Account] = []
-            if let apple { accounts.append(Account(id: "eac_apple_\(id)", provider: "oauth_apple", providerUserID: apple)) }
-            if let google { accounts.append(Account(id: "eac_google_\(id)", provider: "oauth_google", providerUserID: google)) }
+            if let apple {
+                accounts.append(Account(id: "eac_apple_\(id)", provider: "oauth_apple", providerUserID: apple, identificationID: "idn_apple_\(id)"))
+            }
+            if let google {
+                accounts.append(
+                    Account(id: "eac_google_\(id)", provider: "oauth_google", providerUserID: google, identificationID: "idn_google_\(id)"))
+            }
+            // Clerk links an address that came with an OAuth account to that account's
+            // identification (`linked_to[].id` = its `identification_id`), not to its `id`.
             let addresses = emails.enumerated().map { (n, email) in
-                (id: "idn_\(id)_\(n)", linkedTo: email == .apple ? accounts.first?.id : nil)
+                (id: "idn_\(id)_\(n)", linkedTo: email == .apple ? accounts.first?.identificationID : nil)
             }
             state.users[id] = User(
                 id: id, password: password, externalAccounts: accounts, emails: addresses,
-                sessions: [(id: "sess_\(id)_0", active: true), (id: "sess_\(id)_1", active: true)])
+                sessions: [(id: "sess_\(id)_0", status: "active"), (id: "sess_\(id)_1", status: "active")])
         }
     }
 
-    func addSessions(_ id: String, _ count: Int) {
+    func addSessions(_ id: String, _ count: Int, status: String = "active") {
         state.withLock { state in
-            for n in 0..<count { state.users[id]?.sessions.append((id: "sess_\(id)_more\(n)", active: true)) }
+            let from = state.users[id]?.sessions.count ?? 0
+            for n in from..<(from + count) { state.users[id]?.sessions.append((id: "sess_\(id)_\(status)\(n)", status: status)) }
         }
     }
 
@@ -246,7 +296,7 @@ final class FakeClerk: Sendable {
         let accounts: [JSONValue] = user.externalAccounts.map { account in
             .object([
                 "object": .string("external_account"), "id": .string(account.id), "provider": .string(account.provider),
-                "identification_id": .string("idn_\(account.id)"), "provider_user_id": .string(account.providerUserID),
+                "identification_id": .string(account.identificationID), "provider_user_id": .string(account.providerUserID),
                 "approved_scopes": .string("email name"), "email_address": .string("relay@privaterelay.appleid.com"),
                 "first_name": .string(""), "last_name": .string(""), "public_metadata": .object([:]), "created_at": t, "updated_at": t,
                 "verification": .object([
@@ -282,11 +332,11 @@ final class FakeClerk: Sendable {
         ])
     }
 
-    static func json(session id: String, user: String, active: Bool) -> JSONValue {
+    static func json(session id: String, user: String, status: String) -> JSONValue {
         let t: JSONValue = .number(1_700_000_000_000)
         return .object([
             "object": .string("session"), "id": .string(id), "user_id": .string(user), "client_id": .string("client_\(user)"),
-            "status": .string(active ? "active" : "revoked"), "last_active_at": t, "expire_at": t, "abandon_at": t, "updated_at": t,
+            "status": .string(status), "last_active_at": t, "expire_at": t, "abandon_at": t, "updated_at": t,
             "created_at": t,
         ])
     }
@@ -312,17 +362,21 @@ final class FakeClerk: Sendable {
             case ("GET", ["sessions"]):
                 guard let id = argument("user_id"), let user = state.users[id] else { return .json(200, "[]") }
                 let limit = argument("limit").flatMap(Int.init) ?? 10
-                let listed = user.sessions.filter { argument("status") != "active" || $0.active }.prefix(limit)
-                return .json(200, JSONValue.array(listed.map { Self.json(session: $0.id, user: id, active: $0.active) }).serialized())
+                let offset = argument("offset").flatMap(Int.init) ?? 0
+                // Newest first; the `status` filter takes one of the description's values, which
+                // do not include `pending`.
+                let listed = user.sessions.reversed().filter { argument("status") == nil || $0.status == argument("status") }
+                    .dropFirst(offset).prefix(limit)
+                return .json(200, JSONValue.array(listed.map { Self.json(session: $0.id, user: id, status: $0.status) }).serialized())
             case ("POST", let path) where path.count == 3 && path[0] == "sessions" && path[2] == "revoke":
                 for (userID, user) in state.users {
                     guard let n = user.sessions.firstIndex(where: { $0.id == path[1] }) else { continue }
-                    state.users[userID]?.sessions[n].active = false
+                    state.users[userID]?.sessions[n].status = "revoked"
                     if state.vanishing == userID, state.users[userID]?.activeSessions == 0 {
                         state.users[userID]?.externalAccounts = []
                         if user.password == false && user.emails.allSatisfy({ $0.linkedTo != nil }) { state.users[userID] = nil }
                     }
-                    return .json(200, Self.json(session: path[1], user: userID, active: false).serialized())
+                    return .json(200, Self.json(session: path[1], user: userID, status: "revoked").serialized())
                 }
                 return notFound
             case ("DELETE", let path) where path.count == 2 && path[0] == "users":

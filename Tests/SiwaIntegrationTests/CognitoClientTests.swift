@@ -191,6 +191,7 @@ struct CognitoClientTests {
         #expect(seen.json?["User"]?["ProviderName"]?.stringValue == "SignInWithApple")
         #expect(seen.json?["User"]?["ProviderAttributeName"]?.stringValue == "Cognito_Subject")
         #expect(seen.json?["User"]?["ProviderAttributeValue"]?.stringValue == Self.linkedSub)
+        try fake.expectModelled()
     }
 
     @Test("fake: a temporary credential's token is sent and signed")
@@ -200,11 +201,12 @@ struct CognitoClientTests {
         var credentials = Self.credentials
         credentials.sessionToken = "session-token-value"
         let client = try CognitoClient(
-            region: "us-east-1", userPoolID: "p", credentials: credentials, url: fake.url, logger: Logger(label: "t"))
+            region: "us-east-1", userPoolID: "us-east-1_pool", credentials: credentials, url: fake.url, logger: Logger(label: "t"))
         #expect(client.check() == .done([], status: 200))
         let seen = try #require(fake.requests.first)
         #expect(seen.securityToken == "session-token-value")
         #expect(seen.signatureMatches)
+        try fake.expectModelled()
     }
 
     @Test("fake: throttling and 5xx are retried later with Retry-After; a refused credential or permission says so")
@@ -227,6 +229,44 @@ struct CognitoClientTests {
         #expect(client.deleteUser(username: "u") == .refused(ProviderFailure(status: 400, reason: "AccessDeniedException", blame: .permission)))
         answer.withLock { $0 = .text(200, "not json") }
         #expect(client.findUser(sub: "s") == .retryLater(ProviderFailure(status: 200, reason: "malformed_response")))
+        // The 503 without a body comes from in front of the API, and the text is no JSON answer:
+        // neither is the model's to describe.
+        try fake.expectModelled { $0.answer?.status == 503 || $0.answer?.body == Array("not json".utf8) }
+    }
+
+    @Test("the botocore check refuses what the model does not describe: an operation, a member, a pattern, an answer, an error")
+    func botocoreCheckRefuses() throws {
+        func line(_ operation: String, _ body: String, _ status: Int = 200, _ answer: String = "{}") -> String {
+            JSONValue.object([
+                "target": .string(Cognito.targetPrefix + operation), "body": .string(body), "status": .number(Double(status)),
+                "response_body": .string(answer),
+            ]).serialized() + "\n"
+        }
+        func check(_ lines: [String]) throws -> (status: Int32, output: String) {
+            let file = NSTemporaryDirectory() + "siwa-botocore-\(UInt64.random(in: 0...UInt64.max)).jsonl"
+            try lines.joined().write(toFile: file, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            return try OpenAPITests.python([
+                "scripts/botocore-check", "requests", "Tests/SiwaIntegrationTests/Fixtures/providers/cognito-idp-service-2.json", file,
+            ])
+        }
+        let good = [
+            line("ListUsers", #"{"UserPoolId":"us-east-1_pool","Limit":1}"#),
+            line("AdminGetUser", #"{"UserPoolId":"us-east-1_pool","Username":"u"}"#, 400, #"{"__type":"UserNotFoundException","message":"m"}"#),
+        ]
+        #expect(try check(good).status == 0)
+        let bad = [
+            line("AdminRemoveUser", "{}"),
+            line("ListUsers", #"{"UserPoolId":"us-east-1_pool","Limt":1}"#),
+            line("ListUsers", #"{"UserPoolId":"pool"}"#),
+            line("AdminGetUser", #"{"UserPoolId":"us-east-1_pool","Username":"u"}"#),
+            line("AdminGetUser", #"{"UserPoolId":"us-east-1_pool","Username":"u"}"#, 400, #"{"__type":"NoSuchUser","message":"m"}"#),
+        ]
+        for request in bad {
+            let result = try check(good + [request])
+            #expect(result.status == 1, "\(request)")
+            #expect(result.output.split(separator: "\n").count == 1, "\(result.output)")
+        }
     }
 
     @Test("nobody listening is retried later; an http:// address off loopback is refused at construction")
@@ -249,6 +289,19 @@ final class FakeCognito: HTTPHandler {
         var securityToken: String?
         var json: JSONValue?
         var signatureMatches: Bool
+        var body = ""
+        /// The fake's answer.
+        var answer: HTTPResponse?
+
+        /// One line for `scripts/botocore-check requests`.
+        var line: String {
+            var fields: [String: JSONValue] = ["target": target.map(JSONValue.string) ?? .null, "body": .string(body)]
+            if let answer {
+                fields["status"] = .number(Double(answer.status))
+                fields["response_body"] = .string(String(decoding: answer.body, as: UTF8.self))
+            }
+            return JSONValue.object(fields).serialized() + "\n"
+        }
     }
 
     private let server = Mutex<HTTPServer?>(nil)
@@ -295,8 +348,28 @@ final class FakeCognito: HTTPHandler {
             hmac: HMACSHA256.authenticate)
         let entry = Seen(
             target: head.header("x-amz-target"), contentType: head.contentType, securityToken: head.header("x-amz-security-token"),
-            json: try? JSONParser.parse(request.body), signatureMatches: signed.authorization == head.header("authorization"))
-        seen.withLock { $0.append(entry) }
-        responder.respond(answer(entry))
+            json: try? JSONParser.parse(request.body), signatureMatches: signed.authorization == head.header("authorization"),
+            body: String(decoding: request.body, as: UTF8.self))
+        let index = seen.withLock { seen in
+            seen.append(entry)
+            return seen.count - 1
+        }
+        let reply = answer(entry)
+        seen.withLock { $0[index].answer = reply }
+        responder.respond(reply)
+    }
+
+    /// Checks the recorded requests and answers against botocore's model of Cognito (the used
+    /// subset, Fixtures/providers/cognito-idp-service-2.json) with `scripts/botocore-check`.
+    /// `unmodelled`: answers the model cannot describe (a bare 503 from in front of the API, a
+    /// body that is not JSON), left out.
+    func expectModelled(unmodelled: (Seen) -> Bool = { _ in false }, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let file = NSTemporaryDirectory() + "siwa-botocore-\(UInt64.random(in: 0...UInt64.max)).jsonl"
+        try requests.filter { !unmodelled($0) }.map(\.line).joined().write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let result = try OpenAPITests.python([
+            "scripts/botocore-check", "requests", "Tests/SiwaIntegrationTests/Fixtures/providers/cognito-idp-service-2.json", file,
+        ])
+        #expect(result.status == 0, "\(result.output)", sourceLocation: sourceLocation)
     }
 }

@@ -217,6 +217,21 @@ struct DoctorTests {
         #expect(d.finding("auth-library")?.message.contains("no index") == true)
         try d.sql(#"CREATE INDEX ON accounts ("providerAccountId"); CREATE INDEX ON sessions ("userId")"#)
         #expect(d.problems() == [], "\(d.examine().text)")
+
+        // Who else may create where the library's tables are: the app's migration role, INFO;
+        // every login (CREATE to PUBLIC), MEDIUM with its fix.
+        try d.sql(
+            "DO $$ BEGIN CREATE ROLE app_migrator NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; GRANT CREATE ON SCHEMA public TO app_migrator"
+        )
+        let creators = try #require(d.finding("library-schema-creators"))
+        #expect(creators.severity == .info && creators.message.contains("app_migrator on public"), "\(creators.message)")
+        #expect(!creators.message.contains("siwa_"))
+        try d.sql("GRANT CREATE ON SCHEMA public TO PUBLIC")
+        let writable = try #require(d.finding("library-schema-writable"))
+        #expect(writable.severity == .medium && writable.fix == "REVOKE CREATE ON SCHEMA public FROM PUBLIC;")
+        try d.apply(writable.fix)
+        #expect(d.finding("library-schema-writable") == nil)
+        #expect(d.finding("library-schema-creators", .receive) == nil, "receive applies nothing to the library's tables")
     }
 
     @Test(
@@ -260,6 +275,26 @@ struct DoctorTests {
         try d.sql("UPDATE siwa.provider_calls SET created_at = now() - interval '1 hour'")
         #expect(d.problems() == ["provider-calls-waiting MEDIUM"])
         #expect(d.finding("provider-calls-waiting")?.message == "the oldest of 1 call waiting for clerk was queued 60 min ago")
+    }
+
+    @Test("Auth0: provider-check names the sign-out the tenant's plan allows; a missing scope for it is HIGH")
+    func auth0SignOut() throws {
+        let d = try Deployment()
+        let fixture = try Auth0Fixture(plan: .professional)
+        defer { fixture.stop() }
+        fixture.configure(&d.config)
+        try fixture.addAppleUser(sub: "001234.doctor.0002")
+        chmod(try #require(d.config.hostedProviders.auth0?.clientSecretFile), 0o600)
+        #expect(d.problems() == [], "\(d.examine().text)")
+        #expect(d.finding("provider-check")?.message.contains("sign-out: refresh tokens revoked through device credentials") == true)
+        fixture.tenant.plan = .enterprise
+        #expect(d.finding("provider-check")?.message.contains("sign-out: the Enterprise session and refresh-token endpoints") == true)
+        fixture.tenant.scopes.remove("delete:sessions")
+        let refused = try #require(d.finding("provider-refused"))
+        #expect(refused.message.contains("insufficient_scope"), "\(refused)")
+        // Asking changed nobody.
+        let user = try #require(fixture.tenant.user("apple|001234.doctor.0002"))
+        #expect(user.signedIn && !user.blocked && user.refreshTokens.count == 2)
     }
 
     @Test("credential files readable by others or writable by the group: HIGH; group-readable: LOW; 0600: gone")

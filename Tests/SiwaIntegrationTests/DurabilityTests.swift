@@ -10,7 +10,7 @@ import Testing
 /// cluster (no standby) by a superuser and by a role that may not read the replication states.
 @Suite("Database durability", .needsDatabase)
 struct DurabilityTests {
-    @Test("no standby: 0 synchronous standbys in the reading, /metrics and status; a role without pg_monitor reads unknown")
+    @Test("no standby: 0 synchronous standbys in the reading, /metrics and status; a role without pg_read_all_stats reads unknown")
     func readings() throws {
         let conninfo = try TestDatabase.create()
         let d = try DatabaseDurability.read(conninfo: conninfo)
@@ -23,8 +23,8 @@ struct DurabilityTests {
         let asRole = conninfo.replacingOccurrences(of: "user=postgres", with: "user=\(role)")
         let unknown = try DatabaseDurability.read(conninfo: asRole)
         #expect(unknown.synchronousStandbys == nil && unknown.promise == .unknown)
-        #expect(unknown.summary.contains("unknown — grant pg_monitor to \(role)"))
-        _ = try TestDatabase.query(conninfo, "GRANT pg_monitor TO \(role)")
+        #expect(unknown.summary.contains("unknown — grant pg_read_all_stats to \(role)"))
+        _ = try TestDatabase.query(conninfo, "GRANT pg_read_all_stats TO \(role)")
         #expect(try DatabaseDurability.read(conninfo: asRole).synchronousStandbys == 0)
 
         let report = try OutboxAdmin.status(conninfo: conninfo)

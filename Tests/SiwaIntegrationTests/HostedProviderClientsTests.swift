@@ -41,19 +41,39 @@ struct HostedProviderClientsTests {
         return nil
     }
 
-    @Test("each target gets its own client, in SIWA_APPLY_TO's order")
+    @Test("each target gets its own client, in SIWA_APPLY_TO's order, with its own values; a secret file's newline is not the secret's")
     func clientsMade() throws {
         let files = try Files()
-        let auth0Secret = try files.write("auth0", "auth0-secret-value\n")
-        let clerkSecret = try files.write("clerk", "sk_test_clerk-secret-value\n")
+        let tenant = try FakeAuth0()
+        defer { tenant.fake.stop() }
+        let instance = try FakeClerk()
+        defer { instance.fake.stop() }
+        // Written as `echo "$SECRET" > file` writes them.
+        let auth0Secret = try files.write("auth0", FakeAuth0.secret + "\n")
+        let clerkSecret = try files.write("clerk", FakeClerk.secretKey + "\r\n")
         let result = Self.make { c in
-            c.targets = [.clerk, .firebase, .auth0]
+            c.targets = [.clerk, .firebase, .auth0, .cognito]
             c.firebase = .init(projectID: "demo-project", credentialsFile: nil, url: "http://127.0.0.1:9099")
-            c.auth0 = .init(domain: "tenant.example.com", clientID: "client", clientSecretFile: auth0Secret, url: nil)
-            c.clerk = .init(secretKeyFile: clerkSecret, url: nil)
+            c.auth0 = .init(domain: FakeAuth0.domain, clientID: FakeAuth0.clientID, clientSecretFile: auth0Secret, url: tenant.fake.url)
+            c.clerk = .init(secretKeyFile: clerkSecret, url: instance.fake.url + "/v1")
+            c.cognito = .init(
+                userPoolID: "eu-west-1_EXAMPLE", region: "eu-west-1",
+                credentials: .environment(SigV4.Credentials(accessKeyID: "AKIDEXAMPLE", secretAccessKey: "secret")), url: "http://127.0.0.1:5001/")
         }
         let clients = try result.get()
-        #expect(clients.map(\.provider) == [.clerk, .firebase, .auth0])
+        try #require(clients.map(\.provider) == [.clerk, .firebase, .auth0, .cognito])
+        // Each client answers its own fake with what its settings said: the secret, trimmed.
+        let clerk = try #require(clients[0] as? ClerkClient)
+        #expect(clerk.check() == .done([], status: 200))
+        #expect(instance.fake.requests.last?.authorization == "Bearer \(FakeClerk.secretKey)")
+        let firebase = try #require(clients[1] as? FirebaseClient)
+        #expect(firebase.projectID == "demo-project" && firebase.url == "http://127.0.0.1:9099")
+        let auth0 = try #require(clients[2] as? Auth0Client)
+        #expect(auth0.domain == FakeAuth0.domain && auth0.clientID == FakeAuth0.clientID)
+        #expect(auth0.check() == .done([], status: 200))
+        #expect(tenant.fake.requests.first?.field("client_secret") == FakeAuth0.secret)
+        let cognito = try #require(clients[3] as? CognitoClient)
+        #expect(cognito.region == "eu-west-1" && cognito.userPoolID == "eu-west-1_EXAMPLE" && cognito.url == "http://127.0.0.1:5001/")
     }
 
     @Test("an unreadable or empty secret file is named, never echoed")

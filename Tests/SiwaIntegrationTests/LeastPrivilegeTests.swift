@@ -20,6 +20,29 @@ struct LeastPrivilegeTests {
         return (url, login)
     }
 
+    @Test("a command refused a privilege names the object and the roles that grant it; the login the docs name for it works")
+    func permissionNamed() throws {
+        let (url, login) = try Self.databaseWithLoginRoles()
+        let refused = #expect(throws: PostgresError.self) { try OutboxAdmin.status(conninfo: login["siwa_worker"]!) }
+        #expect(refused?.sqlState == "42501")
+        #expect(
+            "\(PermissionDenied.explained(try #require(refused)))"
+                == #"permission denied for view app_account_status_summary (42501): a member of siwa_dashboard may (docs/configuration.md, "Which login for each command")"#
+        )
+        let other = PostgresError(code: .queryFailed, sqlState: "23505", serverMessage: "duplicate key")
+        #expect("\(PermissionDenied.explained(other))" == "\(other)", "other errors as they are")
+        // docs/configuration.md: `status` with a login in siwa_dashboard and siwa_console.
+        let ops = "ops_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        _ = try TestDatabase.query(url, "CREATE ROLE \(ops) LOGIN IN ROLE siwa_dashboard, siwa_console")
+        _ = try OutboxAdmin.status(conninfo: url + " user=\(ops)")
+
+        // A process on the superuser's login says so at start, with the fix.
+        let h = try TestHarness(conninfo: url)
+        defer { h.stop() }
+        let warnings = h.logs.lines.filter { $0.contains("this process connects as a superuser") }
+        #expect(warnings.count == 1 && warnings[0].contains("\"level\":\"warning\""), "\(h.logs.lines)")
+    }
+
     @Test("receive runs as a member of siwa_receiver and work as a member of siwa_worker")
     func splitRoles() throws {
         let (url, login) = try Self.databaseWithLoginRoles()
@@ -36,6 +59,12 @@ struct LeastPrivilegeTests {
         #expect(applied)
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.sessions WHERE revoked_at IS NULL").scalar == "0")
         #expect(try receiver.admin("/readyz").status == 200)
+        #expect(!receiver.logs.lines.contains { $0.contains("this process connects as") }, "no owner warning on a login of its own")
+        // `work` holds the key set too (its refresher keeps it): the gauge says so.
+        #expect(
+            try eventually(timeout: 10) {
+                try worker.admin("/metrics").body.split(separator: "\n").contains { $0.hasPrefix("siwa_keys_loaded ") && !$0.hasSuffix(" 0") }
+            }, "siwa_keys_loaded counts the keys work holds")
         let metrics = try receiver.admin("/metrics").body
         #expect(metrics.contains("siwa_outbox_backlog"))
         // The worker keeps the key set the receivers fall back on (their role may only read it).

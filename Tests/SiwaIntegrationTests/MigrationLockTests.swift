@@ -24,13 +24,14 @@ struct MigrationLockTests {
         func commit() throws { try connection.execute("COMMIT") }
     }
 
-    /// Makes the database look migrated by another binary version.
+    /// Makes the database look migrated by an earlier release.
     static func forgetVersion(_ conninfo: String) throws {
-        _ = try TestDatabase.query(conninfo, "COMMENT ON SCHEMA siwa IS 'siwa-notify schema sha256:0000000000000000'")
+        _ = try TestDatabase.query(conninfo, "UPDATE siwa.schema_release SET version = '0.9.0', digest = 'sha256:0000000000000000'")
     }
 
+    /// The recorded release and digest, as `Migrator.versionMarker` spells them.
     static func storedVersion(_ conninfo: String) throws -> String? {
-        try TestDatabase.query(conninfo, "SELECT obj_description(to_regnamespace('siwa'), 'pg_namespace')").scalar
+        try TestDatabase.query(conninfo, "SELECT version || ' (' || digest || ')' FROM siwa.schema_release").scalar
     }
 
     @Test(
@@ -115,6 +116,6 @@ struct MigrationLockTests {
         let worker = try TestHarness(conninfo: asWorker, roles: .work)
         defer { worker.stop() }
         #expect(worker.logs.lines.contains { $0.contains("not allowed to migrate") && $0.contains(role) })
-        #expect(try Self.storedVersion(owner) == "siwa-notify schema sha256:0000000000000000")
+        #expect(try Self.storedVersion(owner) == "0.9.0 (sha256:0000000000000000)")
     }
 }

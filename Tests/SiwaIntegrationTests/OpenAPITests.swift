@@ -112,9 +112,11 @@ struct OpenAPITests {
 /// The Python side of the checks is installed (scripts/setup installs it).
 enum OpenAPIChecker {
     /// The description checks run where their Python packages are (`scripts/setup` installs
-    /// them), and always in CI: there a missing package fails the checks instead of skipping them.
+    /// them), and always in CI (`TestDatabase.requirement`, the one reading of `CI` every gate
+    /// shares: set and not `false`/`0`/`no`): there a missing package fails the checks instead
+    /// of skipping them.
     static var runs: Bool {
-        ProcessInfo.processInfo.environment["CI"] == "true"
+        TestDatabase.isRequired
             || (try? OpenAPITests.python(["-c", "import openapi_spec_validator, jsonschema, yaml"]).status) == 0
     }
 }

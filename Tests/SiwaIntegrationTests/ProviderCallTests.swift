@@ -109,6 +109,38 @@ struct ProviderCallTests {
         #expect(fixture.unlinked == [Self.linked])
     }
 
+    @Test("Auth0 below Enterprise: consent-revoked revokes the refresh tokens and ends done; account-delete deletes or unlinks after it")
+    func auth0LowerPlan() throws {
+        let fixture = try Auth0Fixture(plan: .professional)
+        defer { fixture.stop() }
+        try fixture.addAppleUser(sub: Self.apple)
+        try fixture.addLinkedUser(sub: Self.linked)
+        try fixture.addAppleUser(sub: Self.other)
+        let mine = try fixture.startSession(sub: Self.apple)
+        let theirs = try fixture.startSession(sub: Self.other)
+        let h = try Self.harness(fixture, policy: .deleteUser)
+        defer { h.stop() }
+        try post(h, "consent-revoked", sub: Self.apple, at: 1_750_000_000_000)
+        #expect(
+            try Self.settled(h, sub: Self.apple)
+                == [Row(effect: "end_sessions", state: "done", actions: "refresh_tokens_revoked,blocked,unblocked", attempts: 1)])
+        #expect(try !fixture.sessionAlive(mine))
+        #expect(try fixture.sessionAlive(theirs))
+        #expect(fixture.tenant.user("apple|\(Self.apple)")?.blocked == false)
+        try post(h, "account-delete", sub: Self.apple, at: 1_750_000_001_000)
+        try post(h, "account-delete", sub: Self.linked, at: 1_750_000_001_000)
+        #expect(
+            try Self.settled(h, sub: Self.apple).last
+                == Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteAppleOnly, attempts: 1))
+        #expect(
+            try Self.settled(h, sub: Self.linked) == [Row(effect: "delete_user", state: "done", actions: fixture.behaviour.deleteLinked, attempts: 1)]
+        )
+        #expect(try !fixture.userExists(sub: Self.apple))
+        #expect(fixture.unlinked == [Self.linked])
+        // The Enterprise endpoints were asked once, by the start-up check, never per call.
+        #expect(fixture.tenant.fake.requests.filter { $0.path.hasSuffix("/sessions") }.count == 1)
+    }
+
     @Test("an in-app deletion unlinks; a later or duplicate event queues nothing more (deletion is final)", arguments: fixtures)
     func inAppDeletion(_ provider: HostedProvider) throws {
         let fixture = try Self.make(provider)

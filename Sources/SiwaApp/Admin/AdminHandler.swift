@@ -11,7 +11,10 @@ import Synchronization
 public final class AdminHandler: HTTPHandler {
     private let pool: PostgresPool
     private let probe: AdminProbe
+    /// The key set readiness waits for (the receiving roles only).
     private let keys: KeyStore?
+    /// The key set the process holds, whatever its role (`siwa_keys_loaded`).
+    private let heldKeys: KeyStore?
     private let metrics: Metrics
     private let draining = Atomic<Bool>(false)
 
@@ -20,9 +23,10 @@ public final class AdminHandler: HTTPHandler {
     private let console: ConsoleHandler?
 
     public init(
-        pool: PostgresPool, probe: AdminProbe, keys: KeyStore?, writer: OutboxWriter? = nil, metrics: Metrics,
-        api: APIHandler? = nil, console: ConsoleHandler? = nil
+        pool: PostgresPool, probe: AdminProbe, keys: KeyStore?, heldKeys: KeyStore? = nil, writer: OutboxWriter? = nil,
+        metrics: Metrics, api: APIHandler? = nil, console: ConsoleHandler? = nil
     ) {
+        self.heldKeys = heldKeys ?? keys
         self.console = console
         self.pool = pool
         self.probe = probe
@@ -124,7 +128,7 @@ public final class AdminHandler: HTTPHandler {
         var result: [(name: String, help: String, value: Double)] = [
             ("siwa_db_pool_open", "Open database connections of the request pool.", Double(pool.openConnections)),
             ("siwa_db_pool_busy", "Database connections in use.", Double(pool.busyConnections)),
-            ("siwa_keys_loaded", "Signing keys held.", Double(keys?.keyCount ?? 0)),
+            ("siwa_keys_loaded", "Signing keys held.", Double(heldKeys?.keyCount ?? 0)),
         ]
         if let writer {
             result.append(("siwa_writer_queue", "Verified notifications waiting for their commit.", Double(writer.queued)))

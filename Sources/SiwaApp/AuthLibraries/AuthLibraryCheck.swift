@@ -71,7 +71,7 @@ public enum AuthLibraryCheck {
             case .supabase:
                 schema = .supabase
             case .betterAuth:
-                let tables = config.betterAuthTables ?? AuthLibrarySchema.betterAuthDefaultTables
+                let tables = try qualified(config.betterAuthTables ?? AuthLibrarySchema.betterAuthDefaultTables, on: c)
                 var snake = false
                 if let account = try c.row(AuthLibraryStatements.table, tables[2].quoted) {
                     let names = Set(try c.rows(AuthLibraryStatements.columns, account.oid).map(\.name))
@@ -79,11 +79,10 @@ public enum AuthLibraryCheck {
                 }
                 schema = .betterAuth(tables: tables, snakeCase: snake)
             case .authjs:
-                var tables = config.authjsTables ?? AuthLibrarySchema.authjsPostgresTables
-                if config.authjsTables == nil, try c.row(AuthLibraryStatements.table, tables[2].quoted) == nil,
-                    try c.row(AuthLibraryStatements.table, AuthLibrarySchema.authjsPrismaTables[2].quoted) != nil
-                {
-                    tables = AuthLibrarySchema.authjsPrismaTables
+                var tables = try qualified(config.authjsTables ?? AuthLibrarySchema.authjsPostgresTables, on: c)
+                if config.authjsTables == nil, try c.row(AuthLibraryStatements.table, tables[2].quoted) == nil {
+                    let prisma = try qualified(AuthLibrarySchema.authjsPrismaTables, on: c)
+                    if try c.row(AuthLibraryStatements.table, prisma[2].quoted) != nil { tables = prisma }
                 }
                 schema = .authjs(tables: tables)
             }
@@ -96,6 +95,27 @@ public enum AuthLibraryCheck {
         var targets = AuthLibraryTargets(schemas: schemas, policy: config.onAccountDelete)
         targets.tokens = tokens
         return targets
+    }
+
+    /// `tables` with each name given without a schema given the schema where the login's own
+    /// search_path finds it (the library's app created it there), so that every statement names
+    /// it whole and runs with the pinned search_path. A table not found stays as it was, and the
+    /// check then reports it missing.
+    static func qualified(_ tables: [TableName], on c: PostgresConnection) throws(PostgresError) -> [TableName] {
+        var out: [TableName] = []
+        for table in tables {
+            guard table.schema == nil else {
+                out.append(table)
+                continue
+            }
+            var resolved = table
+            resolved.foundIn = try c.transaction { c throws(PostgresError) in
+                try c.execute(AuthLibraryStatements.loginSearchPath)
+                return try c.row(AuthLibraryStatements.qualify, table.quoted)
+            }
+            out.append(resolved)
+        }
+        return out
     }
 
     /// What is missing for `schema`, one phrase each (empty: ready).

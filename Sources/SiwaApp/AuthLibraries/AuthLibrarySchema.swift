@@ -81,6 +81,11 @@ public struct AuthLibrarySchema: Sendable, Equatable {
     public static let authjsPostgresTables = [TableName("users"), TableName("sessions"), TableName("accounts")]
     public static let authjsPrismaTables = [TableName("User"), TableName("Session"), TableName("Account")]
 
+    /// Every table the worker's statements name.
+    public var tables: [TableName] {
+        [identities.table, sessions.table, users] + (sessions.refreshTokens.map { [$0.table] } ?? [])
+    }
+
     /// What one event does here.
     func effect(of event: AppleEvent, decision: AccountDecision, policy: AccountDeletePolicy) -> AuthLibraryEffect {
         AuthLibraryRules.effect(

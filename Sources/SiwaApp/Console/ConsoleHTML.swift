@@ -1,4 +1,5 @@
 import Foundation
+import SiwaBuildInfo
 import SiwaCore
 
 /// HTML building blocks of the console: escaping, the page frame, tables, forms. Every text that
@@ -63,7 +64,8 @@ enum ConsoleHTML {
         if let notice { out += "<p class=\"notice\" role=\"status\">\(escape(notice))</p>" }
         if let error { out += "<p class=\"error\" role=\"alert\">\(escape(error))</p>" }
         out += body
-        out += "</main></body></html>\n"
+        out += "</main><footer class=\"foot muted small\">siwa-notify \(escape(BuildInfo.version)) · commit \(escape(BuildInfo.commit))</footer>"
+        out += "</body></html>\n"
         return out
     }
 

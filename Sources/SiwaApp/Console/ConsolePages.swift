@@ -71,6 +71,25 @@ enum ConsolePages {
 
     // MARK: Overview
 
+    /// The schema's release and the releases running against the database (their heartbeats),
+    /// flagged when the mix is wider than the promise.
+    static func releasesCard(_ r: ReleaseReport?) -> String {
+        guard let r else { return "" }
+        var body = "<section class=\"card\"><h2>Releases</h2>"
+        if let problem = r.mixProblem { body += "<p class=\"error\" role=\"alert\">Wider than the promise: \(e(problem))</p>" }
+        body += keyValues([
+            ("this console's release", "\(r.version) (commit \(r.commit))"),
+            ("schema release", r.schemaVersion.map { "\($0), supports \(r.schemaOldestSupported ?? "?") and later" } ?? "none recorded"),
+        ])
+        body += "<table><thead><tr><th>release</th><th>commit</th><th>role</th><th>host</th><th>pid</th><th>last beat</th></tr></thead><tbody>"
+        for p in r.running {
+            body +=
+                "<tr><td>\(e(p.version))</td><td>\(e(p.commit))</td><td>\(e(p.role))</td><td>\(e(p.host))</td><td>\(p.pid)</td>"
+                + "<td>\(e(ConsoleHTML.duration(p.heartbeatAgeSeconds))) ago</td></tr>"
+        }
+        return body + "</tbody></table></section>"
+    }
+
     static func overview(_ o: ConsoleReads.Overview, features: Features, nav: ConsoleHTML.Nav, doctor: DoctorReport? = nil) -> String {
         let c = ConsoleHTML.count
         var body = "<section class=\"stats\">"
@@ -86,7 +105,7 @@ enum ConsolePages {
             note: o.keySets.first?["fetched"].map { "fetched \($0) UTC" } ?? "never fetched",
             tone: keyAge == nil ? "bad" : "")
         body += durabilityStat(o.durability)
-        body += "</section>" + doctorCard(doctor)
+        body += "</section>" + doctorCard(doctor) + releasesCard(o.releases)
 
         body += "<section class=\"charts\">"
         for chart in o.minuteCharts { body += chart.svg() }

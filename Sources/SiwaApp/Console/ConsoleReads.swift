@@ -58,6 +58,8 @@ enum ConsoleReads {
         var durability: DatabaseDurability?
         /// Per hosted provider, its calls (`siwa.provider_call_backlog`).
         var providerCalls: [ProviderCallStatements.Backlog] = []
+        /// The schema's release and the releases running (nil: they could not be read).
+        var releases: ReleaseReport? = nil
     }
 
     /// `now`: the wall clock's Unix time.
@@ -76,7 +78,8 @@ enum ConsoleReads {
             forwards: try c.row(ForwardStatements.backlog), transfers: try c.row(TransferStatements.counts),
             reconcile: try c.row(ReconcileStatements.counts), minuteCharts: try minuteCharts(c, now: now),
             hourCharts: try hourCharts(c, now: now), hoursCurrentTo: currentTo,
-            durability: try? DatabaseDurability.read(on: c), providerCalls: try c.rows(ProviderCallStatements.backlog))
+            durability: try? DatabaseDurability.read(on: c), providerCalls: try c.rows(ProviderCallStatements.backlog),
+            releases: try? ReleaseReport.read(on: c))
     }
 
     /// Received and applied per minute over the last hour, by type: the events of the last two

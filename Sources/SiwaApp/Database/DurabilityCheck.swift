@@ -22,11 +22,11 @@ extension DatabaseDurability {
         [
             (
                 "siwa_database_synchronous_standbys",
-                "Synchronous standbys a commit waits for (0: a failover may lose events answered 200; -1: unknown, grant pg_monitor).",
+                "Synchronous standbys a commit waits for (0: a failover may lose events answered 200; -1: unknown, grant pg_read_all_stats).",
                 metricValue
             ),
             (
-                "siwa_database_asynchronous_standbys", "Standbys streaming asynchronously (-1: unknown, grant pg_monitor).",
+                "siwa_database_asynchronous_standbys", "Standbys streaming asynchronously (-1: unknown, grant pg_read_all_stats).",
                 asynchronousStandbys.map(Double.init) ?? -1
             ),
         ]

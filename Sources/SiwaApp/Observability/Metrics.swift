@@ -1,4 +1,5 @@
 import Foundation
+import SiwaBuildInfo
 import Synchronization
 
 /// Process metrics, rendered in the Prometheus text exposition format on the admin listener.
@@ -93,6 +94,9 @@ public final class Metrics: Sendable {
     public func render(gauges: [(name: String, help: String, value: Double)]) -> String {
         let s = state.withLock { $0 }
         var out = ""
+        out += "# HELP siwa_build_info The release (semantic version) and commit of this process; always 1.\n"
+        out += "# TYPE siwa_build_info gauge\n"
+        out += "siwa_build_info{version=\"\(BuildInfo.version)\",commit=\"\(BuildInfo.commit)\"} 1\n"
         out += "# HELP siwa_requests_total Notification requests answered, by HTTP status and reason code.\n"
         out += "# TYPE siwa_requests_total counter\n"
         for key in s.requests.keys.sorted() {

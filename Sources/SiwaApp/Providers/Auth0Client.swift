@@ -7,8 +7,10 @@ import Synchronization
 /// Calls an Auth0 tenant's Management API v2 with a Machine-to-Machine application's client
 /// credentials: an access token from `POST /oauth/token` (audience `https://<domain>/api/v2/`),
 /// cached until shortly before it expires; a 401 drops it, and the call is tried once more with
-/// a new one. Blocking (libcurl); thread-safe. Logs name the operation and the outcome, never the
-/// secret, a token, a user id or a `sub` (docs/hosted-providers.md).
+/// a new one. The sign-out uses what the tenant's plan allows (`Auth0SignOut`), learned by the
+/// start-up check or the first refusal and kept while the process runs. Blocking (libcurl);
+/// thread-safe. Logs name the operation and the outcome, never the secret, a token, a user id or
+/// a `sub` (docs/hosted-providers.md).
 public final class Auth0Client: HostedProviderClient {
     public let provider = HostedProvider.auth0
     public let domain: String
@@ -18,6 +20,15 @@ public final class Auth0Client: HostedProviderClient {
     private let tokens = Mutex(BearerTokenCache())
     private let issued = Atomic<Int>(0)
     private let fetching = NSLock()
+    private let learned = Mutex<Auth0SignOut?>(nil)
+    private let logger: Logger
+
+    /// Largest number of device credential pages read per token type in one call: a user with
+    /// more refresh tokens than that is finished by the next try.
+    public static let maxDeviceCredentialPages = 20
+    /// A user id nobody has: the start-up check asks to end its sessions to learn whether the
+    /// tenant's plan allows the Enterprise endpoints, changing nothing.
+    static let probeUserID = "auth0|siwa-notify-start-check"
 
     /// - Parameters:
     ///   - domain: the tenant's domain (`SIWA_AUTH0_DOMAIN`: `example.eu.auth0.com` or a custom domain).
@@ -31,6 +42,7 @@ public final class Auth0Client: HostedProviderClient {
         self.domain = domain
         self.clientID = clientID
         self.clientSecret = clientSecret
+        self.logger = logger
         http = try ProviderHTTP(provider: .auth0, url: url ?? Auth0.baseURL(domain: domain), options: options, logger: logger, clock: clock)
     }
 
@@ -41,16 +53,53 @@ public final class Auth0Client: HostedProviderClient {
 
     public func pausedUntil() -> Duration { http.pause.value }
 
-    /// A token, then one user read of the smallest page: the credential, the Management API
-    /// grant (`read:users`) and the tenant must all be right.
+    /// How this tenant signs users out, once the start-up check or a call has learned it.
+    public var signOutMethod: Auth0SignOut? { learned.withLock { $0 } }
+
+    public func signOutDescription() -> String? { signOutMethod?.description }
+
+    /// A token, one user read of the smallest page (the credential, the Management API grant
+    /// `read:users` and the tenant must all be right), then the sign-out learned: the sessions
+    /// of a user nobody has ended (202 or 404: the Enterprise endpoints answer), and where the
+    /// plan refuses them, the device credentials of that user listed. A missing scope refuses.
     public func check() -> ProviderOutcome {
         let (status, answer) = management(
             .init(operation: "check", method: "GET", path: "/api/v2/users", query: [("per_page", "1"), ("fields", "user_id")]))
         switch answer {
-        case .success: return .done([], status: status ?? 200)
+        case .success: break
         case .notFound: return .refused(ProviderFailure(status: 404, reason: "http_404", blame: .tenant))
         case .failed(let outcome): return outcome
         }
+        let probe = ProviderAnswer.pathSegment(Self.probeUserID)
+        let sessions = management(
+            .init(
+                operation: "check_sign_out", method: "DELETE", path: "/api/v2/users/\(probe)/sessions",
+                expectedRefusal: Auth0.refusedByPlan))
+        switch sessions.answer {
+        case .success, .notFound:
+            learn(.sessionEndpoints)
+            return .done([], status: status ?? 200)
+        case .failed(let outcome) where Auth0.refusedByPlan(outcome): break
+        case .failed(let outcome): return outcome
+        }
+        let listed = management(
+            .init(
+                operation: "check_device_credentials", method: "GET", path: "/api/v2/device-credentials",
+                query: [("user_id", Self.probeUserID), ("type", Auth0.refreshTokenTypes[0]), ("per_page", "1"), ("fields", "id")]))
+        switch listed.answer {
+        case .success, .notFound:
+            learn(.deviceCredentials)
+            return .done([], status: status ?? 200)
+        case .failed(let outcome): return outcome
+        }
+    }
+
+    private func learn(_ method: Auth0SignOut) {
+        let before = learned.withLock { learned in
+            defer { learned = method }
+            return learned
+        }
+        if before != method { logger.info("auth0 sign-out method", metadata: ["provider": "auth0", "sign_out": "\(method.rawValue)"]) }
     }
 
     public func apply(_ effect: ProviderEffect, sub: String) -> ProviderOutcome {
@@ -68,7 +117,7 @@ public final class Auth0Client: HostedProviderClient {
 
     /// The effect on the user found.
     private func apply(_ effect: ProviderEffect, to user: Auth0User, sub: String, steps: inout ProviderSteps) -> ProviderOutcome {
-        if let failed = signOut(user.userID, into: &steps) { return failed }
+        if let failed = signOut(user, into: &steps) { return failed }
         if effect == .endSessions { return steps.done }
         if effect == .deleteUser && user.appleOnly {
             return delete(user.userID, into: &steps) ?? steps.done
@@ -76,7 +125,20 @@ public final class Auth0Client: HostedProviderClient {
         // Auth0 cannot unlink a user's main identity: the user keeps it (docs/hosted-providers.md).
         if user.applePrimary { return steps.done }
         let identity = "/api/v2/users/\(ProviderAnswer.pathSegment(user.userID))/identities/\(Auth0.appleProvider)/\(ProviderAnswer.pathSegment(sub))"
-        if let failed = remove("unlink_identity", identity, done: .unlinked, into: &steps) { return failed }
+        let unlinked = management(.init(operation: "unlink_identity", method: "DELETE", path: identity))
+        if case .failed(.refused(let failure)) = unlinked.answer, failure.status == 400 {
+            // Auth0 answers an unlink whose user is not there with a 400 whose message varies (its
+            // description lists no 404): read again whether the identity is still linked there.
+            switch findUser(sub: sub) {
+            case .found(let now, _) where now.userID == user.userID: return .refused(failure)
+            case .found(_, let status), .notFound(let status):
+                steps.actions.append(.alreadyDone)
+                steps.status = status
+            case .failed(let outcome): return outcome
+            }
+        } else if let failed = steps.removal(unlinked, done: .unlinked) {
+            return failed
+        }
         // Unlinking makes the Apple identity a user of its own (`apple|<sub>`); deleting the
         // identity for good is deleting that user, and only `delete_user` may delete.
         if effect == .deleteUser, steps.actions.last == .unlinked {
@@ -128,13 +190,30 @@ public final class Auth0Client: HostedProviderClient {
         }
     }
 
-    /// Ends every session and refresh token of the user (both answer 202: Auth0 does it shortly).
-    private func signOut(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
+    /// Ends every session and refresh token of the user: through the Enterprise endpoints unless
+    /// the tenant's plan is known to refuse them, else (or when they are refused so) through
+    /// device credentials and a block.
+    private func signOut(_ user: Auth0User, into steps: inout ProviderSteps) -> ProviderOutcome? {
+        if signOutMethod != .deviceCredentials {
+            switch endSessions(user.userID, into: &steps) {
+            case nil:
+                learn(.sessionEndpoints)
+                return nil
+            case let failed? where Auth0.refusedByPlan(failed): learn(.deviceCredentials)
+            case let failed?: return failed
+            }
+        }
+        if let failed = revokeRefreshTokens(user.userID, into: &steps) { return failed }
+        return endAuth0Session(user, into: &steps)
+    }
+
+    /// The Enterprise endpoints (both answer 202: Auth0 does it shortly).
+    private func endSessions(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
         let user = ProviderAnswer.pathSegment(userID)
         for (operation, path) in [
             ("delete_sessions", "/api/v2/users/\(user)/sessions"), ("delete_refresh_tokens", "/api/v2/users/\(user)/refresh-tokens"),
         ] {
-            let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path))
+            let (status, answer) = management(.init(operation: operation, method: "DELETE", path: path, expectedRefusal: Auth0.refusedByPlan))
             switch answer {
             case .success: steps.status = status ?? steps.status
             case .notFound: return .userNotFound(status: 404)
@@ -142,6 +221,75 @@ public final class Auth0Client: HostedProviderClient {
             }
         }
         steps.actions.append(.signedOut)
+        return nil
+    }
+
+    /// Every refresh token of the user, of either type, deleted as a device credential, a page
+    /// at a time (a deleted one leaves the list, so each page is read from the start).
+    private func revokeRefreshTokens(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
+        for type in Auth0.refreshTokenTypes {
+            var finished = false
+            for _ in 0..<Self.maxDeviceCredentialPages {
+                let listed = management(
+                    .init(
+                        operation: "list_device_credentials", method: "GET", path: "/api/v2/device-credentials",
+                        query: [
+                            ("user_id", userID), ("type", type), ("per_page", "\(Auth0.deviceCredentialPage)"), ("fields", "id"),
+                            ("include_fields", "true"),
+                        ]))
+                let ids: [String]
+                switch listed.answer {
+                case .success(let body):
+                    guard let list = (try? JSONParser.parse(body)).flatMap(Auth0.deviceCredentialIDs) else {
+                        return .retryLater(ProviderFailure(status: listed.status, reason: "malformed_response"))
+                    }
+                    ids = list
+                    steps.status = listed.status ?? steps.status
+                case .notFound: return .userNotFound(status: 404)
+                case .failed(let outcome): return outcome
+                }
+                for id in ids {
+                    let deleted = management(
+                        .init(
+                            operation: "delete_device_credential", method: "DELETE",
+                            path: "/api/v2/device-credentials/\(ProviderAnswer.pathSegment(id))"))
+                    switch deleted.answer {
+                    case .success: steps.status = deleted.status ?? steps.status
+                    case .notFound: break  // revoked meanwhile
+                    case .failed(let outcome): return outcome
+                    }
+                }
+                if ids.count < Auth0.deviceCredentialPage {
+                    finished = true
+                    break
+                }
+            }
+            if !finished { return .retryLater(ProviderFailure(reason: "device_credential_pages_left")) }
+        }
+        steps.actions.append(.refreshTokensRevoked)
+        return nil
+    }
+
+    /// Ends the user's Auth0 session (not the app's own) by blocking the user and lifting the
+    /// block at once. A user an administrator blocked (no `Auth0.signOutMark`) has no session
+    /// to end and stays blocked; one the sign-out left blocked (its unblock did not answer) is
+    /// unblocked now.
+    private func endAuth0Session(_ user: Auth0User, into steps: inout ProviderSteps) -> ProviderOutcome? {
+        if user.blocked && !user.blockedBySignOut { return nil }
+        let path = "/api/v2/users/\(ProviderAnswer.pathSegment(user.userID))"
+        var changes: [(Bool, ProviderAction)] = [(false, .unblocked)]
+        if !user.blocked { changes.insert((true, .blocked), at: 0) }
+        for (blocked, action) in changes {
+            let (status, answer) = management(
+                .init(operation: blocked ? "block_user" : "unblock_user", method: "PATCH", path: path, json: Auth0.blockBody(blocked)))
+            switch answer {
+            case .success:
+                steps.actions.append(action)
+                steps.status = status ?? steps.status
+            case .notFound: return .userNotFound(status: 404)
+            case .failed(let outcome): return outcome
+            }
+        }
         return nil
     }
 

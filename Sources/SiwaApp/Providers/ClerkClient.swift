@@ -11,9 +11,9 @@ public final class ClerkClient: HostedProviderClient {
     private let secretKey: String
     private let http: ProviderHTTP
 
-    /// Largest number of session pages revoked in one call: a user with more active sessions
-    /// than that is finished by the next try.
-    public static let maxSessionPages = 20
+    /// Largest number of session pages read in one call (ended sessions stay listed): a user
+    /// with more sessions than that is tried again later.
+    public static let maxSessionPages = 50
 
     /// - Parameters:
     ///   - secretKey: the instance's secret key (read from `SIWA_CLERK_SECRET_KEY_FILE`).
@@ -80,21 +80,24 @@ public final class ClerkClient: HostedProviderClient {
 
     // MARK: - Steps
 
-    /// Revokes every active session of the user, a page at a time (a revoked session leaves
-    /// the active list, so each page is read from the start).
+    /// Revokes every session of the user that has not ended (`Clerk.sessionIDs`), a page at a
+    /// time. The list is read unfiltered (its `status` filter cannot select `pending`), and a
+    /// revoked session stays in it, so the pages follow one another by offset.
     private func revokeSessions(_ userID: String, into steps: inout ProviderSteps) -> ProviderOutcome? {
-        for _ in 0..<Self.maxSessionPages {
+        for page in 0..<Self.maxSessionPages {
             let listed = send(
                 .init(
                     operation: "list_sessions", method: "GET", path: "/sessions",
-                    query: [("user_id", userID), ("status", "active"), ("limit", "\(Clerk.sessionPage)")]))
+                    query: [("user_id", userID), ("limit", "\(Clerk.sessionPage)"), ("offset", "\(page * Clerk.sessionPage)")]))
             let ids: [String]
+            let count: Int
             switch listed.answer {
             case .success(let body):
-                guard let list = try? JSONParser.parse(body) else {
+                guard let list = (try? JSONParser.parse(body))?.arrayValue else {
                     return .retryLater(ProviderFailure(status: listed.status, reason: "malformed_response"))
                 }
-                ids = Clerk.sessionIDs(list)
+                ids = Clerk.sessionIDs(.array(list))
+                count = list.count
                 steps.status = listed.status ?? steps.status
             case .notFound: return .userNotFound(status: 404)
             case .failed(let outcome): return outcome
@@ -107,7 +110,7 @@ public final class ClerkClient: HostedProviderClient {
                 case .failed(let outcome): return outcome
                 }
             }
-            if ids.count < Clerk.sessionPage {
+            if count < Clerk.sessionPage {
                 steps.actions.append(.signedOut)
                 return nil
             }

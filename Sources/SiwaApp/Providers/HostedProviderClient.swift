@@ -17,6 +17,10 @@ public protocol HostedProviderClient: Sendable {
 
     /// Until when (since the Unix epoch) the provider asked not to be called (its rate limit).
     func pausedUntil() -> Duration
+
+    /// How the provider's users are signed out, where it depends on the provider's plan and
+    /// was learned (by `check()`); nil where there is one way.
+    func signOutDescription() -> String?
 }
 
 extension HostedProviderClient {
@@ -24,6 +28,8 @@ extension HostedProviderClient {
     /// said of its rate limit (`ProviderCallSchedule.pause`); zero: never asked. The sender leases
     /// no call of a paused provider.
     public func pausedUntil() -> Duration { .zero }
+
+    public func signOutDescription() -> String? { nil }
 }
 
 /// A provider's pause as its answers set it: the call threads note each answer, the sender reads

@@ -40,7 +40,8 @@ public enum HostedProviderClients {
         configuration.targets.compactMap { provider in
             do throws(StartError) {
                 guard let client = try make(provider, configuration, logger: logger) else { return nil }
-                return DoctorFacts.Provider(provider, .answered(client.check()))
+                let answer = client.check()
+                return DoctorFacts.Provider(provider, .answered(answer), signOut: client.signOutDescription())
             } catch {
                 return DoctorFacts.Provider(provider, .unusable(error.problem))
             }

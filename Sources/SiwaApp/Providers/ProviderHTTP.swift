@@ -28,6 +28,11 @@ struct ProviderHTTP: Sendable {
         var bearer: String?
         /// A form body (`application/x-www-form-urlencoded`).
         var form: [(String, String)]?
+        /// A JSON body (`application/json`), when there is no form.
+        var json: JSONValue?
+        /// A refusal the caller expects and handles (Auth0's plan refusing an Enterprise
+        /// endpoint): logged at info, not as an error.
+        var expectedRefusal: (@Sendable (ProviderOutcome) -> Bool)?
     }
 
     let provider: HostedProvider
@@ -66,6 +71,9 @@ struct ProviderHTTP: Sendable {
         if let form = request.form {
             headers.append("Content-Type: \(FormURLEncoding.contentType)")
             body = Array(FormURLEncoding.encode(form).utf8)
+        } else if let json = request.json {
+            headers.append("Content-Type: application/json")
+            body = Array(json.serialized().utf8)
         }
         let result: (status: Int?, answer: ProviderAnswer)
         do {
@@ -89,11 +97,11 @@ struct ProviderHTTP: Sendable {
                 result = (nil, .failed(.retryLater(ProviderFailure(reason: error.code.rawValue))))
             }
         }
-        log(request.operation, result.answer)
+        log(request.operation, result.answer, expected: request.expectedRefusal)
         return result
     }
 
-    private func log(_ operation: String, _ answer: ProviderAnswer) {
+    private func log(_ operation: String, _ answer: ProviderAnswer, expected: (@Sendable (ProviderOutcome) -> Bool)?) {
         var metadata: Logger.Metadata = ["provider": "\(provider.rawValue)", "operation": "\(operation)"]
         switch answer {
         case .success:
@@ -109,7 +117,11 @@ struct ProviderHTTP: Sendable {
         case .failed(let outcome):
             metadata["outcome"] = "refused"
             if case .refused(let failure) = outcome { metadata["reason"] = "\(failure)" }
-            logger.error("provider refused the call", metadata: metadata)
+            if expected?(outcome) == true {
+                logger.info("provider refused the call, as it may", metadata: metadata)
+            } else {
+                logger.error("provider refused the call", metadata: metadata)
+            }
         }
     }
 }

@@ -124,11 +124,11 @@ enum AuthLibraryStatements {
     static func grant(on table: TableName, select: [String], update: [String], to role: String) -> String {
         let cols: ([String]) -> String = { $0.map(q).joined(separator: ", ") }
         let updates = update.isEmpty ? "" : "UPDATE (\(cols(update))), "
-        return "GRANT SELECT (\(cols(select))), \(updates)DELETE ON \(table.quoted) TO \(role);"
+        return "GRANT SELECT (\(cols(select))), \(updates)DELETE ON \(table.quotedAsConfigured) TO \(role);"
     }
 
     static func createIndex(on table: TableName, _ columns: [String]) -> String {
-        "CREATE INDEX ON \(table.quoted) (\(columns.map(q).joined(separator: ", ")))"
+        "CREATE INDEX ON \(table.quotedAsConfigured) (\(columns.map(q).joined(separator: ", ")))"
     }
 
     /// `"name"` (names come from the configuration's identifiers or the libraries' own).
@@ -145,6 +145,22 @@ enum AuthLibraryStatements {
         var schemaUsage: Bool
         var delete: Bool
     }
+
+    /// Where a table named without a schema lives for the login as the library's app finds it:
+    /// `qualify` runs after this, in the one transaction that sets the login's own search_path
+    /// back (every other transaction pins it, and resolves only the qualified names found here).
+    /// The lookup calls no operator or function by an unqualified name.
+    static let loginSearchPath = "SET LOCAL search_path TO DEFAULT"
+
+    static let qualify = Statement<String, String>(
+        "auth_library_qualify",
+        """
+        SELECT n.nspname AS schema_name
+        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+        WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)
+        """,
+        bind: { [$0] },
+        decode: { row throws(PostgresError) in try row.text("schema_name") })
 
     /// The table `$1` (a quoted name, found through the search path when unqualified); no row
     /// when it does not exist.

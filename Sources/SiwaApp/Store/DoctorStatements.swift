@@ -74,6 +74,27 @@ enum DoctorStatements {
         bind: { roles in [SQLEncoding.array(roles)] },
         decode: { row throws(PostgresError) in try row.text("privilege") })
 
+    /// Who may create objects in the schemas `$1` (where a configured auth library keeps its
+    /// tables): each grantee of CREATE (PUBLIC as `PUBLIC`) and each schema's owner, superusers
+    /// and siwa's own roles left out (siwa's roles create nothing there).
+    static let schemaCreators = Statement<[String], (schema: String, role: String)>(
+        "doctor_schema_creators",
+        """
+        SELECT DISTINCT c.schema_name, c.role_name FROM (
+            SELECT n.nspname::text AS schema_name,
+                   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0::oid THEN 'PUBLIC' ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END AS role_name,
+                   a.grantee
+            FROM pg_catalog.pg_namespace n,
+                 pg_catalog.aclexplode(COALESCE(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+            WHERE n.nspname::text OPERATOR(pg_catalog.=) ANY ($1::text[]) AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+        ) c
+        WHERE c.role_name NOT LIKE 'siwa\\_%'
+          AND NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) c.grantee AND r.rolsuper)
+        ORDER BY 1, 2
+        """,
+        bind: { [SQLEncoding.array($0)] },
+        decode: { row throws(PostgresError) in (try row.text("schema_name"), try row.text("role_name")) })
+
     /// The roles of `$1` the login is a member of, directly or through other roles.
     static let memberships = Statement<[String], String>(
         "doctor_memberships",

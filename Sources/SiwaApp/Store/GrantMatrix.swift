@@ -65,6 +65,14 @@ public enum GrantMatrix {
         "siwa_worker DELETE provider_calls", "siwa_worker SELECT provider_call_backlog", "siwa_worker SELECT dead_provider_calls",
         "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
         "siwa_console SELECT provider_call_backlog",
+        // Releases: each process reads the schema's release at start and keeps its heartbeat row.
+        "siwa_receiver SELECT schema_release", "siwa_worker SELECT schema_release", "siwa_api SELECT schema_release",
+        "siwa_dashboard SELECT schema_release", "siwa_console SELECT schema_release",
+        "siwa_receiver SELECT processes", "siwa_receiver INSERT processes", "siwa_receiver UPDATE processes",
+        "siwa_receiver DELETE processes", "siwa_worker SELECT processes", "siwa_worker INSERT processes",
+        "siwa_worker UPDATE processes", "siwa_worker DELETE processes", "siwa_console SELECT processes",
+        "siwa_console INSERT processes", "siwa_console UPDATE processes", "siwa_console DELETE processes",
+        "siwa_dashboard SELECT processes",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read

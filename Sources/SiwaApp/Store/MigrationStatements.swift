@@ -43,15 +43,15 @@ enum MigrationStatements {
     /// `schema` (which opens its transaction with a line `BEGIN;` and ends it with a line
     /// `COMMIT;`) with `SET LOCAL lock_timeout` right after `BEGIN;`, so every lock it waits
     /// for (the advisory lock, `LOCK TABLE siwa.events`, each DDL's) gives up after
-    /// `lockTimeoutMilliseconds`, and the version marker recorded right before `COMMIT;`, in the
-    /// same transaction. Nil when `schema` does not have that shape.
-    static func applying(_ schema: String, lockTimeoutMilliseconds: Int, marker: String) -> String? {
+    /// `lockTimeoutMilliseconds`, and the release recorded right before `COMMIT;` (`recording`),
+    /// in the same transaction. Nil when `schema` does not have that shape.
+    static func applying(_ schema: String, lockTimeoutMilliseconds: Int, recording: [String]) -> String? {
         var lines = schema.split(separator: "\n", omittingEmptySubsequences: false)
         guard let begin = lines.firstIndex(where: { $0.trimmingCharacters(in: .whitespaces) == "BEGIN;" }),
             let commit = lines.lastIndex(where: { $0.trimmingCharacters(in: .whitespaces) == "COMMIT;" }),
             begin < commit
         else { return nil }
-        lines.insert(Substring(OperatorStatements.recordSchemaVersion(marker) + ";"), at: commit)
+        lines.insert(contentsOf: recording.map { Substring($0) }, at: commit)
         lines.insert("SET LOCAL lock_timeout = '\(max(1, lockTimeoutMilliseconds))ms';", at: begin + 1)
         return lines.joined(separator: "\n")
     }

@@ -1,11 +1,16 @@
 import Foundation
+import SiwaBuildInfo
 import SiwaCore
 import SiwaCrypto
 import SiwaPostgres
 import SiwaRuntime
 
 /// Applies the embedded copy of `schema.sql` (idempotent; serialized by an advisory lock), and
-/// records which version it applied (`COMMENT ON SCHEMA siwa`, in the schema's own transaction).
+/// records which release applied it (`siwa.schema_release`, in the schema's own transaction).
+///
+/// It never applies this release's schema over a newer release's (docs/operations.md
+/// "Upgrading"): on a newer schema that still supports this release it applies nothing and the
+/// process runs; on one that does not, the process stops (`Outcome.refused`).
 ///
 /// A migration never stalls the receivers for long: it does nothing (no lock at all) when the
 /// database already carries this version; it checks that the role may change the schema before
@@ -17,8 +22,32 @@ public enum Migrator {
     /// The schema this binary carries.
     public static var schemaSQL: String { String(decoding: PackageResources.schema_sql, as: UTF8.self) }
 
-    /// `siwa-notify schema sha256:<first 16 hex digits of schema.sql's SHA-256>`.
-    public static var versionMarker: String { "siwa-notify schema sha256:" + SHA256.hexDigest(schemaSQL).prefix(16) }
+    /// `sha256:<first 16 hex digits of schema.sql's SHA-256>`.
+    public static var digest: String { "sha256:" + SHA256.hexDigest(schemaSQL).prefix(16) }
+
+    /// This binary's release.
+    public static var release: SemanticVersion {
+        guard let version = SemanticVersion(BuildInfo.version) else { fatalError("BuildInfo.version is not a semantic version") }
+        return version
+    }
+
+    /// What a migration by this binary records.
+    public static var recorded: RecordedSchema {
+        guard let oldest = SemanticVersion(BuildInfo.previousRelease) else {
+            fatalError("BuildInfo.previousRelease is not a semantic version")
+        }
+        return RecordedSchema(version: release, oldestSupported: oldest, digest: digest)
+    }
+
+    /// `<release> (sha256:…)`: what the logs and `migrate` print.
+    public static var versionMarker: String { "\(release) (\(digest))" }
+
+    /// The comment on schema `siwa` that release 0.9.0 (the first release, which recorded only
+    /// a hash there) compares with its own and re-applies its schema when it differs. Every
+    /// later migration writes 0.9.0's own value, so a 0.9.0 process started against a newer
+    /// schema (a rollback, a node restarting an old pod) finds it "up to date" and applies
+    /// nothing. Frozen: it is 0.9.0's `schema.sql` digest, never this release's.
+    public static let legacyMarker = "siwa-notify schema sha256:f9f0244edd7a2edb"
 
     public struct Options: Sendable {
         /// How long one attempt waits for any one lock (`lock_timeout`). Default 2 s: below
@@ -41,6 +70,23 @@ public enum Migrator {
         case applied
         /// The role may not change schema `siwa` (checked before any lock); nothing ran.
         case notAllowed(role: String)
+        /// A newer release's schema that supports this release: nothing ran; the process runs on it.
+        case newer(RecordedSchema)
+        /// A newer release's schema that no longer supports this release: nothing ran; the
+        /// process must stop (`SchemaDecision.refusal` says why and what to do).
+        case refused(RecordedSchema)
+    }
+
+    /// The release the database records (nil when none: no schema, or one a release before
+    /// 1.0 applied).
+    public static func recordedRelease(conninfo: String) throws(PostgresError) -> RecordedSchema? {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
+        return try recordedRelease(on: connection)
+    }
+
+    static func recordedRelease(on connection: PostgresConnection) throws(PostgresError) -> RecordedSchema? {
+        guard try connection.row(ReleaseStatements.recordedExists) == true else { return nil }
+        return try connection.row(ReleaseStatements.recorded)
     }
 
     /// A failed attempt about to be retried.
@@ -67,14 +113,18 @@ public enum Migrator {
         onRetry: (Retry) -> Void = { _ in }
     ) throws(PostgresError) -> Outcome {
         let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify migrate")
-        let marker = versionMarker
-        if !force, try connection.row(OperatorStatements.schemaVersion) == .some(marker) { return .upToDate }
+        var found = try recordedRelease(on: connection)
+        switch SchemaDecision.decide(recorded: found, running: release, digest: digest) {
+        case .upToDate where !force: return .upToDate
+        case .runOnNewer(let newer): return .newer(newer)
+        case .refuse(let newer): return .refused(newer)
+        case .apply, .upToDate: break
+        }
         guard try connection.row(MigrationStatements.mayMigrate) == true else {
             return .notAllowed(role: try connection.row(MigrationStatements.currentRole) ?? "?")
         }
-        guard
-            let sql = MigrationStatements.applying(
-                schemaSQL, lockTimeoutMilliseconds: Int((options.lockTimeout.inSeconds * 1000).rounded()), marker: marker)
+        let lockTimeout = Int((options.lockTimeout.inSeconds * 1000).rounded())
+        guard var sql = MigrationStatements.applying(schemaSQL, lockTimeoutMilliseconds: lockTimeout, recording: recording(expected: found))
         else {
             throw PostgresError(code: .queryFailed, serverMessage: "schema.sql must open with a line BEGIN; and end with a line COMMIT;")
         }
@@ -88,6 +138,18 @@ public enum Migrator {
                 return .applied
             } catch {
                 if connection.isHealthy { _ = try? connection.execute(MigrationStatements.rollback) }
+                // Another release migrated between the read and the lock: decide again on what it recorded.
+                if error.sqlState == ReleaseStatements.changedState {
+                    found = try recordedRelease(on: connection)
+                    switch SchemaDecision.decide(recorded: found, running: release, digest: digest) {
+                    case .upToDate where !force: return .upToDate
+                    case .runOnNewer(let newer): return .newer(newer)
+                    case .refuse(let newer): return .refused(newer)
+                    case .apply, .upToDate:
+                        sql = MigrationStatements.applying(schemaSQL, lockTimeoutMilliseconds: lockTimeout, recording: recording(expected: found))!
+                        continue
+                    }
+                }
                 guard let state = error.sqlState, MigrationStatements.retryableStates.contains(state),
                     clock.now.adding(delay) < deadline
                 else { throw error }
@@ -97,6 +159,11 @@ public enum Migrator {
                 attempt += 1
             }
         }
+    }
+
+    /// What this migration appends before its `COMMIT;`, given the release it read (`expected`).
+    static func recording(expected: RecordedSchema?) -> [String] {
+        ReleaseStatements.recording(recorded, expected: expected?.version, legacyMarker: legacyMarker)
     }
 
     /// The one line `migrate` (and `serve`'s own migration) prints when schema `public` is

@@ -95,14 +95,4 @@ enum OperatorStatements {
     /// Puts the dead events with these ids back in the queue.
     static let replayIDs = Statement<[Int64], Void>(
         "replay_ids", requeue + " AND id = ANY($1::bigint[])", bind: { [SQLEncoding.array($0)] })
-
-    /// The version marker the last migration recorded (nil before any).
-    static let schemaVersion = Statement<Void, String?>(
-        "schema_version", "SELECT pg_catalog.obj_description(pg_catalog.to_regnamespace('siwa'), 'pg_namespace') AS version",
-        decode: { row throws(PostgresError) in try row.optionalText("version") })
-
-    /// Records `marker` (a constant of the binary, quoted here) as the applied schema version.
-    static func recordSchemaVersion(_ marker: String) -> String {
-        "COMMENT ON SCHEMA siwa IS '" + marker.replacingOccurrences(of: "'", with: "''") + "'"
-    }
 }

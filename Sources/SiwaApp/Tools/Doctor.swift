@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SiwaBuildInfo
 import SiwaCore
 import SiwaFetch
 import SiwaPostgres
@@ -25,7 +26,7 @@ public enum Doctor {
                 facts.databaseProblem = "\(error)"
             }
             if facts.database != nil, process != .receive {
-                facts.authLibraryProblem = authLibraryProblem(config, conninfo: url)
+                (facts.authLibraryProblem, facts.libraryCreators) = authLibraries(config, conninfo: url)
                 facts.providerQueues = try? providerQueues(conninfo: url)
                 facts.quarantinedTokens = try? quarantinedTokens(conninfo: url)
             }
@@ -34,7 +35,32 @@ public enum Doctor {
             facts.hostedProviders = config.hostedProviders
             facts.providers = HostedProviderClients.examine(config.hostedProviders, logger: Logger(label: "doctor") { _ in SwiftLogNoOpLogHandler() })
         }
-        return DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts))
+        var report = DoctorReport(process: process.rawValue, findings: DoctorRules.findings(facts) + releaseFindings(config))
+        report.version = BuildInfo.version
+        report.commit = BuildInfo.commit
+        return report
+    }
+
+    /// Unknown `SIWA_` variables in this environment; this release against the schema's, and
+    /// the releases running (their heartbeats).
+    static func releaseFindings(_ config: ServerConfiguration) -> [DoctorFinding] {
+        var found = UnknownVariables.finding(UnknownVariables.unknown(in: ProcessInfo.processInfo.environment)).map { [$0] } ?? []
+        if let url = config.databaseURL, let releases = try? ReleaseReport.read(conninfo: url) {
+            let schema = releases.schemaVersion.flatMap(SemanticVersion.init).flatMap { v in
+                releases.schemaOldestSupported.flatMap(SemanticVersion.init).map { RecordedSchema(version: v, oldestSupported: $0, digest: "") }
+            }
+            found += ReleaseMix.findings(schema: schema, running: Migrator.release, processes: releases.running.map(\.version))
+        }
+        return found
+    }
+
+    /// Who the login of `conninfo` is: a superuser, the schema's owner (or inheriting it).
+    static func identity(conninfo: String) throws -> (login: String, superuser: Bool, ownsSchema: Bool) {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        guard let identity = try c.row(DoctorStatements.identity) else {
+            throw PostgresError(code: .unexpectedRow, serverMessage: "doctor: the login's role was not found")
+        }
+        return (identity.login, identity.superuser, identity.ownsSchema)
     }
 
     /// The database's facts, read as the login of `conninfo` (on the connection `serve` would get).
@@ -67,13 +93,19 @@ public enum Doctor {
         }
     }
 
-    /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it; nil when it passes (or no target).
-    static func authLibraryProblem(_ config: ServerConfiguration, conninfo: String) -> String? {
+    /// `SIWA_APPLY_TO`'s start-up check, as the worker runs it (nil when it passes, or no
+    /// target), and who else may create in the schemas of the tables it found.
+    static func authLibraries(
+        _ config: ServerConfiguration, conninfo: String
+    ) -> (problem: String?, creators: [(schema: String, role: String)]) {
         do {
-            _ = try AuthLibraryCheck.resolve(config.authLibraries, conninfo: conninfo)
-            return nil
+            let targets = try AuthLibraryCheck.resolve(config.authLibraries, conninfo: conninfo)
+            let schemas = Set(targets.schemas.flatMap(\.tables).compactMap { $0.schema ?? $0.foundIn }).sorted()
+            guard !schemas.isEmpty else { return (nil, []) }
+            let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+            return (nil, try c.rows(DoctorStatements.schemaCreators, schemas).map { ($0.schema, $0.role) })
         } catch {
-            return "\(error)"
+            return ("\(error)", [])
         }
     }
 

@@ -101,6 +101,8 @@ public enum OutboxAdmin {
         public var durability: DatabaseDurability? = nil
         /// The hosted providers' calls (`SIWA_APPLY_TO`), per provider that has any.
         public var providerCalls: [ProviderCalls]? = nil
+        /// This binary's release, the schema's, and the releases running against the database.
+        public var releases: ReleaseReport? = nil
 
         public struct ProviderCalls: Sendable, Codable, Equatable {
             public var target: String
@@ -190,6 +192,7 @@ public enum OutboxAdmin {
                 oldestWaitingAgeSeconds: $0.oldestWaitingAgeSeconds, doneLastHour: $0.doneLastHour,
                 userUnknownLastHour: $0.userUnknownLastHour)
         }
+        report.releases = try ReleaseReport.read(on: c)
         return report
     }
 
@@ -214,7 +217,7 @@ public enum OutboxAdmin {
                 ["revocations unconfirmed", String(r.revocationsUnconfirmed ?? 0)],
                 ["deletions without a token", String(r.revocationsNoToken ?? 0)],
             ] + forwardRows(r) + providerRows(r.providerCalls) + reconciliationRows(r.reconciliation) + transferRows(r.transfers)
-                + durabilityRows(r.durability))
+                + durabilityRows(r.durability) + (r.releases?.rows ?? []))
         out +=
             "\n"
             + table(["app", "status", "users"], (r.apps ?? []).map { [$0.aud, $0.status, String($0.accounts)] })
@@ -263,7 +266,7 @@ public enum OutboxAdmin {
         guard let d else { return [["database durability", "unknown (cannot read it)"]] }
         return [
             ["database durability", d.summary],
-            ["synchronous standbys", d.synchronousStandbys.map(String.init) ?? "unknown — grant pg_monitor to \(d.role)"],
+            ["synchronous standbys", d.synchronousStandbys.map(String.init) ?? "unknown — grant pg_read_all_stats to \(d.role)"],
         ]
     }
 

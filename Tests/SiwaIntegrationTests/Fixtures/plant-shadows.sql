@@ -21,7 +21,7 @@ DO $plant$
 DECLARE
     candidates text[] := ARRAY['text', 'bigint', 'integer', 'smallint', 'numeric', 'double precision', 'real',
                                'timestamptz', 'timestamp', 'date', 'interval', 'jsonb', 'json', 'boolean', 'bytea',
-                               'text[]', 'bigint[]', 'name', 'oid', 'regclass', 'uuid'];
+                               'text[]', 'bigint[]', 'name', 'oid', 'regclass', 'uuid', 'character varying', 'character'];
     -- The types siwa's columns, parameters and literals have: pairs of them for two-argument
     -- functions and for operators.
     common text[] := ARRAY['text', 'bigint', 'integer', 'numeric', 'double precision', 'timestamptz', 'interval',
@@ -39,6 +39,7 @@ DECLARE
     r text;
     i int;
     k int := 0;
+    foreign_types text[];
 BEGIN
     FOR f IN
         SELECT DISTINCT p.proname, p.prokind, p.proretset, p.prorettype::regtype::text AS ret,
@@ -101,6 +102,38 @@ BEGIN
                     EXECUTE pg_catalog.format(
                         'CREATE FUNCTION public.%I(%s, %s) RETURNS %s LANGUAGE plpgsql AS $b$ BEGIN PERFORM public.planted_hit(%L); RETURN NULL; END $b$',
                         sig, l, r, ret, 'operator ' || op);
+                    EXECUTE pg_catalog.format('CREATE OPERATOR public.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = public.%I)', op, l, r, sig);
+                    k := k + 1;
+                EXCEPTION WHEN duplicate_function OR duplicate_object OR invalid_function_definition OR undefined_object
+                          OR datatype_mismatch OR wrong_object_type OR invalid_parameter_value THEN
+                    NULL;
+                END;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    -- Operators on the column types of tables siwa-notify does not own (Auth.js's VARCHAR(255),
+    -- Supabase's varchar and uuid, citext where the extension is installed) and mixed pairs:
+    -- pg_catalog has no `=(varchar, varchar)` nor `=(varchar, text)`, so a planted one is an exact
+    -- match that wins over the built-in comparison through an implicit cast.
+    foreign_types := ARRAY['character varying', 'character', 'uuid', 'name'];
+    IF pg_catalog.to_regtype('citext') IS NOT NULL THEN
+        foreign_types := foreign_types || 'citext'::text;
+    END IF;
+    FOREACH op IN ARRAY ARRAY(SELECT DISTINCT o FROM pg_catalog.unnest(
+            ARRAY['=', '<>', '<', '>', '<=', '>=', '~~', '!~~', '~~*', '!~~*']
+            || pg_catalog.string_to_array(pg_catalog.btrim(pg_catalog.current_setting('plant.operators')), ' ')) o) LOOP
+        FOREACH l IN ARRAY foreign_types || common LOOP
+            FOREACH r IN ARRAY foreign_types || common LOOP
+                CONTINUE WHEN NOT (l = ANY (foreign_types) OR r = ANY (foreign_types));
+                ret := CASE WHEN op IN ('=', '<>', '<', '>', '<=', '>=', '?', '@>', '<@', '~~', '!~~', '~~*', '!~~*') THEN 'boolean'
+                            WHEN op IN ('->', '#>') THEN 'jsonb'
+                            WHEN op IN ('->>', '#>>', '||') THEN 'text'
+                            ELSE l END;
+                sig := pg_catalog.format('planted_op_%s', k);
+                BEGIN
+                    EXECUTE pg_catalog.format(
+                        'CREATE FUNCTION public.%I(%s, %s) RETURNS %s LANGUAGE plpgsql AS $b$ BEGIN PERFORM public.planted_hit(%L); RETURN NULL; END $b$',
+                        sig, l, r, ret, 'operator ' || op || ' (' || l || ', ' || r || ')');
                     EXECUTE pg_catalog.format('CREATE OPERATOR public.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = public.%I)', op, l, r, sig);
                     k := k + 1;
                 EXCEPTION WHEN duplicate_function OR duplicate_object OR invalid_function_definition OR undefined_object

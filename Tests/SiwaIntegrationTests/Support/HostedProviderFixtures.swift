@@ -109,20 +109,23 @@ final class Auth0Fixture: ProviderFixture {
     /// Each sub's user id.
     private let users = Mutex<[String: String]>([:])
     var provider: HostedProvider { .auth0 }
+    /// What the sign-out records on the tenant's plan.
+    var signOut: String { tenant.plan == .enterprise ? "signed_out" : "refresh_tokens_revoked,blocked,unblocked" }
     var behaviour: ProviderBehaviour {
         ProviderBehaviour(
             // The sessions and refresh tokens are deleted before the user.
-            deleteAppleOnly: "signed_out,deleted",
+            deleteAppleOnly: "\(signOut),deleted",
             // Unlinking makes the Apple identity a user of its own, which is then deleted.
-            deleteLinked: "signed_out,unlinked,deleted",
+            deleteLinked: "\(signOut),unlinked,deleted",
             // A user's main identity cannot be unlinked ("Main identity cannot be removed").
             unlinksSoleIdentity: false,
             refusedCredential: "access_denied [credential]")
     }
 
-    init() throws {
-        tenant = try FakeAuth0()
-        secret = try SecretFile("auth0-client-secret", Array(FakeAuth0.secret.utf8))
+    init(plan: FakeAuth0.Plan = .enterprise) throws {
+        tenant = try FakeAuth0(plan: plan)
+        // Ending in a newline, as `echo "$SECRET" > file` writes it: the secret is without it.
+        secret = try SecretFile("auth0-client-secret", Array((FakeAuth0.secret + "\n").utf8))
     }
 
     func configure(_ config: inout ServerConfiguration) {
@@ -205,7 +208,7 @@ final class ClerkFixture: ProviderFixture {
 
     init() throws {
         instance = try FakeClerk()
-        key = try SecretFile("clerk-secret-key", Array(FakeClerk.secretKey.utf8))
+        key = try SecretFile("clerk-secret-key", Array((FakeClerk.secretKey + "\n").utf8))
     }
 
     func configure(_ config: inout ServerConfiguration) {
@@ -223,7 +226,7 @@ final class ClerkFixture: ProviderFixture {
     func addLinkedUser(sub: String) throws { add(sub: sub, password: true) }
 
     func startSession(sub: String) throws -> String {
-        guard let id = users.withLock({ $0[sub] }), let session = instance.user(id)?.sessions.first(where: { $0.active }) else {
+        guard let id = users.withLock({ $0[sub] }), let session = instance.user(id)?.sessions.first(where: { FakeClerk.live($0.status) }) else {
             throw MotoServer.Failure(description: "no session for \(sub)")
         }
         return "\(id) \(session.id)"
@@ -231,7 +234,7 @@ final class ClerkFixture: ProviderFixture {
 
     func sessionAlive(_ session: String) throws -> Bool {
         let parts = session.split(separator: " ").map(String.init)
-        return instance.user(parts[0])?.sessions.contains { $0.id == parts[1] && $0.active } == true
+        return instance.user(parts[0])?.sessions.contains { $0.id == parts[1] && FakeClerk.live($0.status) } == true
     }
 
     func userExists(sub: String) throws -> Bool { users.withLock { $0[sub] }.flatMap(instance.user) != nil }

@@ -47,7 +47,8 @@ struct ProviderBehaviour {
 }
 
 /// Amazon Cognito: moto's server behind a loopback front that answers what moto lacks
-/// (AdminDisableProviderForUser: recorded, and the link removed as Cognito does) and plays the
+/// (AdminDisableProviderForUser: recorded, and the link removed from the user's `identities` as
+/// Cognito does) and plays the
 /// outages; everything else goes to moto as it came.
 final class CognitoFixture: ProviderFixture {
     enum Mode { case normal, down, refusing }
@@ -74,6 +75,7 @@ final class CognitoFixture: ProviderFixture {
         admin = try CognitoClientTests.client(url: moto.url, pool: pool)
         let motoURL = moto.url
         let state = self.state
+        let (admin, pool) = (admin, pool)
         front = try FakeCognito { seen in
             switch state.mode.withLock({ $0 }) {
             case .down: return HTTPResponse(status: 503)
@@ -81,11 +83,30 @@ final class CognitoFixture: ProviderFixture {
             case .normal: break
             }
             if seen.target == Cognito.targetPrefix + "AdminDisableProviderForUser" {
-                state.disabled.withLock { $0.append(seen.json?["User"]?["ProviderAttributeValue"]?.stringValue ?? "") }
+                let sub = seen.json?["User"]?["ProviderAttributeValue"]?.stringValue ?? ""
+                state.disabled.withLock { $0.append(sub) }
+                Self.removeLink(sub: sub, admin: admin, pool: pool)
                 return .json(200, "{}")
             }
             return Self.proxy(seen, to: motoURL)
         }
+    }
+
+    /// What Cognito does on `AdminDisableProviderForUser`: the Apple identity `sub` leaves the
+    /// `identities` of the user holding it (moto lacks the call, so the front writes it).
+    static func removeLink(sub: String, admin: CognitoClient, pool: String) {
+        guard case .done(let user, _) = admin.findUser(sub: sub),
+            case .done(let read?, _) = admin.call("AdminGetUser", ["UserPoolId": .string(pool), "Username": .string(user.username)]),
+            let text = read["UserAttributes"]?.arrayValue?.first(where: { $0["Name"]?.stringValue == "identities" })?["Value"]?.stringValue,
+            let identities = (try? JSONParser.parse(Array(text.utf8)))?.arrayValue
+        else { return }
+        let kept = identities.filter { !($0["providerName"]?.stringValue == Cognito.appleProvider && $0["userId"]?.stringValue == sub) }
+        _ = admin.call(
+            "AdminUpdateUserAttributes",
+            [
+                "UserPoolId": .string(pool), "Username": .string(user.username),
+                "UserAttributes": .array([.object(["Name": .string("identities"), "Value": .string(JSONValue.array(kept).serialized())])]),
+            ])
     }
 
     static func proxy(_ seen: FakeCognito.Seen, to url: String) -> HTTPResponse {
@@ -153,5 +174,8 @@ final class CognitoFixture: ProviderFixture {
     func stop() {
         front.stop()
         moto.stop()
+        // Every answer checked against botocore's model but the outage's 503, from in front of the
+        // API, which the model does not describe.
+        do { try front.expectModelled { $0.answer?.status == 503 } } catch { Issue.record("recorded requests not checked: \(error)") }
     }
 }

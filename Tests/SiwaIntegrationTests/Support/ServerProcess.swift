@@ -31,11 +31,16 @@ final class ServerProcess {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates[0]
     }
 
-    /// Starts `siwa-notify <arguments>` with `environment` added to ours.
-    init(_ arguments: [String], environment: [String: String], standardError: StandardError = .logFile) throws {
+    /// Starts `siwa-notify <arguments>` with `environment` added to ours (`binary`: another
+    /// release's, for the upgrade tests).
+    init(
+        _ arguments: [String], environment: [String: String], standardError: StandardError = .logFile, binary: String = ServerProcess.binary
+    )
+        throws
+    {
         logPath = NSTemporaryDirectory() + "siwa-proc-\(UInt64.random(in: 0...UInt64.max)).log"
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         process.standardOutput = FileHandle.nullDevice

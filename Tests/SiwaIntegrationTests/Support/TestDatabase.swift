@@ -71,8 +71,10 @@ enum TestDatabase {
         return admin + " dbname=\(name)"
     }
 
+    /// Runs `sql` as another client of the database would (an app, psql): with the login's own
+    /// search_path, where siwa-notify's connections pin theirs.
     static func query(_ conninfo: String, _ sql: String, _ parameters: [String?] = []) throws -> PostgresResult {
-        let connection = try PostgresConnection(conninfo: conninfo)
+        let connection = try PostgresConnection(conninfo: conninfo, pinsSearchPath: false)
         return try connection.execute(sql, parameters)
     }
 }
