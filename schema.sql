@@ -59,6 +59,9 @@ $$;
 -- its users predate siwa.app_accounts (then they get their app accounts from their events).
 SELECT pg_catalog.set_config('siwa.migrate_fill_app_accounts',
     (to_regclass('siwa.app_accounts') IS NULL AND to_regclass('siwa.accounts') IS NOT NULL)::text, true);
+-- And whether its tokens predate siwa.token_keys (then the key ids they use are recorded once).
+SELECT pg_catalog.set_config('siwa.migrate_seed_token_keys',
+    (to_regclass('siwa.token_keys') IS NULL AND to_regclass('siwa.apple_tokens') IS NOT NULL)::text, true);
 
 
 -- ╔══════════════════════════════════════════════════════════════════════════════════════════╗
@@ -203,7 +206,20 @@ CREATE TABLE IF NOT EXISTS siwa.apple_tokens (
     validated_at        timestamptz,
     next_validation_at  timestamptz,
     validation_failures integer     NOT NULL DEFAULT 0,
+    -- Set at a process's start when the token does not open with its key, which that process
+    -- holds (the key is right: its id is the key's hash): set aside instead of stopping the start,
+    -- counted in /metrics, listed by `doctor` and the console; a sign-in of the user replaces it.
+    quarantined_at      timestamptz,
     PRIMARY KEY (apple_sub, client_id)
+);
+
+-- The ids of the refresh-token keys (SIWA_TOKEN_KEY_FILE: the first 8 hex digits of each key's
+-- SHA-256) that the owner's `migrate` and `rekey`, and the worker's processes at start, recorded
+-- (siwa.record_token_keys): the API's functions store a token under one of them only, so a login
+-- of the API cannot write a key id that no process holds (which stops every worker's start).
+CREATE TABLE IF NOT EXISTS siwa.token_keys (
+    key_id      text COLLATE "C" PRIMARY KEY CHECK (key_id ~ '^[0-9a-f]{8}$'),
+    recorded_at timestamptz NOT NULL DEFAULT now()
 );
 
 -- Revocations at Apple (`/auth/revoke`), one row per refresh token to revoke: the tokens a user
@@ -744,6 +760,18 @@ $$;
 DELETE FROM siwa.console_sessions WHERE operator_id IS NULL OR operator IS NULL;
 ALTER TABLE siwa.console_sessions ALTER COLUMN operator_id SET NOT NULL, ALTER COLUMN operator SET NOT NULL;
 
+-- Stored tokens: the quarantine mark; the key ids in use before siwa.token_keys existed, recorded
+-- once (so the API keeps storing under its key until `migrate` runs with SIWA_TOKEN_KEY_FILE;
+-- an id no process holds stops the start, as before).
+ALTER TABLE siwa.apple_tokens ADD COLUMN IF NOT EXISTS quarantined_at timestamptz;
+INSERT INTO siwa.token_keys (key_id)
+SELECT key_id FROM siwa.apple_tokens
+WHERE pg_catalog.current_setting('siwa.migrate_seed_token_keys') = 'true' AND key_id ~ '^[0-9a-f]{8}$'
+UNION
+SELECT key_id FROM siwa.revocations
+WHERE pg_catalog.current_setting('siwa.migrate_seed_token_keys') = 'true' AND key_id ~ '^[0-9a-f]{8}$'
+ON CONFLICT (key_id) DO NOTHING;
+
 -- Privileges of earlier shapes that part 4 does not give: the receiver's and the API's INSERT
 -- of whole rows (part 4 grants the receiver its columns; the table REVOKE also takes column
 -- grants), the worker's of revocations (rows are born in the functions of part 3), the API's
@@ -765,6 +793,14 @@ BEGIN
 END
 $$;
 REVOKE INSERT, UPDATE ON siwa.key_sets FROM siwa_receiver;
+-- The console's writes of earlier shapes: its sessions, operators' sign-ins, audit rows and
+-- replays are the owner's functions now (part 3), and it reads no revocation's ciphertext (part
+-- 4 grants the other columns again).
+REVOKE INSERT, UPDATE, DELETE, SELECT ON siwa.console_sessions FROM siwa_console;
+REVOKE SELECT, UPDATE ON siwa.console_operators FROM siwa_console;
+REVOKE INSERT ON siwa.operator_actions FROM siwa_console;
+REVOKE UPDATE ON siwa.events, siwa.forwards, siwa.revocations, siwa.provider_calls FROM siwa_console;
+REVOKE SELECT ON siwa.revocations FROM siwa_console;
 
 
 -- ╔══════════════════════════════════════════════════════════════════════════════════════════╗
@@ -1130,17 +1166,41 @@ CREATE INDEX IF NOT EXISTS revocations_dead_idx ON siwa.revocations (id) WHERE s
 -- The gauge and the alert read the unconfirmed ones only: a probe of this small index.
 CREATE INDEX IF NOT EXISTS revocations_unconfirmed_idx ON siwa.revocations (id) WHERE confirmation = 'unconfirmed';
 CREATE INDEX IF NOT EXISTS revocation_calls_revocation_idx ON siwa.revocation_calls (revocation_id, id);
+-- The stored tokens set aside at start (/metrics, `doctor`, the console): a probe of this small index.
+CREATE INDEX IF NOT EXISTS apple_tokens_quarantined_idx ON siwa.apple_tokens (quarantined_at) WHERE quarantined_at IS NOT NULL;
 
 -- Only these functions (and store_apple_token's stale sign-in) insert revocations: no role may
 -- write a row of its own choosing (another user's, one born `done`). The API queues a token Apple
 -- issued that it could not keep; the worker moves the tokens of the users an in-app deletion
 -- takes (`DeletionStatements.moveTokensToRevocation`).
+-- What the API's functions accept of a token: a key id the owner or a worker recorded
+-- (siwa.token_keys; else insufficient_privilege), and a ciphertext at least as long as AES-GCM's
+-- nonce and tag (12 + 16 bytes; else invalid_parameter_value). A missing one is left to the
+-- tables' own checks (not_null_violation, revocations_token_check).
+CREATE OR REPLACE FUNCTION siwa.check_token_key(key_id text, ciphertext bytea) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF check_token_key.key_id IS NOT NULL
+       AND NOT EXISTS (SELECT FROM siwa.token_keys k WHERE k.key_id = check_token_key.key_id) THEN
+        RAISE EXCEPTION 'token key % is not recorded (siwa-notify migrate or rekey with SIWA_TOKEN_KEY_FILE records it)',
+            pg_catalog.left(check_token_key.key_id, 16) USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF check_token_key.ciphertext IS NOT NULL AND pg_catalog.octet_length(check_token_key.ciphertext) < 28 THEN
+        RAISE EXCEPTION 'a sealed token is at least 28 bytes (nonce and tag)' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.check_token_key(text, bytea) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION siwa.queue_revocation(apple_sub text, client_id text, key_id text, ciphertext bytea)
 RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM siwa.check_token_key(queue_revocation.key_id, queue_revocation.ciphertext);
     INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
     VALUES (queue_revocation.apple_sub, queue_revocation.client_id, queue_revocation.key_id, queue_revocation.ciphertext,
-            'exchange-failed')
+            'exchange-failed');
+END
 $$;
 REVOKE ALL ON FUNCTION siwa.queue_revocation(text, text, text, bytea) FROM PUBLIC;
 
@@ -1197,6 +1257,7 @@ DECLARE
     existed boolean;
     signed_at timestamptz := least(store_apple_token.signed_in_at, clock_timestamp());
 BEGIN
+    PERFORM siwa.check_token_key(store_apple_token.key_id, store_apple_token.ciphertext);
     BEGIN
         SELECT a.status, a.status_event_time INTO acct FROM siwa.accounts a
         WHERE a.apple_sub = store_apple_token.apple_sub FOR UPDATE;
@@ -1208,10 +1269,11 @@ BEGIN
     END;
     -- Not newer than a deletion of this user: the deleted account's grant, also when the user came
     -- back since (the account is active again) or the deletion is still to be applied (found by
-    -- its event: an index probe of events_dedupe_key).
+    -- its event: an index probe of events_dedupe_key). Apple's current spelling `account-deleted`
+    -- is the same deletion (EventType), whoever stored the row.
     IF (existed AND acct.status = 'deleted' AND signed_at <= acct.status_event_time)
        OR EXISTS (SELECT FROM siwa.events e
-                  WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'deletion-requested')
+                  WHERE e.sub = store_apple_token.apple_sub AND e.type IN ('account-delete', 'account-deleted', 'deletion-requested')
                     AND e.event_time >= signed_at AND e.status <> 'ignored') THEN
         INSERT INTO siwa.revocations (apple_sub, client_id, key_id, ciphertext, reason)
         VALUES (store_apple_token.apple_sub, store_apple_token.client_id, store_apple_token.key_id,
@@ -1223,7 +1285,7 @@ BEGIN
             store_apple_token.ciphertext, signed_at)
     ON CONFLICT ON CONSTRAINT apple_tokens_pkey DO UPDATE
         SET key_id = excluded.key_id, ciphertext = excluded.ciphertext, signed_in_at = excluded.signed_in_at,
-            updated_at = now(), validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
+            updated_at = now(), quarantined_at = NULL, validated_at = NULL, next_validation_at = NULL, validation_failures = 0,
             source = NULL;  -- a sign-in's token, also over one adopted from an auth library
     INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, is_private_email, claims)
     VALUES ('siwa-sign-in-' || gen_random_uuid(), store_apple_token.client_id, store_apple_token.apple_sub, 'sign-in',
@@ -1234,6 +1296,20 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION siwa.store_apple_token(text, text, text, bytea, text, boolean, timestamptz) FROM PUBLIC;
+
+-- Records the ids of the keys a process holds (`migrate`, `rekey`, a worker's process at start,
+-- each from its own SIWA_TOKEN_KEY_FILE). The worker's role may: it writes siwa.apple_tokens
+-- itself, so the list gives it nothing it lacks; the API's may not. Returns how many were new.
+CREATE OR REPLACE FUNCTION siwa.record_token_keys(key_ids text[]) RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH added AS (
+        INSERT INTO siwa.token_keys (key_id)
+        SELECT DISTINCT k FROM pg_catalog.unnest(record_token_keys.key_ids) AS k
+        ON CONFLICT (key_id) DO NOTHING RETURNING 1
+    )
+    SELECT pg_catalog.count(*)::integer FROM added
+$$;
+REVOKE ALL ON FUNCTION siwa.record_token_keys(text[]) FROM PUBLIC;
 
 -- In-app account deletion, in the caller's transaction (call it in the same transaction as your
 -- app's own delete): queues a deletion event (type 'deletion-requested') that the worker applies
@@ -1323,7 +1399,7 @@ AS $$
                                                     WHERE r.created_at = e.processed_at), '[]'::jsonb))
                     ORDER BY e.event_time, e.id)
                     FROM siwa.events e
-                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete')), '[]'::jsonb),
+                    WHERE e.sub = user_report.apple_sub AND e.type IN ('deletion-requested', 'account-delete', 'account-deleted')), '[]'::jsonb),
         'provider_calls', coalesce((SELECT jsonb_agg(jsonb_build_object(
                         'id', p.id, 'target', p.target, 'effect', p.effect, 'event_id', p.event_id, 'event_type', p.event_type,
                         'event_time', p.event_time, 'state', p.state, 'attempts', p.attempts, 'queued_at', p.created_at,
@@ -1535,6 +1611,213 @@ CREATE INDEX IF NOT EXISTS console_sessions_seen_idx ON siwa.console_sessions (l
 CREATE INDEX IF NOT EXISTS console_sessions_operator_idx ON siwa.console_sessions (operator_id);
 INSERT INTO siwa.console_rollup (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
 
+-- The console's role writes none of these tables: each change the console makes is one of the
+-- functions below, which run as the owner and allow exactly that change. A session is made only
+-- by a sign-in whose operator token the function itself hashed and found; every other function
+-- takes the session's cookie (never its stored hash, which the role cannot read either), finds a
+-- live session, and writes the audit row naming that session's operator. A session ends 8 h
+-- after its last activity and 12 h after its sign-in, whichever comes first
+-- (ConsoleSecurity.idleLimitSeconds, .lifetimeSeconds).
+CREATE OR REPLACE FUNCTION siwa.console_hash(prefix text, token text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(console_hash.prefix || console_hash.token, 'UTF8')), 'hex')
+$$;
+REVOKE ALL ON FUNCTION siwa.console_hash(text, text) FROM PUBLIC;
+
+-- The live session of a cookie (no row: unknown, signed out, idle or past its lifetime; a session
+-- found past a limit is ended here). Called by the functions below only.
+CREATE OR REPLACE FUNCTION siwa.console_live_session(session_token text) RETURNS siwa.console_sessions
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions;
+BEGIN
+    SELECT * INTO s FROM siwa.console_sessions c
+    WHERE c.token_hash = siwa.console_hash('console-session:', console_live_session.session_token);
+    IF NOT FOUND OR s.ended_at IS NOT NULL THEN
+        RETURN NULL;
+    END IF;
+    IF s.last_seen_at < pg_catalog.now() - interval '8 hours' OR s.created_at < pg_catalog.now() - interval '12 hours' THEN
+        UPDATE siwa.console_sessions c SET ended_at = pg_catalog.now() WHERE c.token_hash = s.token_hash AND c.ended_at IS NULL;
+        RETURN NULL;
+    END IF;
+    RETURN s;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_live_session(text) FROM PUBLIC;
+
+-- A sign-in: the operator's token is hashed and compared here, then the session (the hash of the
+-- cookie) is created and the sign-in recorded. A refused one is recorded naming no operator (the
+-- name typed, when it is a valid one, as the target). Returns the operator's name and the token's
+-- fingerprint, or no row.
+CREATE OR REPLACE FUNCTION siwa.console_sign_in(operator_name text, operator_token text, session_token text, client_address text)
+RETURNS TABLE (signed_in_operator text, fingerprint text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    op record;
+    fp text;
+BEGIN
+    SELECT o.id, o.name INTO op FROM siwa.console_operators o
+    WHERE o.name = console_sign_in.operator_name
+      AND o.token_hash = siwa.console_hash('console-operator:', console_sign_in.operator_token);
+    IF NOT FOUND OR console_sign_in.session_token IS NULL OR console_sign_in.session_token !~ '^[0-9a-f]{64}$' THEN
+        INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+        VALUES (NULL, NULL, console_sign_in.client_address, 'sign-in-refused',
+                CASE WHEN console_sign_in.operator_name ~ '^[a-z0-9][a-z0-9._-]{0,62}$'
+                     THEN 'operator:' || console_sign_in.operator_name END);
+        RETURN;
+    END IF;
+    fp := 'sha256:' || pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+              pg_catalog.convert_to(console_sign_in.operator_token, 'UTF8')), 'hex'), 16);
+    DELETE FROM siwa.console_sessions c WHERE c.last_seen_at < pg_catalog.now() - interval '30 days';
+    INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address, operator_id, operator)
+    VALUES (siwa.console_hash('console-session:', console_sign_in.session_token), fp, console_sign_in.client_address,
+            op.id, op.name);
+    UPDATE siwa.console_operators o SET last_sign_in_at = pg_catalog.now() WHERE o.id = op.id;
+    INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+    VALUES (op.name, fp, console_sign_in.client_address, 'sign-in', NULL);
+    signed_in_operator := op.name;
+    fingerprint := fp;
+    RETURN NEXT;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_sign_in(text, text, text, text) FROM PUBLIC;
+
+-- A request's session: its operator and token fingerprint while it is live (no row otherwise);
+-- `activity` marks it seen (a page's automatic refresh is not activity).
+CREATE OR REPLACE FUNCTION siwa.console_session(session_token text, activity boolean)
+RETURNS TABLE (signed_in_operator text, fingerprint text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions;
+BEGIN
+    s := siwa.console_live_session(console_session.session_token);
+    IF s.token_hash IS NULL THEN
+        RETURN;
+    END IF;
+    IF console_session.activity THEN
+        UPDATE siwa.console_sessions c SET last_seen_at = pg_catalog.now() WHERE c.token_hash = s.token_hash;
+    END IF;
+    signed_in_operator := s.operator;
+    fingerprint := s.token_fingerprint;
+    RETURN NEXT;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_session(text, boolean) FROM PUBLIC;
+
+-- The live session of a cookie for a change, or insufficient_privilege.
+CREATE OR REPLACE FUNCTION siwa.console_acting_session(session_token text) RETURNS siwa.console_sessions
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions;
+BEGIN
+    s := siwa.console_live_session(console_acting_session.session_token);
+    IF s.token_hash IS NULL THEN
+        RAISE EXCEPTION 'no live console session' USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN s;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_acting_session(text) FROM PUBLIC;
+
+-- Sign-out: the session ends and the sign-out is recorded (nothing when it was not live).
+CREATE OR REPLACE FUNCTION siwa.console_sign_out(session_token text, client_address text) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions;
+BEGIN
+    s := siwa.console_live_session(console_sign_out.session_token);
+    IF s.token_hash IS NULL THEN
+        RETURN false;
+    END IF;
+    UPDATE siwa.console_sessions c SET ended_at = pg_catalog.now() WHERE c.token_hash = s.token_hash;
+    INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+    VALUES (s.operator, s.token_fingerprint, console_sign_out.client_address, 'sign-out', NULL);
+    RETURN true;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_sign_out(text, text) FROM PUBLIC;
+
+-- An operator revealed a user's emails (the page read them): recorded with the user's hash.
+CREATE OR REPLACE FUNCTION siwa.console_revealed_email(session_token text, client_address text, apple_sub text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions := siwa.console_acting_session(console_revealed_email.session_token);
+BEGIN
+    INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+    VALUES (s.operator, s.token_fingerprint, console_revealed_email.client_address, 'reveal-email',
+            'user:' || siwa.subject_hash(console_revealed_email.apple_sub));
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_revealed_email(text, text, text) FROM PUBLIC;
+
+-- An operator's in-app deletion of a user (siwa.request_deletion), recorded in the same transaction.
+CREATE OR REPLACE FUNCTION siwa.console_request_deletion(session_token text, client_address text, apple_sub text, aud text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions := siwa.console_acting_session(console_request_deletion.session_token);
+BEGIN
+    PERFORM siwa.request_deletion(console_request_deletion.apple_sub, console_request_deletion.aud);
+    INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+    VALUES (s.operator, s.token_fingerprint, console_request_deletion.client_address, 'delete-user',
+            'user:' || siwa.subject_hash(console_request_deletion.apple_sub)
+            || coalesce(' aud=' || console_request_deletion.aud, ''));
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_request_deletion(text, text, text, text) FROM PUBLIC;
+
+-- An operator's replay: dead events, revocations, forwards or provider calls back to pending, as
+-- `siwa-notify replay` does (nothing but a dead row moves, and only to pending): those of `ids`,
+-- or with `ids` NULL those of one type (a provider call's target), or with `type` NULL too every
+-- one. Recorded in the same transaction; returns how many moved.
+CREATE OR REPLACE FUNCTION siwa.console_replay(session_token text, client_address text, kind text, ids text[], type text)
+RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s siwa.console_sessions := siwa.console_acting_session(console_replay.session_token);
+    n integer;
+    numeric_ids bigint[];
+BEGIN
+    IF console_replay.ids IS NOT NULL THEN
+        numeric_ids := ARRAY(SELECT i::bigint FROM pg_catalog.unnest(console_replay.ids) i WHERE i ~ '^[0-9]{1,18}$');
+    END IF;
+    CASE console_replay.kind
+    WHEN 'events' THEN
+        UPDATE siwa.events e SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL
+        WHERE e.id IN (SELECT q.id FROM siwa.event_queue q WHERE q.status = 'dead') AND e.status = 'dead'
+          AND (numeric_ids IS NULL OR e.id = ANY (numeric_ids))
+          AND (console_replay.type IS NULL OR e.type = console_replay.type);
+    WHEN 'revocations' THEN
+        UPDATE siwa.revocations r SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(),
+            created_at = pg_catalog.now(), last_error = NULL
+        WHERE r.status = 'dead' AND (numeric_ids IS NULL OR r.id = ANY (numeric_ids));
+    WHEN 'forwards' THEN
+        UPDATE siwa.forwards f SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL,
+            lease_until = NULL, retry_since = pg_catalog.now()
+        WHERE f.status = 'dead' AND (console_replay.ids IS NULL OR f.id = ANY (console_replay.ids))
+          AND (console_replay.type IS NULL OR f.type = console_replay.type);
+    WHEN 'provider-calls' THEN
+        UPDATE siwa.provider_calls p SET state = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_reason = NULL,
+            lease_until = NULL, retry_since = pg_catalog.now(), updated_at = pg_catalog.now()
+        WHERE p.state = 'dead' AND (numeric_ids IS NULL OR p.id = ANY (numeric_ids))
+          AND (console_replay.type IS NULL OR p.target = console_replay.type);
+    ELSE
+        RAISE EXCEPTION 'no such replay kind' USING ERRCODE = 'invalid_parameter_value';
+    END CASE;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target)
+    VALUES (s.operator, s.token_fingerprint, console_replay.client_address, 'replay',
+            console_replay.kind || ':'
+            || CASE WHEN console_replay.ids IS NOT NULL
+                    THEN 'ids=' || pg_catalog.array_to_string(console_replay.ids[1:50], ',')
+                    WHEN console_replay.type IS NOT NULL THEN 'type=' || console_replay.type
+                    ELSE 'all' END
+            || ' (' || n::text || ')');
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION siwa.console_replay(text, text, text, text[], text) FROM PUBLIC;
+
 -- ───── Maintained counts ─────
 
 -- Moves the changes into siwa.counts, in a READ COMMITTED transaction only (each statement then
@@ -1673,6 +1956,8 @@ GRANT EXECUTE ON FUNCTION siwa.move_tokens_to_revocation(text[], bigint[], text[
 GRANT EXECUTE ON FUNCTION siwa.request_deletion(text, text) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.on_event(siwa.events, siwa.accounts) TO siwa_worker;
 GRANT EXECUTE ON FUNCTION siwa.subject_hash(text) TO siwa_worker;
+GRANT EXECUTE ON FUNCTION siwa.record_token_keys(text[]) TO siwa_worker;  -- its own key file's ids, at start
+GRANT SELECT ON siwa.token_keys TO siwa_worker, siwa_api;  -- whether its own key is recorded
 
 -- API (POST /apple/tokens, /apple/refresh-tokens, the console): stores tokens, queues the
 -- revocation of a token it could not keep (through the function only: never a row without it,
@@ -1695,29 +1980,29 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.provider_calls TO siwa_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.email_suppressions TO siwa_worker;
 GRANT SELECT ON siwa.provider_call_backlog, siwa.dead_provider_calls TO siwa_dashboard, siwa_worker;
 GRANT SELECT ON siwa.email_sender_backlog TO siwa_dashboard, siwa_worker, siwa_console;
--- The console's overview card, and its replay of dead calls (their progress columns only).
+-- The console's overview card.
 GRANT SELECT ON siwa.provider_call_backlog TO siwa_console;
-GRANT UPDATE (state, attempts, next_attempt_at, last_reason, lease_until, retry_since, updated_at) ON siwa.provider_calls TO siwa_console;
 
 -- Console (docs/security.md "Roles"): what the operator console (on the admin listener, with the
--- API) does, nothing more: its sessions, operators' sign-ins and audit trail; its pages' reads;
--- the operators' actions (replaying dead events, forwards, revocations and provider calls: their progress
--- columns only; a deletion through the owner's function). It reads no stored refresh token (of
--- siwa.apple_tokens only when each is due), and writes no operator nor token hash
--- (`operator add|remove` is the owner's).
-GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_sessions TO siwa_console;
-GRANT SELECT (id, name, token_hash), UPDATE (last_sign_in_at) ON siwa.console_operators TO siwa_console;
-GRANT SELECT, INSERT ON siwa.operator_actions TO siwa_console;
+-- API) does, nothing more. It reads its pages' tables (of siwa.revocations every column but the
+-- token, of siwa.apple_tokens only when each is due), keeps its charts' rollup, and changes
+-- nothing else itself: sign-ins, sessions, audit rows, replays (dead back to pending) and
+-- deletions are the owner's console_* functions (part 3), which check the operator's token or
+-- the session's cookie. It writes no operator nor token hash (`operator add|remove` is the owner's).
+GRANT SELECT ON siwa.operator_actions TO siwa_console;
 GRANT SELECT, INSERT, UPDATE, DELETE ON siwa.console_hours TO siwa_console;
 GRANT SELECT, UPDATE ON siwa.console_rollup TO siwa_console;  -- UPDATE: the rollup's FOR UPDATE SKIP LOCKED
-GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts, siwa.sessions, siwa.revocations,
+GRANT SELECT ON siwa.events, siwa.event_queue, siwa.accounts, siwa.app_accounts, siwa.sessions,
     siwa.forwards, siwa.key_sets, siwa.reconcile_pace, siwa.counts, siwa.count_changes, siwa.transfers,
     siwa.provider_calls, siwa.backlog, siwa.forward_backlog, siwa.dead_letters TO siwa_console;
-GRANT SELECT (next_validation_at) ON siwa.apple_tokens TO siwa_console;
-GRANT UPDATE (status, attempts, next_attempt_at, last_error) ON siwa.events TO siwa_console;
-GRANT UPDATE (status, attempts, next_attempt_at, last_error, lease_until, retry_since) ON siwa.forwards TO siwa_console;
-GRANT UPDATE (status, attempts, next_attempt_at, created_at, last_error) ON siwa.revocations TO siwa_console;
-GRANT EXECUTE ON FUNCTION siwa.subject_hash(text), siwa.user_report(text), siwa.request_deletion(text, text) TO siwa_console;
+GRANT SELECT (id, apple_sub, client_id, key_id, reason, status, attempts, next_attempt_at, last_error, created_at,
+              finished_at, confirmation, confirmed_at) ON siwa.revocations TO siwa_console;
+GRANT SELECT (next_validation_at, apple_sub, client_id, key_id, quarantined_at) ON siwa.apple_tokens TO siwa_console;
+GRANT EXECUTE ON FUNCTION siwa.subject_hash(text), siwa.user_report(text) TO siwa_console;
+REVOKE EXECUTE ON FUNCTION siwa.request_deletion(text, text) FROM siwa_console;  -- through console_request_deletion
+GRANT EXECUTE ON FUNCTION siwa.console_sign_in(text, text, text, text), siwa.console_session(text, boolean),
+    siwa.console_sign_out(text, text), siwa.console_revealed_email(text, text, text),
+    siwa.console_request_deletion(text, text, text, text), siwa.console_replay(text, text, text, text[], text) TO siwa_console;
 
 -- Releases: every role that runs a process reads the schema's release (a start checks it is
 -- within the promise) and keeps its own heartbeat row; dashboards read both.

@@ -90,6 +90,12 @@ static inline int siwa_mhd_client_address(struct MHD_Connection *c, char *out, s
     return 0;
 }
 
+/// Calls `each` for every request header line, in the order received (a header sent on several
+/// lines, such as `X-Forwarded-For` behind a proxy that appends its own, once per line).
+static inline int siwa_mhd_headers(struct MHD_Connection *c, MHD_KeyValueIterator each, void *cls) {
+    return MHD_get_connection_values(c, MHD_HEADER_KIND, each, cls);
+}
+
 /// Calls `each` for every query argument (decoded by libmicrohttpd); returns how many.
 static inline int siwa_mhd_query(struct MHD_Connection *c, MHD_KeyValueIterator each, void *cls) {
     return MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, each, cls);

@@ -158,6 +158,9 @@ public struct DoctorFacts: Sendable {
     public var senders: [Sender] = []
     /// The providers' call queues, read as the worker's role (nil: not read).
     public var providerQueues: [ProviderQueue]? = nil
+    /// Stored refresh tokens set aside at start (they do not open with their key), each named by
+    /// its user's hash, client id and key (nil: not read).
+    public var quarantinedTokens: [String]? = nil
     /// Who, besides superusers and siwa's roles, may create objects in a schema that holds a
     /// configured auth library's tables (`PUBLIC` for every login).
     public var libraryCreators: [(schema: String, role: String)] = []
@@ -247,6 +250,16 @@ public enum DoctorRules {
         out += facts.providers.map { provider($0, facts.hostedProviders) }
         out += facts.senders.map { sender($0, facts.emailSenders) }
         out += (facts.providerQueues ?? []).flatMap(providerQueue)
+        if let tokens = facts.quarantinedTokens, !tokens.isEmpty {
+            out.append(
+                DoctorFinding(
+                    "stored-tokens-quarantined", .medium,
+                    "\(tokens.count) stored refresh token\(tokens.count == 1 ? "" : "s") did not open with their key and were set aside "
+                        + "(those users' tokens cannot be revoked at Apple): \(tokens.prefix(10).joined(separator: "; "))",
+                    fix:
+                        "each user's next sign-in replaces the token; ask them to sign in again, or remove the Apple grant "
+                        + "(Settings > Apple ID > Sign in with Apple); review who could write siwa.apple_tokens"))
+        }
         return out
     }
 

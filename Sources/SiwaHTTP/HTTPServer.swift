@@ -309,6 +309,18 @@ private func queryArguments(_ connection: OpaquePointer) -> [HTTPHeader] {
     return box.items
 }
 
+/// Every line of the kept headers, in the order received (`header` would give a repeated one's
+/// first line only: `X-Forwarded-For` is read whole, every line).
+private func keptHeaders(_ connection: OpaquePointer, _ names: [String]) -> [HTTPHeader] {
+    guard !names.isEmpty else { return [] }
+    let box = ArgumentBox()
+    _ = siwa_mhd_headers(connection, collectArgument, Unmanaged.passUnretained(box).toOpaque())
+    let wanted = Set(names.map { $0.lowercased() })
+    return box.items.filter { wanted.contains($0.name.lowercased()) }.map { item in
+        HTTPHeader(names.first { $0.lowercased() == item.name.lowercased() } ?? item.name, item.value)
+    }
+}
+
 private func clientAddress(_ connection: OpaquePointer) -> String? {
     var buffer = [CChar](repeating: 0, count: 64)
     guard siwa_mhd_client_address(connection, &buffer, buffer.count) == 1 else { return nil }
@@ -332,7 +344,7 @@ private func accessCallback(
             contentType: header(connection, "Content-Type"),
             contentLength: contentLength,
             authorization: header(connection, "Authorization"),
-            headers: context.keptHeaders.compactMap { name in header(connection, name).map { HTTPHeader(name, $0) } },
+            headers: keptHeaders(connection, context.keptHeaders),
             query: context.readsQuery ? queryArguments(connection) : [],
             clientAddress: context.readsClientAddress ? clientAddress(connection) : nil)
         let state = ConnectionState(connection: connection, head: head, registry: context.suspended)

@@ -78,6 +78,15 @@ struct Migrate: ParsableCommand {
         if let warning = Migrator.publicSchemaWarning(conninfo: url) {
             FileHandle.standardError.write(Data((warning + "\n").utf8))
         }
+        // The ids the API's functions store a token under (docs/security.md, key ids).
+        if case .notAllowed = outcome {
+        } else if let files = config.appleAPI?.tokenKeyFile {
+            do {
+                try StoredTokenKeys.record(try TokenVault.load(files: files), conninfo: url)
+            } catch {
+                throw CLIError("migrate: SIWA_TOKEN_KEY_FILE: \(error)")
+            }
+        }
         switch outcome {
         case .upToDate: print("schema up to date (\(Migrator.versionMarker))")
         case .applied: print("schema applied (\(Migrator.versionMarker))")

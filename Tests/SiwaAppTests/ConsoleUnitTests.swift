@@ -71,18 +71,6 @@ struct ConsoleUnitTests {
         #expect(!ConsoleSecurity.csrfMatches(presented: "", session: a))
     }
 
-    @Test("a session ends when signed out or after 8 h idle")
-    func sessionRules() {
-        let now = 1_800_000_000.0
-        func state(_ ended: Double?, _ seen: Double) -> ConsoleSecurity.SessionState {
-            ConsoleSecurity.sessionState(endedAt: ended, lastSeenAt: seen, now: now)
-        }
-        #expect(state(nil, now - 60) == .live)
-        #expect(state(nil, now - 8 * 3600) == .live)
-        #expect(state(nil, now - 8 * 3600 - 1) == .expired)
-        #expect(state(now - 10, now - 60) == .ended)
-    }
-
     @Test("operator tokens: random, recognisable, stored and fingerprinted by hash only, compared whole")
     func operatorTokens() {
         let token = ConsoleSecurity.newOperatorToken()
@@ -90,10 +78,6 @@ struct ConsoleUnitTests {
         #expect(token != ConsoleSecurity.newOperatorToken())
         let stored = ConsoleSecurity.storedHash(ofOperatorToken: token)
         #expect(stored.count == 64 && !stored.contains(token) && stored != ConsoleSecurity.storedHash(ofSession: token))
-        #expect(ConsoleSecurity.operatorTokenMatches(presented: token, stored: stored))
-        #expect(!ConsoleSecurity.operatorTokenMatches(presented: String(token.dropLast()), stored: stored))
-        #expect(!ConsoleSecurity.operatorTokenMatches(presented: token + "0", stored: stored))
-        #expect(!ConsoleSecurity.operatorTokenMatches(presented: "", stored: stored))
         let fingerprint = ConsoleSecurity.fingerprint(ofToken: token)
         #expect(fingerprint.hasPrefix("sha256:") && fingerprint.count == 23 && !token.contains(fingerprint.dropFirst(7)))
     }

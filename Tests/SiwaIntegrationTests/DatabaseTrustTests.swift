@@ -29,7 +29,10 @@ struct DatabaseTrustTests {
         let sub = "000739.future.0001"
         // A year ahead: newer than any deletion for a year, were it believed.
         #expect(
-            Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, now() + interval '1 year')", [sub])
+            Self.outcome(
+                api,
+                "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now() + interval '1 year')",
+                [sub])
                 == "created")
         #expect(try TestDatabase.query(url, "SELECT signed_in_at <= now() FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == "t")
         #expect(
@@ -39,7 +42,9 @@ struct DatabaseTrustTests {
         let earlier = "000739.past.0001"
         #expect(
             Self.outcome(
-                api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, timestamptz '2024-05-01 10:00:00+00')", [earlier])
+                api,
+                "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, timestamptz '2024-05-01 10:00:00+00')",
+                [earlier])
                 == "created")
         #expect(
             try TestDatabase.query(url, "SELECT signed_in_at = '2024-05-01 10:00:00+00' FROM siwa.apple_tokens WHERE apple_sub = $1", [earlier])
@@ -64,12 +69,12 @@ struct DatabaseTrustTests {
         }
         // The API's function: a token it could not keep, never a row without one.
         #expect(Self.outcome(api, "SELECT siwa.queue_revocation($1, 'app', NULL, NULL)", [sub]) == "error 23514")
-        #expect(Self.outcome(api, "SELECT siwa.queue_revocation($1, 'app', 'k', '\\x0102')", [sub]) == "NULL")
+        #expect(Self.outcome(api, "SELECT siwa.queue_revocation($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()))", [sub]) == "")
         #expect(
             try TestDatabase.query(
                 url, "SELECT status || ':' || reason || ':' || length(ciphertext) FROM siwa.revocations WHERE apple_sub = $1", [sub]
             )
-            .scalar == "pending:exchange-failed:2")
+            .scalar == "pending:exchange-failed:28")
         // Not even the owner makes a revocation wait without its token (the revoker would mark it done without a call).
         #expect(
             throws: PostgresError.self,
@@ -123,12 +128,18 @@ struct DatabaseTrustTests {
             "INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, claims) VALUES ('o1', 'app', $1, 'account-delete', now() + interval '10 years', 'ignored', '{}')",
             [sub])
         let api = try PostgresConnection(conninfo: login["siwa_api"]!)
-        #expect(Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, now())", [sub]) == "created")
+        #expect(
+            Self.outcome(
+                api, "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now())", [sub])
+                == "created")
         _ = try TestDatabase.query(
             url,
             "INSERT INTO siwa.events (jti, aud, sub, type, event_time, claims) VALUES ('o2', 'app', $1, 'account-delete', now() + interval '1 minute', '{}')",
             [sub])
-        #expect(Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, now())", [sub]) == "deleted")
+        #expect(
+            Self.outcome(
+                api, "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now())", [sub])
+                == "deleted")
     }
 
     @Test("a notification of an unknown type dated up to an hour after iat (as Apple may), received as siwa_receiver: 200 ignored, dated now")
@@ -245,16 +256,22 @@ struct DatabaseTrustTests {
         let api = try PostgresConnection(conninfo: login["siwa_api"]!)
         let sub = "000739.locked.0002"
         _ = try TestDatabase.query(url, "INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
-        #expect(Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', NULL, NULL, now())", [sub]) == "updated")
+        #expect(
+            Self.outcome(
+                api, "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now())", [sub])
+                == "updated")
         let holder = try PostgresConnection(conninfo: url)
         _ = try holder.execute("BEGIN")
         _ = try holder.execute("SELECT 1 FROM siwa.accounts WHERE apple_sub = $1 FOR UPDATE", [sub])
         defer { _ = try? holder.execute("ROLLBACK") }
         _ = try api.execute("BEGIN")
         _ = try api.execute("SET LOCAL lock_timeout = 300")
-        #expect(Self.outcome(api, "SELECT siwa.store_apple_token($1, 'app', 'k2', '\\x01', NULL, NULL, now())", [sub]) == "updated")
+        #expect(
+            Self.outcome(
+                api, "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.other)', \(RecordedTokenKey.sealed("01")), NULL, NULL, now())",
+                [sub]) == "updated")
         _ = try api.execute("COMMIT")
-        #expect(try TestDatabase.query(url, "SELECT key_id FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == "k2")
+        #expect(try TestDatabase.query(url, "SELECT key_id FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).scalar == RecordedTokenKey.other)
         #expect(try TestDatabase.query(url, "SELECT count(*) FROM siwa.revocations").scalar == "0")
     }
 

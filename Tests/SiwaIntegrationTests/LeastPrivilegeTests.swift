@@ -16,6 +16,7 @@ struct LeastPrivilegeTests {
             _ = try TestDatabase.query(url, "CREATE ROLE \(name) LOGIN IN ROLE \(group)")
             login[group] = url + " user=\(name)"
         }
+        try RecordedTokenKey.record(url)
         return (url, login)
     }
 
@@ -121,7 +122,9 @@ struct LeastPrivilegeTests {
             (
                 "a token through the function",
                 { c throws(PostgresError) in
-                    _ = try c.execute("SELECT siwa.store_apple_token($1, 'app', 'k', '\\x00', 'forger@example.com', false, now())", [sub])
+                    _ = try c.execute(
+                        "SELECT siwa.store_apple_token($1, 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), 'forger@example.com', false, now())",
+                        [sub])
                 }
             ),
             (
@@ -165,7 +168,10 @@ struct LeastPrivilegeTests {
         // The verified paths still write what they write: a sign-in through the API's function, a
         // deletion request through the worker's, the reconciler's consent-revoked as the worker.
         let api = try PostgresConnection(conninfo: login["siwa_api"]!)
-        #expect(try api.execute("SELECT siwa.store_apple_token('000739.legit.0003', 'app', 'k', '\\x00', NULL, NULL, now())").scalar == "created")
+        #expect(
+            try api.execute(
+                "SELECT siwa.store_apple_token('000739.legit.0003', 'app', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now())"
+            ).scalar == "created")
         let worker = try PostgresConnection(conninfo: login["siwa_worker"]!)
         #expect(try worker.execute("SELECT siwa.request_deletion('000739.legit.0004', 'app')").scalar == "1")
         _ = try worker.execute(

@@ -97,6 +97,8 @@ struct LibraryTokenTests {
         case .betterAuthSnake: db = try AuthLibraryTests.betterAuth(policy, snake: true, tokens: adoption)
         }
         let schema = try #require(try db.resolve().schemas.first)
+        // As a worker's process starting with this key file would (the tests queue with it directly).
+        try StoredTokenKeys.record(adoption.vault, conninfo: db.url)
         return Setup(db: db, fake: fake, adoption: adoption, schema: schema, target: target)
     }
 

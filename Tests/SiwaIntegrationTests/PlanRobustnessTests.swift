@@ -91,7 +91,7 @@ struct PlanRobustnessTests {
             FROM generate_series(\(from), \(to)) g;
             INSERT INTO siwa.console_operators (name, token_hash) VALUES ('jane', 'h') ON CONFLICT DO NOTHING;
             INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, operator_id, operator, last_seen_at)
-            SELECT 's-' || g, 'f', o.id, o.name, now() - g * interval '1 second'
+            SELECT siwa.console_hash('console-session:', 's-' || g), 'f', o.id, o.name, now() - g * interval '1 second'
             FROM generate_series(\(from), \(to)) g, siwa.console_operators o WHERE o.name = 'jane';
             INSERT INTO siwa.operator_actions (at, operator, action, target)
             SELECT now() - g * interval '1 second', 'jane', 'replay', 'event:' || g FROM generate_series(\(from), \(to)) g;
@@ -430,7 +430,7 @@ struct PlanRobustnessTests {
             probe(ConsoleStatements.reconcilePace, (), rows: 0),
             // The audit trail and the session check of every page.
             probe(ConsoleStatements.actions, (Int64.max, 101), rows: 101),
-            probe(ConsoleStatements.findSession, "s-49", rows: 1),
+            probe(ConsoleStatements.session, ("s-49", false), rows: 1),
         ]
     }
 

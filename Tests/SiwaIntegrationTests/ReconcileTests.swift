@@ -23,6 +23,7 @@ struct ReconcileTests {
         clientID: String = S.clientID
     ) throws -> String {
         let (refreshToken, _) = try fake.issueTokens(for: .init(sub: sub, email: email, isPrivateEmail: true), clientID: clientID)
+        try StoredTokenKeys.record(vault, conninfo: conninfo)  // as a worker's process starting with it would
         let connection = try PostgresConnection(conninfo: conninfo)
         let signIn = DeletionStatements.SignIn(
             sub: sub, clientID: clientID, token: try vault.seal(refreshToken, sub: sub, clientID: clientID), email: email,

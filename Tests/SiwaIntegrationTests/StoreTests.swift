@@ -349,6 +349,7 @@ struct StoreTests {
     @Test("store_apple_token waits for a worker deleting the account: a sign-in older than the deletion is queued for revocation, not stored")
     func storeTokenSerializesWithDeletion() throws {
         let url = try TestDatabase.create()
+        try RecordedTokenKey.record(url)
         let sub = "race.0001"
         _ = try TestDatabase.query(url, "INSERT INTO siwa.accounts (apple_sub) VALUES ($1)", [sub])
         // A worker's transaction is deleting the account (a minute ago), not yet committed.
@@ -361,7 +362,7 @@ struct StoreTests {
             try TestDatabase.query(
                 url,
                 """
-                SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, 'r@privaterelay.appleid.com', true,
+                SELECT siwa.store_apple_token($1, 'com.example.a', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), 'r@privaterelay.appleid.com', true,
                                               now() - interval '2 minutes')
                 """, [sub]
             ).scalar
@@ -375,7 +376,7 @@ struct StoreTests {
                 == "stale-sign-in:pending")
         // A sign-in after the deletion is the user coming back: stored, and recorded as an event.
         let back = try TestDatabase.query(
-            url, "SELECT siwa.store_apple_token($1, 'com.example.a', 'k1', '\\x00'::bytea, NULL, NULL, now())",
+            url, "SELECT siwa.store_apple_token($1, 'com.example.a', '\(RecordedTokenKey.id)', \(RecordedTokenKey.sealed()), NULL, NULL, now())",
             [sub]
         ).scalar
         #expect(back == "created")

@@ -136,6 +136,8 @@ struct TokenOrderTests {
         init() throws {
             url = try TestDatabase.create()
             connection = try PostgresConnection(conninfo: url)
+            // Each sign-in's key id is its number, in the recorded ids' shape (8 digits).
+            _ = try connection.execute("INSERT INTO siwa.token_keys (key_id) SELECT pg_catalog.lpad(g::text, 8, '0') FROM generate_series(0, 999) g")
             worker = Worker(
                 conninfo: url, options: Worker.Options(), logger: Logger(label: "order") { _ in SwiftLogNoOpLogHandler() }, metrics: Metrics())
         }
@@ -146,8 +148,8 @@ struct TokenOrderTests {
         func store(_ s: SignIn, sub: String) throws -> Bool {
             let answer = try connection.execute(
                 """
-                SELECT siwa.store_apple_token($1, $2, $3, '\\x00'::bytea, NULL, NULL, timestamptz 'epoch' + $4::bigint * interval '1 millisecond')
-                """, [sub, s.aud, "k\(s.id)", at(s.time)]
+                SELECT siwa.store_apple_token($1, $2, $3, \(RecordedTokenKey.sealed()), NULL, NULL, timestamptz 'epoch' + $4::bigint * interval '1 millisecond')
+                """, [sub, s.aud, String(repeating: "0", count: max(0, 8 - String(s.id).count)) + String(s.id), at(s.time)]
             ).scalar
             try hold("sign-in", sub: sub, at: s.time)
             return answer != "deleted"
@@ -186,10 +188,10 @@ struct TokenOrderTests {
         /// The stored tokens by app, and the revoked ones, by sign-in.
         func tokens(sub: String) throws -> (stored: [String: Int], revoked: Set<Int>) {
             var stored: [String: Int] = [:]
-            for row in try connection.execute("SELECT client_id, substr(key_id, 2) FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).rows {
+            for row in try connection.execute("SELECT client_id, (key_id::int)::text FROM siwa.apple_tokens WHERE apple_sub = $1", [sub]).rows {
                 stored[row[0] ?? ""] = Int(row[1] ?? "")
             }
-            let revoked = try connection.execute("SELECT substr(key_id, 2) FROM siwa.revocations WHERE apple_sub = $1", [sub]).rows
+            let revoked = try connection.execute("SELECT (key_id::int)::text FROM siwa.revocations WHERE apple_sub = $1", [sub]).rows
             return (stored, Set(revoked.compactMap { $0[0].flatMap { Int($0) } }))
         }
     }

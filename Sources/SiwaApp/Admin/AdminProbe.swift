@@ -146,6 +146,7 @@ public final class AdminProbe: Service {
     static let countRelations = ["siwa.counts", "siwa.count_changes"]
     static let forwardRelations = ["siwa.forward_backlog"]
     static let providerRelations = ["siwa.provider_call_backlog"]
+    static let tokenRelations = ["siwa.apple_tokens"]
 
     /// One round; answers every request waiting since before it started. Each group of gauges
     /// reads only relations the login may read (so no "permission denied" lands in PostgreSQL's
@@ -180,6 +181,10 @@ public final class AdminProbe: Service {
                 }
                 if providers, may(providerRelations) {
                     gauges += Self.group(c, "providers", &failed) { c throws(PostgresError) in try Self.providerGauges(on: c) } ?? []
+                }
+                // Only a login that may read the stored tokens (the worker's) counts those set aside.
+                if !(try c.rows(AdminStatements.readable, tokenRelations)).isEmpty {
+                    gauges += Self.group(c, "tokens", &failed) { c throws(PostgresError) in try Self.tokenGauges(on: c) } ?? []
                 }
                 gauges += Self.durabilityGauges(on: c, &failed)
                 return (backlog, gauges, failed)
@@ -226,6 +231,17 @@ public final class AdminProbe: Service {
                     value: Double(unconfirmed)))
         }
         return gauges
+    }
+
+    /// Stored refresh tokens set aside at start (they do not open with their key).
+    private static func tokenGauges(on c: PostgresConnection) throws(PostgresError) -> [Gauge] {
+        guard let quarantined = try c.row(TokenKeyStatements.quarantinedCount) else { return [] }
+        return [
+            Gauge(
+                name: "siwa_stored_tokens_quarantined",
+                help: "Stored refresh tokens set aside at start because they do not open with their key (doctor lists them).",
+                value: Double(quarantined))
+        ]
     }
 
     /// The forwards' backlog.

@@ -14,42 +14,71 @@ public enum StoredTokenKeys {
 
     /// Opens one stored token per distinct `key_id`, in `siwa.apple_tokens` and among the tokens
     /// waiting in `siwa.revocations` to be revoked at Apple. Throws when a key in use is not
-    /// configured or a token does not open with its key (a wrong file under the right name is
-    /// caught too). A role that may not read those tables (`siwa_receiver`) skips the check: the
-    /// worker's processes make it. Returns how many keys were checked (nil: skipped).
+    /// configured. A token that does not open under a key this process holds is bad data, not a
+    /// wrong key (a key's id is its hash): it is set aside (`quarantined_at`; a waiting revocation
+    /// goes dead with the reason), logged once, and the next token of that key is tried. A role
+    /// that may not read those tables (`siwa_receiver`) skips the check: the worker's processes
+    /// make it. Returns how many keys were checked (nil: skipped).
     @discardableResult
     public static func check(_ vault: TokenVault, conninfo: String, logger: Logger) throws -> Int? {
-        let rows: [(row: TokenKeyStatements.Row, count: Int)]
+        let connection: PostgresConnection
         do {
-            let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token key check")
-            rows = try connection.rows(TokenKeyStatements.onePerKey) + connection.rows(TokenKeyStatements.revocationOnePerKey)
+            connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token key check")
+            try record(vault, on: connection, logger: logger)
+            _ = try connection.rows(TokenKeyStatements.onePerKey)  // a role that may not read the tokens skips the check
         } catch  where error.sqlState == "42501" {
             logger.notice("this role may not read siwa.apple_tokens: the stored tokens' keys are checked by the worker's processes")
             return nil
         } catch {
             throw Failure(description: "cannot read the stored refresh tokens to check their keys: \(error)")
         }
+        var rows: [(row: TokenKeyStatements.Row, count: Int)] = []
+        var setAside = Set<TokenKeyStatements.Row>()
+        for (pick, quarantine) in [
+            (TokenKeyStatements.onePerKey, TokenKeyStatements.quarantine),
+            (TokenKeyStatements.revocationOnePerKey, TokenKeyStatements.quarantineRevocation),
+        ] {
+            while true {
+                let picked: [(row: TokenKeyStatements.Row, count: Int)]
+                do {
+                    picked = try connection.rows(pick)
+                } catch {
+                    throw Failure(description: "cannot read the stored refresh tokens to check their keys: \(error)")
+                }
+                let bad = picked.filter { p in
+                    vault.holds(keyID: p.row.token.keyID) && (try? vault.open(p.row.token, sub: p.row.sub, clientID: p.row.clientID)) == nil
+                }
+                // Ones already set aside and picked again (a revocation in flight): left to the revoker.
+                let fresh = bad.filter { !setAside.contains($0.row) }
+                if fresh.isEmpty {
+                    rows += picked.filter { p in !bad.contains { $0.row == p.row } }
+                    break
+                }
+                for b in fresh {
+                    do {
+                        try connection.affected(quarantine, b.row)
+                    } catch {
+                        throw Failure(description: "cannot set aside a stored refresh token that does not open: \(error)")
+                    }
+                    setAside.insert(b.row)
+                    logger.warning(
+                        "a stored refresh token does not open with its key: set aside (quarantined), never sent to Apple",
+                        metadata: [
+                            "sub_hash": "\(SubjectHash.of(b.row.sub))", "client_id": "\(b.row.clientID)", "key_id": "\(b.row.token.keyID)",
+                        ])
+                }
+            }
+        }
         // Tokens per key, over both tables.
         var counts: [String: Int] = [:]
         for (row, count) in rows { counts[row.token.keyID, default: 0] += count }
-        for (row, _) in rows {
-            do {
-                _ = try vault.open(row.token, sub: row.sub, clientID: row.clientID)
-            } catch {
-                let count = counts[row.token.keyID] ?? 0
-                let tokens = "\(count) stored refresh token\(count == 1 ? "" : "s")"
-                if !vault.holds(keyID: row.token.keyID) {
-                    throw Failure(
-                        description:
-                            "\(tokens) are encrypted with key \(row.token.keyID), which it does not hold "
-                            + "(keys: \(vault.keyIDs.joined(separator: ", "))): list that key's file after a comma, "
-                            + "or those tokens cannot be revoked")
-                }
-                throw Failure(
-                    description:
-                        "a stored refresh token (sub_hash \(SubjectHash.of(row.sub)), client id \(row.clientID)) does not open "
-                        + "with key \(row.token.keyID) (\(tokens) use it): the file of that key is not the one they were encrypted with")
-            }
+        for (row, _) in rows where !vault.holds(keyID: row.token.keyID) {
+            let count = counts[row.token.keyID] ?? 0
+            throw Failure(
+                description:
+                    "\(count) stored refresh token\(count == 1 ? "" : "s") are encrypted with key \(row.token.keyID), which it does not hold "
+                    + "(keys: \(vault.keyIDs.joined(separator: ", "))): list that key's file after a comma, "
+                    + "or those tokens cannot be revoked")
         }
         if !counts.isEmpty {
             logger.info(
@@ -57,6 +86,38 @@ public enum StoredTokenKeys {
                 metadata: ["keys": "\(counts.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ","))"])
         }
         return counts.count
+    }
+
+    /// Records the ids of `vault`'s keys in `siwa.token_keys` (the ids the API's functions store a
+    /// token under) where this login may: the owner (`migrate`, `rekey`) and the worker's role.
+    /// Where it may not (the API's login), warns when the key that encrypts is not recorded: the
+    /// API's functions then refuse to store a token (42501). True when recorded here.
+    @discardableResult
+    public static func record(_ vault: TokenVault, conninfo: String, logger: Logger? = nil) throws -> Bool {
+        let connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify token keys")
+        return try record(vault, on: connection, logger: logger)
+    }
+
+    @discardableResult
+    static func record(_ vault: TokenVault, on connection: PostgresConnection, logger: Logger?) throws(PostgresError) -> Bool {
+        do {
+            _ = try connection.row(TokenKeyStatements.record, vault.keyIDs)
+            return true
+        } catch  where error.sqlState == "42501" {
+            // Not this login's to record: whether the key it encrypts with is.
+        }
+        do {
+            if try connection.row(TokenKeyStatements.isRecorded, vault.current.id) != true {
+                logger?.warning(
+                    """
+                    token key \(vault.current.id) is not recorded in siwa.token_keys: sign-ins cannot be stored until \
+                    `siwa-notify migrate` or `rekey` runs with this SIWA_TOKEN_KEY_FILE, or a work process starts with it
+                    """)
+            }
+        } catch  where error.sqlState == "42501" {
+            // A receiver's login: it stores no token.
+        }
+        return false
     }
 
     /// What `rekey` did.
@@ -82,6 +143,7 @@ public enum StoredTokenKeys {
         let connection: PostgresConnection
         do {
             connection = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify rekey")
+            try record(vault, on: connection, logger: nil)
             report.alreadyCurrent = try connection.row(TokenKeyStatements.countUnderKey, newest) ?? 0
         } catch {
             throw Failure(description: "cannot read the stored refresh tokens: \(error)")

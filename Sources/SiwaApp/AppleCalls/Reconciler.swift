@@ -220,7 +220,16 @@ extension Reconciler {
             }
             let result = apple.client.validate(refreshToken: refreshToken, clientID: claimed.clientID)
             switch result {
-            case .success:
+            case .success(let answer):
+                // Apple's id_token names whose grant the token is: one stored under another user
+                // (an auth library's row pointing at someone else) proves nothing of this one.
+                if let idToken = answer.idToken, (try? CompactJWS.parse(idToken))?.claims["sub"]?.stringValue != claimed.sub {
+                    count(\.errors, "error")
+                    logger.warning(
+                        "reconciliation: Apple's answer is about another user than the token's owner: not counted as valid",
+                        metadata: ["sub_hash": "\(SubjectHash.of(claimed.sub))", "client_id": "\(claimed.clientID)"])
+                    return .failed(delay: interval)
+                }
                 count(\.valid, "valid")
                 return .valid(at: clock.now)
             case .invalidGrant:

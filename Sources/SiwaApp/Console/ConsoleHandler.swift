@@ -28,6 +28,8 @@ public final class ConsoleHandler: Sendable {
     private let pool: PostgresPool
     private let executor: CallExecutor<Void>
     private let limiter = Mutex(SignInLimiter())
+    /// How long a sign-in waits when its name has failed `SignInLimiter.limit` times within the window.
+    private let signInSlowdown: Double
     private let secureCookie: Bool?
     private let trustedProxies: TrustedProxies
     private let features: ConsolePages.Features
@@ -38,8 +40,10 @@ public final class ConsoleHandler: Sendable {
 
     public init(
         pool: PostgresPool, secureCookie: Bool?, trustedProxies: TrustedProxies = .none, inAppDeletion: Bool, forwarding: Bool,
-        providers: [CallTarget] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system
+        providers: [CallTarget] = [], logger: Logger, concurrency: Int = 4, doctor: DoctorWatch? = nil, clock: WallClock = .system,
+        signInSlowdown: Double = 1
     ) {
+        self.signInSlowdown = signInSlowdown
         self.doctor = doctor
         self.clock = clock
         self.pool = pool
@@ -195,8 +199,7 @@ public final class ConsoleHandler: Sendable {
         switch context.head.path {
         case "/console/sign-out":
             try pool.withConnection(timeout: .seconds(5)) { c in
-                try c.affected(ConsoleStatements.endSession, ConsoleSecurity.storedHash(ofSession: context.session ?? ""))
-                try record(c, context, "sign-out", nil)
+                _ = try c.affected(ConsoleStatements.signOut, (context.session ?? "", context.client))
             }
             return HTTPResponse(
                 status: 303,
@@ -214,7 +217,7 @@ public final class ConsoleHandler: Sendable {
                 }
                 // The audit row names the user whose emails the page shows: the sub found, never the text as typed.
                 let page = try userPage(context, c, reveal: true, error: nil, status: 200, subject: sub)
-                if page.status == 200 { try record(c, context, "reveal-email", "user:" + SubjectHash.of(sub)) }
+                if page.status == 200 { try c.affected(ConsoleStatements.revealedEmail, (context.session ?? "", context.client, sub)) }
                 return page
             }
         default:
@@ -224,14 +227,17 @@ public final class ConsoleHandler: Sendable {
 
     // MARK: Sign-in and sessions
 
-    /// Attempts are limited per client address and per operator name (a name as typed, when it
-    /// is a valid one: anything else is refused without naming anyone).
+    /// Attempts are limited per client address (refused beyond the limit). A name's failed
+    /// attempts slow its next ones (`signInSlowdown` each, past the limit) but never refuse them:
+    /// whoever guesses at a name, its operator's right token still signs in.
     private func signIn(_ context: Context) throws -> HTTPResponse {
         let client = context.client ?? "unknown"
         let typedName = context.field("operator")?.trimmingCharacters(in: .whitespaces)
         let name = typedName.flatMap { ConsoleSecurity.isValidOperatorName($0) ? $0 : nil }
-        let keys = ["address:" + client] + (name.map { ["operator:" + $0] } ?? [])
+        let nameKey = name.map { "operator:" + $0 }
+        let keys = ["address:" + client]
         let now = clock.sinceEpoch.inSeconds
+        if let nameKey, limiter.withLock({ $0.isOver(nameKey, now: now) }) { Thread.sleep(forTimeInterval: signInSlowdown) }
         let allowed = limiter.withLock { $0.admit(keys, now: now) }
         guard allowed else {
             let wait = limiter.withLock { $0.retryAfter(keys, now: now) }
@@ -240,25 +246,19 @@ public final class ConsoleHandler: Sendable {
             return r
         }
         let session = ConsoleSecurity.newSessionToken()
+        // The database checks the token (siwa.console_sign_in), and records the refusal too.
         let signedIn = try pool.withConnection(timeout: .seconds(5)) { c -> Context? in
-            guard let name, let token = context.field("token"), let found = try c.row(ConsoleOperatorStatements.find, name),
-                ConsoleSecurity.operatorTokenMatches(presented: token, stored: found.tokenHash)
-            else {
-                try record(c, context, "sign-in-refused", name.map { "operator:" + $0 })
-                return nil
-            }
+            guard let found = try c.row(ConsoleStatements.signIn, (typedName ?? "", context.field("token") ?? "", session, context.client))
+            else { return nil }
             var signed = context
-            signed.operatorName = name
-            signed.fingerprint = ConsoleSecurity.fingerprint(ofToken: token)
-            try c.affected(ConsoleStatements.pruneSessions, ())
-            try c.affected(
-                ConsoleStatements.createSession,
-                (ConsoleSecurity.storedHash(ofSession: session), signed.fingerprint ?? "", signed.client, found.id, name))
-            try c.affected(ConsoleOperatorStatements.signedIn, found.id)
-            try record(c, signed, "sign-in", nil)
+            signed.operatorName = found.operatorName
+            signed.fingerprint = found.fingerprint
             return signed
         }
-        guard let signedIn else { return Self.html(401, ConsolePages.signIn(error: "Sign-in refused.")) }
+        guard let signedIn else {
+            if let nameKey { limiter.withLock { $0.record(nameKey, now: now) } }
+            return Self.html(401, ConsolePages.signIn(error: "Sign-in refused."))
+        }
         logger.notice(
             "console sign-in",
             metadata: ["operator": "\(signedIn.operatorName ?? "")", "token_fingerprint": "\(signedIn.fingerprint ?? "")", "client": "\(client)"])
@@ -270,32 +270,14 @@ public final class ConsoleHandler: Sendable {
     }
 
     /// The session when it is live (and, for `activity`, marks it seen); nil otherwise.
-    private func liveSession(_ cookie: String, activity: Bool) throws -> ConsoleStatements.StoredSession? {
-        let hash = ConsoleSecurity.storedHash(ofSession: cookie)
-        return try pool.withConnection(timeout: .seconds(5)) { c -> ConsoleStatements.StoredSession? in
-            guard let stored = try c.row(ConsoleStatements.findSession, hash) else { return nil }
-            switch ConsoleSecurity.sessionState(endedAt: stored.endedAt, lastSeenAt: stored.lastSeenAt, now: stored.now) {
-            case .live:
-                if activity { try c.affected(ConsoleStatements.touchSession, hash) }
-                return stored
-            case .expired:
-                try c.affected(ConsoleStatements.endSession, hash)
-                return nil
-            case .ended:
-                return nil
-            }
-        }
+    /// The session's operator when it is live (and, for `activity`, marks it seen); nil otherwise
+    /// (siwa.console_session ends one found idle or past its lifetime).
+    private func liveSession(_ cookie: String, activity: Bool) throws -> ConsoleStatements.SignedIn? {
+        try pool.withConnection(timeout: .seconds(5)) { c in try c.row(ConsoleStatements.session, (cookie, activity)) }
     }
 
     private func secure(_ head: HTTPRequestHead) -> Bool {
         ConsoleSecurity.secureCookie(configured: secureCookie, forwardedProto: head.header("X-Forwarded-Proto"), origin: head.header("Origin"))
-    }
-
-    private func record(_ c: PostgresConnection, _ context: Context, _ action: String, _ target: String?) throws {
-        try c.affected(
-            ConsoleStatements.recordAction,
-            ConsoleStatements.Action(
-                operatorName: context.operatorName, fingerprint: context.fingerprint, client: context.client, action: action, target: target))
     }
 
     // MARK: Actions
@@ -312,35 +294,10 @@ public final class ConsoleHandler: Sendable {
         guard ConsolePages.replayKinds[kind] != nil, all || type != nil || !ids.isEmpty else {
             return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=nothing-selected")])
         }
-        let target = kind + ":" + (all ? (type.map { "type=" + $0 } ?? "all") : "ids=" + ids.prefix(50).joined(separator: ","))
+        // Ids as typed: the function replays only dead rows whose id matches (the audit row names them).
+        let selection: [String]? = all ? nil : ids.filter { !$0.isEmpty }
         let count = try pool.withConnection(timeout: .seconds(5)) { c -> Int in
-            // A kind's selection: its ids, one type (a provider call's target), or everything.
-            func replay<IDs>(
-                _ byIDs: Statement<IDs, Void>, _ selected: IDs, _ byType: Statement<String, Void>, _ everything: Statement<Void, Void>
-            ) throws(PostgresError) -> Int {
-                if !all { return try c.affected(byIDs, selected) }
-                if let type { return try c.affected(byType, type) }
-                return try c.affected(everything, ())
-            }
-            let n: Int
-            switch kind {
-            case "events":
-                n = try replay(
-                    OperatorStatements.replayIDs, ids.compactMap { Int64($0) }, OperatorStatements.replayType, OperatorStatements.replayAll)
-            case "revocations":
-                n =
-                    all
-                    ? (try c.row(RevocationStatements.replayDead) ?? 0)
-                    : (try c.row(ConsoleStatements.replayRevocationIDs, ids.compactMap { Int64($0) }) ?? 0)
-            case "provider-calls":
-                n = try replay(
-                    ProviderCallStatements.replayIDs, ids.compactMap { Int64($0) }, ProviderCallStatements.replayTarget,
-                    ProviderCallStatements.replayAll)
-            default:
-                n = try replay(ConsoleStatements.replayForwardIDs, ids, ForwardStatements.replayType, ForwardStatements.replayAll)
-            }
-            try record(c, context, "replay", target + " (\(n))")
-            return n
+            try c.row(ConsoleStatements.replay, (context.session ?? "", context.client, kind, selection, all ? type : nil)) ?? 0
         }
         return HTTPResponse(status: 303, headers: [HTTPHeader("Location", "/console/failures?notice=replayed-\(count)-\(kind)")])
     }
@@ -354,8 +311,7 @@ public final class ConsoleHandler: Sendable {
                 return try userPage(
                     context, c, reveal: false, error: "The sub typed does not match: nothing was deleted.", status: 422, subject: sub)
             }
-            _ = try c.row(DeletionStatements.request, (sub, aud))
-            try record(c, context, "delete-user", "user:" + SubjectHash.of(sub) + (aud.map { " aud=" + $0 } ?? ""))
+            try c.affected(ConsoleStatements.requestDeletion, (context.session ?? "", context.client, sub, aud))
             return HTTPResponse(
                 status: 303,
                 headers: [HTTPHeader("Location", "/console/users?q=" + SubjectHash.of(sub) + "&notice=deletion-requested")])
@@ -407,7 +363,8 @@ public final class ConsoleHandler: Sendable {
         return ConsolePages.Sync(
             now: now, reconcile: try c.row(ReconcileStatements.counts),
             tokensDue: try c.row(ConsoleStatements.tokensDue) ?? 0,
-            nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations)
+            nextSlot: try c.row(ConsoleStatements.reconcilePace) ?? nil, transfers: try c.row(TransferStatements.counts), revocations: revocations,
+            quarantined: try c.rows(TokenKeyStatements.quarantined, 100))
     }
 
     private static func notice(_ context: Context) -> String? {

@@ -511,6 +511,8 @@ enum ConsolePages {
         var nextSlot: String?
         var transfers: TransferStatements.Counts?
         var revocations: [String: Int]
+        /// Stored tokens set aside at start (they do not open with their key), oldest first.
+        var quarantined: [(sub: String, clientID: String, keyID: String, at: String)] = []
     }
 
     static func sync(_ s: Sync, features: Features, nav: ConsoleHTML.Nav) -> String {
@@ -533,6 +535,21 @@ enum ConsolePages {
         body += keyValues(s.revocations.sorted { $0.key < $1.key }.map { ($0.key, c($0.value)) })
         if s.revocations.isEmpty { body += "<p class=\"empty\">No revocations.</p>" }
         body += "</section>"
+        if !s.quarantined.isEmpty {
+            body += "<section class=\"card\"><h2>Stored tokens set aside</h2>"
+            body +=
+                "<p class=\"muted\">They did not open with their key at a start (damaged or written by hand): never sent to Apple. "
+                + "The user's next sign-in replaces the token; <code>siwa-notify doctor</code> lists them too.</p>"
+            body += ConsoleHTML.table(
+                ["user", "client id", "key", "set aside (UTC)"],
+                s.quarantined.map { q in
+                    [
+                        "<a class=\"mono\" href=\"/console/users?q=\(SubjectHash.of(q.sub))\">\(SubjectHash.of(q.sub))</a>", e(q.clientID),
+                        "<span class=\"mono\">\(e(q.keyID))</span>", e(q.at),
+                    ]
+                }, empty: "")
+            body += "</section>"
+        }
         return page("Reconciliation & transfer", nav: nav, body: body)
     }
 

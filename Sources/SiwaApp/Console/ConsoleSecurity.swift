@@ -6,8 +6,10 @@ import Synchronization
 /// life, the CSRF token, the same-origin check, the sign-in rate limit.
 enum ConsoleSecurity {
     static let cookieName = "siwa_console"
-    /// A session ends after this long without a request (8 h).
+    /// A session ends after this long without a request (8 h), and this long after its sign-in
+    /// whatever its activity (12 h): the limits siwa.console_live_session applies.
     static let idleLimitSeconds: Double = 8 * 3600
+    static let lifetimeSeconds: Double = 12 * 3600
 
     /// A fresh session token: 32 random bytes, hex.
     static func newSessionToken() -> String { Hex.encode(SecureRandom.bytes(32)) }
@@ -102,11 +104,6 @@ enum ConsoleSecurity {
         return constantTimeEquals(csrfToken(forSession: token), presented)
     }
 
-    /// The presented token's hash equals the operator's stored one (compared in constant time).
-    static func operatorTokenMatches(presented: String, stored: String) -> Bool {
-        constantTimeEquals(storedHash(ofOperatorToken: presented), stored)
-    }
-
     /// Every byte position up to the longer length is compared; a length difference counts too.
     static func constantTimeEquals(_ a: String, _ b: String) -> Bool {
         let x = Array(a.utf8), y = Array(b.utf8)
@@ -115,22 +112,6 @@ enum ConsoleSecurity {
             difference |= UInt((i < x.count ? x[i] : 0) ^ (i < y.count ? y[i] : 0))
         }
         return difference == 0
-    }
-
-    /// Whether a stored session still holds at `now` (Unix seconds).
-    enum SessionState: Equatable {
-        case live
-        /// Signed out.
-        case ended
-        /// Idle for longer than `idleLimitSeconds`.
-        case expired
-    }
-
-    /// (A removed operator's sessions are gone with it: `siwa.console_sessions`' foreign key.)
-    static func sessionState(endedAt: Double?, lastSeenAt: Double, now: Double) -> SessionState {
-        if endedAt != nil { return .ended }
-        if now - lastSeenAt > idleLimitSeconds { return .expired }
-        return .live
     }
 
     private static func isLowerHex(_ b: UInt8) -> Bool {
@@ -165,6 +146,17 @@ struct SignInLimiter: Sendable {
         for (key, times) in recent { attempts[key] = times + [now] }
         if attempts.count > maxKeys { prune(now: now) }
         return true
+    }
+
+    /// True when a key has `limit` attempts or more within the window (recorded by `record`).
+    func isOver(_ key: String, now: Double) -> Bool {
+        (attempts[key] ?? []).filter { now - $0 < window }.count >= limit
+    }
+
+    /// Records an attempt at `now` under `key` (a failed sign-in of a name), whatever the count.
+    mutating func record(_ key: String, now: Double) {
+        attempts[key] = (attempts[key] ?? []).filter { now - $0 < window } + [now]
+        if attempts.count > maxKeys { prune(now: now) }
     }
 
     /// Seconds until every key may try again (0 when they may now).

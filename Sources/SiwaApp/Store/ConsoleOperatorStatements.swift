@@ -45,18 +45,4 @@ enum ConsoleOperatorStatements {
         """,
         bind: { [$0, String(ConsoleSecurity.idleLimitSeconds)] },
         decode: { row throws(PostgresError) in Removed(removed: try row.int("removed") > 0, openSessions: try row.int("open")) })
-
-    struct Found: Equatable {
-        var id: Int64
-        var tokenHash: String
-    }
-
-    static let find = Statement<String, Found>(
-        "console_operator_find", "SELECT id, token_hash FROM siwa.console_operators WHERE name = $1",
-        bind: { [$0] },
-        decode: { row throws(PostgresError) in Found(id: try row.int64("id"), tokenHash: try row.text("token_hash")) })
-
-    static let signedIn = Statement<Int64, Void>(
-        "console_operator_signed_in", "UPDATE siwa.console_operators SET last_sign_in_at = pg_catalog.now() WHERE id = $1",
-        bind: { [String($0)] })
 }

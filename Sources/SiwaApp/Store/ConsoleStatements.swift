@@ -33,61 +33,49 @@ enum ConsoleStatements {
     }
 
     // MARK: Sessions and the audit trail
+    // The console's role writes none of the sessions, operators or audit rows: each change is an
+    // owner's function of schema.sql ("Operator console") that hashes the token it is given itself.
 
-    static let createSession = Statement<(hash: String, fingerprint: String, client: String?, operatorID: Int64, name: String), Void>(
-        "console_create_session",
-        """
-        INSERT INTO siwa.console_sessions (token_hash, token_fingerprint, client_address, operator_id, operator)
-        VALUES ($1, $2, $3, $4, $5)
-        """,
-        bind: { [$0.hash, $0.fingerprint, $0.client, String($0.operatorID), $0.name] })
-
-    struct StoredSession: Equatable {
+    /// The operator and token fingerprint of a sign-in or a live session.
+    struct SignedIn: Equatable {
         var operatorName: String
         var fingerprint: String
-        var lastSeenAt: Double
-        var endedAt: Double?
-        var now: Double
     }
 
-    static let findSession = Statement<String, StoredSession>(
-        "console_find_session",
-        """
-        SELECT operator, token_fingerprint, extract(epoch FROM last_seen_at)::float8 AS seen,
-               extract(epoch FROM ended_at)::float8 AS ended, extract(epoch FROM pg_catalog.now())::float8 AS now
-        FROM siwa.console_sessions WHERE token_hash = $1
-        """,
-        bind: { [$0] },
-        decode: { row throws(PostgresError) in
-            StoredSession(
-                operatorName: try row.text("operator"), fingerprint: try row.text("token_fingerprint"), lastSeenAt: try row.double("seen"),
-                endedAt: try row.optionalDouble("ended"), now: try row.double("now"))
-        })
-
-    static let touchSession = Statement<String, Void>(
-        "console_touch_session", "UPDATE siwa.console_sessions SET last_seen_at = pg_catalog.now() WHERE token_hash = $1", bind: { [$0] })
-
-    static let endSession = Statement<String, Void>(
-        "console_end_session",
-        "UPDATE siwa.console_sessions SET ended_at = pg_catalog.now() WHERE token_hash = $1 AND ended_at IS NULL", bind: { [$0] })
-
-    /// Sessions idle for a month are forgotten (run at each sign-in; by the seen index).
-    static let pruneSessions = Statement<Void, Void>(
-        "console_prune_sessions", "DELETE FROM siwa.console_sessions WHERE last_seen_at < pg_catalog.now() - interval '30 days'",
-        bind: { _ in [] })
-
-    struct Action {
-        var operatorName: String?
-        var fingerprint: String?
-        var client: String?
-        var action: String
-        var target: String?
+    private static func signedIn(_ row: RowReader) throws(PostgresError) -> SignedIn {
+        SignedIn(operatorName: try row.text("signed_in_operator"), fingerprint: try row.text("fingerprint"))
     }
 
-    static let recordAction = Statement<Action, Void>(
-        "console_record_action",
-        "INSERT INTO siwa.operator_actions (operator, token_fingerprint, client_address, action, target) VALUES ($1, $2, $3, $4, $5)",
-        bind: { [$0.operatorName, $0.fingerprint, $0.client, $0.action, $0.target] })
+    /// A sign-in: the function checks the operator's token, creates the session (the cookie's
+    /// hash) and records the sign-in, or records the refusal and returns no row.
+    static let signIn = Statement<(name: String, token: String, session: String, client: String?), SignedIn>(
+        "console_sign_in",
+        "SELECT signed_in_operator, fingerprint FROM siwa.console_sign_in($1, $2, $3, $4)",
+        bind: { [$0.name, $0.token, $0.session, $0.client] }, decode: signedIn)
+
+    /// The live session of a cookie (no row: unknown, ended, idle or past its lifetime);
+    /// `activity` marks it seen.
+    static let session = Statement<(session: String, activity: Bool), SignedIn>(
+        "console_session",
+        "SELECT signed_in_operator, fingerprint FROM siwa.console_session($1, $2)",
+        bind: { [$0.session, $0.activity ? "true" : "false"] }, decode: signedIn)
+
+    static let signOut = Statement<(session: String, client: String?), Void>(
+        "console_sign_out", "SELECT siwa.console_sign_out($1, $2)", bind: { [$0.session, $0.client] })
+
+    static let revealedEmail = Statement<(session: String, client: String?, sub: String), Void>(
+        "console_revealed_email", "SELECT siwa.console_revealed_email($1, $2, $3)", bind: { [$0.session, $0.client, $0.sub] })
+
+    static let requestDeletion = Statement<(session: String, client: String?, sub: String, aud: String?), Void>(
+        "console_request_deletion", "SELECT siwa.console_request_deletion($1, $2, $3, $4)",
+        bind: { [$0.session, $0.client, $0.sub, $0.aud] })
+
+    /// Dead rows of a kind back to pending: these ids, else one type (a provider call's target),
+    /// else all; returns how many moved (the audit row is the function's).
+    static let replay = Statement<(session: String, client: String?, kind: String, ids: [String]?, type: String?), Int>(
+        "console_replay", "SELECT siwa.console_replay($1, $2, $3, $4::text[], $5) AS n",
+        bind: { [$0.session, $0.client, $0.kind, $0.ids.map { SQLEncoding.array($0) }, $0.type] },
+        decode: { row throws(PostgresError) in try row.int("n") })
 
     static let actions = listing(
         "console_actions", ["id", "at", "operator", "token_fingerprint", "client_address", "action", "target"],
@@ -350,25 +338,6 @@ enum ConsoleStatements {
         FROM siwa.provider_calls WHERE state = 'dead' ORDER BY id DESC LIMIT $1
         """, bind: { (limit: Int) in [String(limit)] })
 
-    /// Dead revocations of these ids back in the queue, as `replay` does for all of them.
-    static let replayRevocationIDs = Statement<[Int64], Int>(
-        "console_replay_revocations",
-        """
-        WITH r AS (UPDATE siwa.revocations SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(),
-                       created_at = pg_catalog.now(), last_error = NULL
-                   WHERE status = 'dead' AND id = ANY($1::bigint[]) RETURNING 1)
-        SELECT pg_catalog.count(*)::int AS n FROM r
-        """, bind: { [SQLEncoding.array($0.map { Optional($0) })] }, decode: { row throws(PostgresError) in try row.int("n") })
-
-    /// Dead forwards of these ids back in the queue, as `replay --forwards` does.
-    static let replayForwardIDs = Statement<[String], Void>(
-        "console_replay_forwards",
-        """
-        UPDATE siwa.forwards SET status = 'pending', attempts = 0, next_attempt_at = pg_catalog.now(), last_error = NULL,
-            lease_until = NULL, retry_since = pg_catalog.now()
-        WHERE status = 'dead' AND id = ANY($1::text[])
-        """, bind: { [SQLEncoding.array($0)] })
-
     // MARK: A user
     // (Each reads the user's rows first, materialized, by the user's index; ordered afterwards: an
     // index in the listing's order, walked whole and filtered, looked cheaper on a table believed
@@ -410,7 +379,9 @@ enum ConsoleStatements {
     static let userRevocations = listing(
         "console_user_revocations", ["id", "client_id", "reason", "status", "confirmation", "attempts", "last_error", "created", "finished"],
         """
-        WITH r AS MATERIALIZED (SELECT * FROM siwa.revocations WHERE apple_sub = $1)
+        WITH r AS MATERIALIZED (
+            SELECT id, client_id, reason, status, confirmation, attempts, last_error, created_at, finished_at
+            FROM siwa.revocations WHERE apple_sub = $1)
         SELECT id, client_id, reason, status, confirmation, attempts, last_error, \(utc("created_at", as: "created")),
                \(utc("finished_at", as: "finished"))
         FROM r ORDER BY id DESC LIMIT 100

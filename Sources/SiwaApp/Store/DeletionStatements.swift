@@ -7,7 +7,7 @@ enum DeletionStatements {
     /// The `siwa.events.type` of an in-app deletion.
     static let jobType = "deletion-requested"
 
-    struct StoredToken: Sendable, Equatable {
+    struct StoredToken: Sendable, Hashable {
         var keyID: String
         var ciphertext: [UInt8]
     }

@@ -23,6 +23,8 @@ public enum GrantMatrix {
         "siwa_receiver SELECT key_sets",
         "siwa_worker USAGE schema siwa",
         "siwa_worker EXECUTE on_event", "siwa_worker EXECUTE request_deletion", "siwa_worker EXECUTE subject_hash",
+        // The token keys' ids: recorded by the owner and the worker's processes, read by the API's.
+        "siwa_worker EXECUTE record_token_keys", "siwa_worker SELECT token_keys", "siwa_api SELECT token_keys",
         "siwa_worker SELECT accounts", "siwa_worker INSERT accounts", "siwa_worker UPDATE accounts",
         "siwa_worker SELECT app_accounts", "siwa_worker INSERT app_accounts", "siwa_worker UPDATE app_accounts",
         "siwa_worker SELECT apple_tokens", "siwa_worker INSERT apple_tokens", "siwa_worker UPDATE apple_tokens",
@@ -39,24 +41,23 @@ public enum GrantMatrix {
         "siwa_worker INSERT revocation_calls", "siwa_dashboard EXECUTE user_report", "siwa_api EXECUTE user_report",
         "siwa_dashboard SELECT revocation_proofs", "siwa_api SELECT revocation_proofs",
         "siwa_dashboard SELECT unconfirmed_revocations", "siwa_api SELECT unconfirmed_revocations",
-        // The console: its sessions and audit trail, its pages' reads, the operators' replays and deletions.
-        "siwa_console USAGE schema siwa", "siwa_console SELECT console_sessions", "siwa_console INSERT console_sessions",
-        "siwa_console UPDATE console_sessions", "siwa_console DELETE console_sessions",
-        "siwa_console SELECT console_operators(id,name,token_hash)", "siwa_console UPDATE console_operators(last_sign_in_at)",
-        "siwa_console SELECT operator_actions", "siwa_console INSERT operator_actions",
+        // The console: its pages' reads; sign-ins, sessions, audit rows, replays and deletions through
+        // the owner's console_* functions only.
+        "siwa_console USAGE schema siwa", "siwa_console SELECT operator_actions",
+        "siwa_console EXECUTE console_sign_in", "siwa_console EXECUTE console_session", "siwa_console EXECUTE console_sign_out",
+        "siwa_console EXECUTE console_revealed_email", "siwa_console EXECUTE console_request_deletion",
+        "siwa_console EXECUTE console_replay",
         "siwa_console SELECT console_hours", "siwa_console INSERT console_hours", "siwa_console UPDATE console_hours",
         "siwa_console DELETE console_hours", "siwa_console SELECT console_rollup", "siwa_console UPDATE console_rollup",
         "siwa_console SELECT events", "siwa_console SELECT event_queue", "siwa_console SELECT accounts",
-        "siwa_console SELECT app_accounts", "siwa_console SELECT sessions", "siwa_console SELECT revocations",
+        "siwa_console SELECT app_accounts", "siwa_console SELECT sessions",
+        "siwa_console SELECT revocations(apple_sub,attempts,client_id,confirmation,confirmed_at,created_at,finished_at,id,key_id,last_error,next_attempt_at,reason,status)",
         "siwa_console SELECT forwards", "siwa_console SELECT key_sets", "siwa_console SELECT reconcile_pace",
         "siwa_console SELECT counts", "siwa_console SELECT count_changes", "siwa_console SELECT transfers",
         "siwa_console SELECT provider_calls",
         "siwa_console SELECT backlog", "siwa_console SELECT forward_backlog", "siwa_console SELECT dead_letters",
-        "siwa_console SELECT apple_tokens(next_validation_at)",
-        "siwa_console UPDATE events(attempts,last_error,next_attempt_at,status)",
-        "siwa_console UPDATE forwards(attempts,last_error,lease_until,next_attempt_at,retry_since,status)",
-        "siwa_console UPDATE revocations(attempts,created_at,last_error,next_attempt_at,status)",
-        "siwa_console EXECUTE subject_hash", "siwa_console EXECUTE user_report", "siwa_console EXECUTE request_deletion",
+        "siwa_console SELECT apple_tokens(apple_sub,client_id,key_id,next_validation_at,quarantined_at)",
+        "siwa_console EXECUTE subject_hash", "siwa_console EXECUTE user_report",
         // The auth libraries' tokens adopted (their hash only).
         "siwa_worker SELECT library_tokens", "siwa_worker INSERT library_tokens", "siwa_worker UPDATE library_tokens",
         // The hosted providers' call queue (sent by the work role, read by dashboards).
@@ -67,7 +68,6 @@ public enum GrantMatrix {
         "siwa_dashboard SELECT provider_call_backlog", "siwa_dashboard SELECT dead_provider_calls",
         "siwa_console SELECT provider_call_backlog",
         "siwa_worker SELECT email_sender_backlog", "siwa_dashboard SELECT email_sender_backlog", "siwa_console SELECT email_sender_backlog",
-        "siwa_console UPDATE provider_calls(attempts,last_reason,lease_until,next_attempt_at,retry_since,state,updated_at)",
         // Releases: each process reads the schema's release at start and keeps its heartbeat row.
         "siwa_receiver SELECT schema_release", "siwa_worker SELECT schema_release", "siwa_api SELECT schema_release",
         "siwa_dashboard SELECT schema_release", "siwa_console SELECT schema_release",

@@ -5,7 +5,7 @@ import SiwaPostgres
 /// key in use is configured and opens a token, and `rekey`.
 enum TokenKeyStatements {
     /// One stored token.
-    struct Row: Sendable, Equatable {
+    struct Row: Sendable, Hashable {
         var sub: String
         var clientID: String
         var token: DeletionStatements.StoredToken
@@ -16,6 +16,54 @@ enum TokenKeyStatements {
             sub: try row.text("apple_sub"), clientID: try row.text("client_id"),
             token: DeletionStatements.StoredToken(keyID: try row.text("key_id"), ciphertext: try row.bytes("ciphertext")))
     }
+
+    /// `last_error` of a waiting revocation whose token does not open (set dead at start).
+    static let quarantineReason = "token_undecryptable: set aside at start (the token does not open with its key)"
+
+    /// Sets a stored token that does not open aside (`quarantined_at`): never validated nor sent
+    /// to Apple; the same row only (a sign-in meanwhile replaced it: nothing).
+    static let quarantine = Statement<Row, Void>(
+        "quarantine_token",
+        """
+        UPDATE siwa.apple_tokens SET quarantined_at = pg_catalog.now()
+        WHERE apple_sub = $1 AND client_id = $2 AND key_id = $3 AND ciphertext = $4::bytea AND quarantined_at IS NULL
+        """,
+        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext)] })
+
+    /// A waiting revocation whose token does not open: dead, with the reason (the console lists it).
+    static let quarantineRevocation = Statement<Row, Void>(
+        "quarantine_revocation",
+        """
+        UPDATE siwa.revocations SET status = 'dead', last_error = '\(quarantineReason)'
+        WHERE apple_sub = $1 AND client_id = $2 AND key_id = $3 AND ciphertext = $4::bytea AND status IN ('pending', 'failed', 'dead')
+        """,
+        bind: { [$0.sub, $0.clientID, $0.token.keyID, SQLEncoding.bytea($0.token.ciphertext)] })
+
+    /// The tokens set aside, oldest first (at most `$1`): `doctor`, the console.
+    static let quarantined = Statement<Int, (sub: String, clientID: String, keyID: String, at: String)>(
+        "quarantined_tokens",
+        """
+        SELECT apple_sub, client_id, key_id, pg_catalog.to_char(quarantined_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS at
+        FROM siwa.apple_tokens WHERE quarantined_at IS NOT NULL ORDER BY quarantined_at, apple_sub LIMIT $1
+        """,
+        bind: { [String($0)] },
+        decode: { r throws(PostgresError) in (try r.text("apple_sub"), try r.text("client_id"), try r.text("key_id"), try r.text("at")) })
+
+    /// How many tokens are set aside (`/metrics`), by the partial index of them.
+    static let quarantinedCount = Statement<Void, Int>(
+        "quarantined_token_count", "SELECT pg_catalog.count(*)::int AS n FROM siwa.apple_tokens WHERE quarantined_at IS NOT NULL",
+        decode: { r throws(PostgresError) in try r.int("n") })
+
+    /// Records the ids of the keys this process holds (`siwa.record_token_keys`: the owner's and
+    /// the worker's role); returns how many were new.
+    static let record = Statement<[String], Int>(
+        "record_token_keys", "SELECT siwa.record_token_keys($1::text[]) AS added", bind: { [SQLEncoding.array($0)] },
+        decode: { r throws(PostgresError) in try r.int("added") })
+
+    /// Whether a key id is recorded (the ids the API's functions store a token under).
+    static let isRecorded = Statement<String, Bool>(
+        "token_key_recorded", "SELECT EXISTS (SELECT FROM siwa.token_keys WHERE key_id = $1) AS recorded", bind: { [$0] },
+        decode: { r throws(PostgresError) in try r.bool("recorded") })
 
     /// One stored token per distinct `key_id`, with how many tokens use that key (a skip scan
     /// over `apple_tokens_key_id`: one index probe per key, however many tokens there are).
@@ -31,7 +79,8 @@ enum TokenKeyStatements {
         SELECT t.apple_sub, t.client_id, ids.key_id, t.ciphertext,
                (SELECT pg_catalog.count(*) FROM siwa.apple_tokens c WHERE c.key_id = ids.key_id) AS tokens
         FROM ids CROSS JOIN LATERAL (
-            SELECT apple_sub, client_id, ciphertext FROM siwa.apple_tokens s WHERE s.key_id = ids.key_id LIMIT 1
+            SELECT apple_sub, client_id, ciphertext FROM siwa.apple_tokens s
+            WHERE s.key_id = ids.key_id AND s.quarantined_at IS NULL LIMIT 1
         ) t
         WHERE ids.key_id IS NOT NULL
         ORDER BY ids.key_id
@@ -45,6 +94,7 @@ enum TokenKeyStatements {
         """
         SELECT DISTINCT ON (key_id) apple_sub, client_id, key_id, ciphertext, pg_catalog.count(*) OVER (PARTITION BY key_id) AS tokens
         FROM siwa.revocations WHERE ciphertext IS NOT NULL AND key_id IS NOT NULL
+          AND (status <> 'dead' OR last_error IS DISTINCT FROM '\(quarantineReason)')
         ORDER BY key_id, id
         """,
         decode: { r throws(PostgresError) in (try row(r), try r.int("tokens")) })

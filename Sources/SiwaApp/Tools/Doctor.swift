@@ -28,6 +28,7 @@ public enum Doctor {
             if facts.database != nil, process != .receive {
                 (facts.authLibraryProblem, facts.libraryCreators) = authLibraries(config, conninfo: url)
                 facts.providerQueues = try? providerQueues(conninfo: url)
+                facts.quarantinedTokens = try? quarantinedTokens(conninfo: url)
             }
         }
         if process != .receive {
@@ -81,6 +82,14 @@ public enum Doctor {
             publicSchemaWritable: try c.row(MigrationStatements.publicWritable) ?? false,
             grants: try GrantMatrix.read(on: c), memberships: Set(try c.rows(DoctorStatements.memberships, GrantMatrix.roles)),
             durability: try? DatabaseDurability.read(on: c))
+    }
+
+    /// The stored tokens set aside at start, each as its user's hash, client id and key.
+    static func quarantinedTokens(conninfo: String) throws -> [String] {
+        let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
+        return try c.rows(TokenKeyStatements.quarantined, 100).map {
+            "sub_hash \(SubjectHash.of($0.sub)), client id \($0.clientID), key \($0.keyID), since \($0.at)"
+        }
     }
 
     /// The hosted providers' call queues, as `status` reads them.
