@@ -1044,10 +1044,13 @@ $$;
 -- An event of an unknown type is stored 'ignored' and never applied, so the worker's erasure of a
 -- deleted user's history (which runs when a deletion applies) cannot reach one that arrives
 -- later: it loses its email as it is inserted when its user is deleted (column and claims, as the
--- worker erases them). The account row is read with FOR KEY SHARE: an insert racing with the
--- worker's batch that applies the deletion waits for that batch and sees its outcome, and that
--- batch, if it locks the row after this insert, waits for its commit and then erases the row
--- itself. A user who signed in again after the deletion has an active account: kept. The WHEN
+-- worker erases them). The account row is read without a lock: a row lock taken here would be
+-- held by the inserting transaction, so a receiver login that keeps one open would stall the
+-- worker's batches of that user (their FOR UPDATE waits) until the events go dead. An insert
+-- racing with the batch that applies the deletion reads the account as it was and keeps the
+-- address; the worker's sweep of the last hour's unknown-type events of deleted users
+-- (WorkerStatements.eraseRacedIgnoredEmails, every 5 s) erases it once both have committed.
+-- A user who signed in again after the deletion has an active account: kept. The WHEN
 -- clause keeps every other insert (Apple's four types, sign-ins, deletions) free of it.
 CREATE OR REPLACE FUNCTION siwa.erase_ignored_email() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1057,7 +1060,7 @@ BEGIN
     IF NEW.email IS NULL AND coalesce(NEW.claims ->> 'events', '') NOT LIKE '%"email"%' THEN
         RETURN NEW;
     END IF;
-    SELECT a.status INTO account_status FROM siwa.accounts a WHERE a.apple_sub = NEW.sub FOR KEY SHARE;
+    SELECT a.status INTO account_status FROM siwa.accounts a WHERE a.apple_sub = NEW.sub;
     IF account_status = 'deleted' THEN
         NEW.email := NULL;
         NEW.claims := CASE jsonb_typeof(NEW.claims -> 'events')

@@ -485,6 +485,34 @@ struct InAppDeletionTests {
     }
 
     @Test(
+        "a receiver login that keeps its insert of an ignored event open does not stall the worker on that user; the sweep erases the email once it commits"
+    )
+    func ignoredInsertHeldOpen() throws {
+        let h = try H()
+        defer { h.stop() }
+        let sub = "001234.held.0001", email = "held@example.com"
+        try h.signIn(sub: sub)
+        #expect(try h.eventually { try h.accountStatus(sub) == "active" })
+        // The receiver's role inserts an event of a type siwa-notify does not know, for that
+        // user, and holds its transaction open.
+        let receiver = try PostgresConnection(conninfo: h.conninfo)
+        _ = try receiver.execute("BEGIN; SET LOCAL ROLE siwa_receiver")
+        let at = Int64(Date().timeIntervalSince1970 * 1000)
+        _ = try receiver.execute(
+            """
+            INSERT INTO siwa.events (jti, aud, sub, type, event_time, email, status, claims)
+            VALUES ('held-open-1', $1, $2, 'future-type', timestamptz 'epoch' + $3::bigint * interval '1 millisecond', $4,
+                    'ignored', jsonb_build_object('events', jsonb_build_object('type', 'future-type', 'email', $4::text)))
+            """, [S.clientID, sub, String(at), email])
+
+        // Apple's deletion of that user applies meanwhile (no lock of the insert to wait for).
+        #expect(try h.notify(type: "account-delete", sub: sub).status == 200)
+        #expect(try h.eventually(20) { try h.accountStatus(sub) == "deleted" }, "the worker waited for the receiver's open transaction")
+        _ = try receiver.execute("COMMIT")
+        #expect(try h.eventually(15) { try h.eventsHolding(email, sub: sub) == 0 }, "the ignored event kept the deleted user's email")
+    }
+
+    @Test(
         "an ignored event (unknown type) keeps no email once its user is deleted: stored before the deletion, or arriving after it; after a new sign-in it keeps it"
     )
     func ignoredEventsOfDeletedUsers() throws {

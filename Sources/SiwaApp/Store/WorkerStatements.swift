@@ -368,8 +368,10 @@ enum WorkerStatements {
 
     /// Unknown-type events received in the last hour that still hold an address while their user
     /// is deleted. The insert trigger erases them when the deleted account is visible; one inserted
-    /// while the transaction that created that user's account *as deleted* (a user never seen
-    /// before) was still open saw no row to wait for and kept its address. Swept by the worker
+    /// while the batch that applies that user's deletion (or creates the account *as deleted*: a
+    /// user never seen before) was still open read the account as it was and kept its address
+    /// (the trigger takes no lock, so a receiver holding its transaction cannot stall the worker;
+    /// one held open past the hour is out of reach, by its `received_at`). Swept by the worker
     /// (a small partial index: unknown types are rare); claimed rows are skipped, as above. The
     /// recent unknown-type events are listed first (an InitPlan over that index), and each one's
     /// account is read by its key in a correlated subquery (no join to turn round): joined freely,
