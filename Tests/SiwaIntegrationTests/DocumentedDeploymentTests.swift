@@ -359,6 +359,14 @@ struct DocumentedDeploymentTests {
         }
 
         for r in running {
+            // The durability gauge reads pg_stat_replication's states (the documented pg_read_all_stats): 0 here, not -1 (unknown).
+            var gauge: String?
+            _ = eventually(timeout: 15) {
+                let body = (try? ConsoleTests.Client(port: r.adminPort).get("/metrics").body) ?? ""
+                gauge = body.split(separator: "\n").first { $0.hasPrefix("siwa_database_synchronous_standbys ") }.map(String.init)
+                return gauge != nil
+            }
+            #expect(gauge == "siwa_database_synchronous_standbys 0", "\(r.command) as \(r.user): \(gauge ?? "no gauge")")
             #expect(!r.server.log.contains("this process connects as"), "\(r.command) warns of its login: \(r.server.log)")
             #expect(r.server.terminate() == 0, "\(r.command) stops")
         }
