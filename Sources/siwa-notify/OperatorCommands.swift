@@ -105,7 +105,8 @@ struct DeleteUser: ParsableCommand {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
             print(
                 "queued \(count) deletion\(count == 1 ? "" : "s")"
-                    + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
+                    + (config.appleAPI == nil
+                        ? " (the worker deletes the user here; revoking their tokens at Apple needs SIWA_TEAM_ID etc. on the worker)" : ""))
         } catch {
             throw CLIError("\(command) failed: \(PermissionDenied.explained(error))")
         }
