@@ -55,7 +55,7 @@ BEGIN
                 IF r <> 'siwa_operator' THEN
                     RAISE;
                 END IF;
-                RAISE WARNING 'role siwa_operator is missing and this login may not create it: CREATE ROLE siwa_operator NOLOGIN, then migrate again';
+                RAISE WARNING 'role siwa_operator is missing and this login may not create it: CREATE ROLE siwa_operator NOLOGIN, then migrate --force';
             END;
         END IF;
     END LOOP;

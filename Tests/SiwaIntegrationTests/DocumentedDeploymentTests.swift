@@ -373,4 +373,33 @@ struct DocumentedDeploymentTests {
         let errors = try log.errors(of: setup.database)
         #expect(errors.isEmpty, "PostgreSQL's log, this database's sessions:\n\(errors.joined(separator: "\n"))")
     }
+
+    @Test(
+        "roles made before siwa_operator, an owner who may not create it: migrate succeeds without its grants; once made, migrate --force grants it",
+        .enabled(if: TestDatabase.hasServerBinaries))
+    func operatorRoleLater() throws {
+        try TestDatabase.withEmbedded("operator-role") { database in
+            let admin = database.conninfo
+            for statement in [
+                "CREATE ROLE siwa_receiver NOLOGIN", "CREATE ROLE siwa_worker NOLOGIN", "CREATE ROLE siwa_api NOLOGIN",
+                "CREATE ROLE siwa_console NOLOGIN", "CREATE ROLE siwa_dashboard NOLOGIN", "CREATE ROLE siwa LOGIN",
+                "CREATE DATABASE siwa OWNER siwa",
+            ] {
+                _ = try TestDatabase.query(admin, statement)
+            }
+            let environment = ["SIWA_DATABASE_URL": admin + " dbname=siwa user=siwa"]
+            let first = try OperatorCommandTests.run(["migrate"], environment: environment)
+            #expect(first.status == 0 && first.output.contains("schema applied"), "\(first.output)")
+            #expect(first.output.contains("CREATE ROLE siwa_operator NOLOGIN, then migrate --force"), "the fix said: \(first.output)")
+            #expect(try TestDatabase.query(admin, "SELECT count(*) FROM pg_roles WHERE rolname = 'siwa_operator'").scalar == "0")
+
+            _ = try TestDatabase.query(admin, "CREATE ROLE siwa_operator NOLOGIN")
+            let forced = try OperatorCommandTests.run(["migrate", "--force"], environment: environment)
+            #expect(forced.status == 0, "\(forced.output)")
+            #expect(
+                try TestDatabase.query(
+                    admin + " dbname=siwa", "SELECT has_function_privilege('siwa_operator', 'siwa.operator_add(text, text)', 'EXECUTE')"
+                ).scalar == "t")
+        }
+    }
 }
