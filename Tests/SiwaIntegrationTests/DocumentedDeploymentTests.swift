@@ -182,7 +182,8 @@ struct DocumentedDeploymentTests {
             self.path = path
             let prefix = try TestDatabase.query(try TestDatabase.adminURL(), "SHOW log_line_prefix").scalar ?? ""
             guard prefix.contains("%d") else {
-                throw Failure(description: "the test cluster's log_line_prefix (\(prefix)) does not name the database (%d): start it as scripts/test does")
+                throw Failure(
+                    description: "the test cluster's log_line_prefix (\(prefix)) does not name the database (%d): start it as scripts/test does")
             }
             start = (try FileManager.default.attributesOfItem(atPath: path)[.size] as? UInt64) ?? 0
         }
@@ -251,7 +252,8 @@ struct DocumentedDeploymentTests {
         let owner = try #require(units.first { $0.command == "migrate" }?.user)
 
         // migrate, as the owner.
-        let migrated = try OperatorCommandTests.run(["migrate"], environment: shared.merging(["SIWA_DATABASE_URL": try setup.conninfo(user: owner)]) { $1 })
+        let migrated = try OperatorCommandTests.run(
+            ["migrate"], environment: shared.merging(["SIWA_DATABASE_URL": try setup.conninfo(user: owner)]) { $1 })
         #expect(migrated.status == 0 && migrated.output.hasPrefix("schema applied"), "\(migrated.output)")
 
         // serve, receive and work, each with its unit's login; the API on where the login has its roles.
@@ -266,7 +268,8 @@ struct DocumentedDeploymentTests {
             ]) { $1 }
             if try setup.isMember(user, of: "siwa_api") { environment["SIWA_API_TOKEN_FILE"] = tokenFile }
             let server = try ServerProcess([command], environment: environment)
-            running.append(Running(command: command, user: user, environment: environment, server: server, adminPort: adminPort, publicPort: publicPort))
+            running.append(
+                Running(command: command, user: user, environment: environment, server: server, adminPort: adminPort, publicPort: publicPort))
         }
         for r in running {
             let ready = eventually(timeout: 30) { (try? ConsoleTests.Client(port: r.adminPort).get("/readyz").status) == 200 }
@@ -276,13 +279,15 @@ struct DocumentedDeploymentTests {
         // The subs the documented commands name: a notification of each through every receiving process, applied.
         let operatorBlock = try Self.block("docs/operations.md", "operator-commands")
         let readme = try Self.blocks("README.md", "readme")
-        let subs = Set((operatorBlock + readme.joined(separator: "\n")).split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
-            .filter { $0.hasPrefix("000739.") })
+        let subs = Set(
+            (operatorBlock + readme.joined(separator: "\n")).split(whereSeparator: { $0 == " " || $0 == "\n" }).map(String.init)
+                .filter { $0.hasPrefix("000739.") })
         let now = Int64(Date().timeIntervalSince1970) * 1000
         for (i, r) in running.enumerated() where r.command != "work" {
             for sub in subs {
-                // Each process's its own event (another event_time): a retry of the same would be a duplicate.
-                let claims = NotificationSigner.claims(audience: TestHarness.audience, type: "email-enabled", sub: sub, eventTimeMillis: now - Int64(i))
+                // An event of each process's own (another event_time): the same one again would be a duplicate.
+                let claims = NotificationSigner.claims(
+                    audience: TestHarness.audience, type: "email-enabled", sub: sub, eventTimeMillis: now - Int64(i))
                 let token = try signer.sign(claims: claims)
                 let reply = try ConsoleTests.Client(port: r.publicPort).request(
                     "POST", "/apple/notifications", body: NotificationSigner.body(token: token), headers: ["Content-Type: application/json"])
@@ -291,7 +296,8 @@ struct DocumentedDeploymentTests {
         }
         #expect(
             try eventually(timeout: 30) {
-                try setup.query("SELECT count(*) FROM siwa.events WHERE status = 'done'").scalar == String(subs.count * running.filter { $0.command != "work" }.count)
+                try setup.query("SELECT count(*) FROM siwa.events WHERE status = 'done'").scalar
+                    == String(subs.count * running.filter { $0.command != "work" }.count)
             }, "every notification applied")
 
         // The operator commands, with the login they name; each `operator add` signs in to every console.
@@ -309,10 +315,15 @@ struct DocumentedDeploymentTests {
                 }
                 let user = try #require(Self.user(ofURL: lineURL))
                 if ["serve", "receive", "work"].contains(arguments[0]) {
-                    #expect(units.contains { $0.command == arguments[0] && $0.user == user }, "\(where_): \(arguments[0]) as \(user), its unit's login")
+                    #expect(
+                        units.contains { $0.command == arguments[0] && $0.user == user }, "\(where_): \(arguments[0]) as \(user), its unit's login")
                     continue
                 }
-                if arguments[0] == "migrate" { #expect(user == owner, "\(where_): migrate as the owner") } else { #expect(user != owner, "\(where_): `\(line)` as the owner") }
+                if arguments[0] == "migrate" {
+                    #expect(user == owner, "\(where_): migrate as the owner")
+                } else {
+                    #expect(user != owner, "\(where_): `\(line)` as the owner")
+                }
                 arguments = arguments.map { setup.rename($0) }
                 let errors = Pipe()
                 let result = try OperatorCommandTests.runApart(
@@ -339,8 +350,10 @@ struct DocumentedDeploymentTests {
 
         // The dashboards' SQL (docs/dashboards.md, deploy/grafana/) as the dashboards' login.
         let dashboardUser = try #require(
-            setup.renamed.keys.sorted().first { user in user != owner && (try? setup.isMember(user, of: "siwa_dashboard")) == true
-                && (try? setup.isMember(user, of: "siwa_console")) == false },
+            setup.renamed.keys.sorted().first { user in
+                user != owner && (try? setup.isMember(user, of: "siwa_dashboard")) == true
+                    && (try? setup.isMember(user, of: "siwa_console")) == false
+            },
             "the role SQL creates a dashboards' login")
         let dashboards = try PostgresConnection(conninfo: try setup.conninfo(user: dashboardUser), pinsSearchPath: false)
         let documented = Self.statements(try Self.block("docs/dashboards.md", "dashboard-sql")).filter { $0.uppercased().hasPrefix("SELECT") }
