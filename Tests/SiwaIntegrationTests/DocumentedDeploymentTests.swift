@@ -175,10 +175,19 @@ struct DocumentedDeploymentTests {
         let path: String
         let start: UInt64
 
-        init() throws {
+        /// Nil without `SIWA_TEST_DATABASE_LOG` on a developer's cluster (said on stdout: the
+        /// log is then not checked); a failure where the database is required (CI).
+        static func fromNow() throws -> ServerLog? {
             guard let path = ProcessInfo.processInfo.environment["SIWA_TEST_DATABASE_LOG"], !path.isEmpty else {
-                throw Failure(description: "SIWA_TEST_DATABASE_LOG is not set: scripts/test exports the test cluster's log file")
+                let missing = "SIWA_TEST_DATABASE_LOG is not set: scripts/test exports the test cluster's log file"
+                if TestDatabase.isRequired { throw Failure(description: missing) }
+                print("DocumentedDeploymentTests: PostgreSQL's log not checked (\(missing))")
+                return nil
             }
+            return try ServerLog(path: path)
+        }
+
+        init(path: String) throws {
             self.path = path
             let prefix = try TestDatabase.query(try TestDatabase.adminURL(), "SHOW log_line_prefix").scalar ?? ""
             guard prefix.contains("%d") else {
@@ -214,7 +223,7 @@ struct DocumentedDeploymentTests {
         "the role SQL, each unit's login, the operator commands, README's path and the dashboards' SQL as written: all succeed, doctor clean, no ERROR in PostgreSQL's log"
     )
     func asWritten() throws {
-        let log = try ServerLog()
+        let log = try ServerLog.fromNow()
         let setup = try Setup()
         let signer = NotificationSigner(key: TestHarness.sharedKey, kid: "docs-key")
         let jwks = try JWKSServer(body: KeyFetchTests.jwks(signer))
@@ -383,7 +392,7 @@ struct DocumentedDeploymentTests {
             #expect(!r.server.log.contains("this process connects as"), "\(r.command) warns of its login: \(r.server.log)")
             #expect(r.server.terminate() == 0, "\(r.command) stops")
         }
-        let errors = try log.errors(of: setup.database)
+        let errors = try log?.errors(of: setup.database) ?? []
         #expect(errors.isEmpty, "PostgreSQL's log, this database's sessions:\n\(errors.joined(separator: "\n"))")
     }
 
