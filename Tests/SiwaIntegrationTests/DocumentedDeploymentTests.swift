@@ -74,6 +74,11 @@ struct DocumentedDeploymentTests {
         return out
     }
 
+    /// The `code` spans of a Markdown table cell.
+    static func backticked(_ cell: String) -> [String] {
+        cell.split(separator: "`", omittingEmptySubsequences: false).enumerated().compactMap { $0.offset % 2 == 1 ? String($0.element) : nil }
+    }
+
     /// The user of a `postgresql://USER[:PASSWORD]@HOST/...` URL.
     static func user(ofURL url: String) -> String? {
         guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else { return nil }
@@ -356,6 +361,40 @@ struct DocumentedDeploymentTests {
         try runScript(operatorBlock, "docs/operations.md operator-commands")
         // README's blocks are one terminal session: an `export` holds for the blocks after it.
         try runScript(readme.joined(separator: "\n"), "README.md readme blocks")
+
+        // docs/configuration.md "Which login for each command": each command of a person with a
+        // login of exactly the roles its row names (each alone where the row says "or").
+        let guide = try Self.read("docs/configuration.md")
+        let table = guide.components(separatedBy: "\n## Which login for each command\n").dropFirst().first ?? ""
+        let sub = try #require(subs.sorted().first)
+        var tried = 0
+        for line in table.split(separator: "\n").prefix(while: { !$0.hasPrefix("#") }) where line.hasPrefix("| `") {
+            let cells = line.replacingOccurrences(of: "\\|", with: "/").split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard cells.count >= 2 else { continue }
+            let roles = Self.backticked(cells[1]).filter { $0.hasPrefix("siwa_") }
+            let runs: [[String]] = Self.backticked(cells[0]).flatMap { command -> [[String]] in
+                switch command {
+                case "status": [["status"]]
+                case "user-report": [["user-report", "--sub", sub]]
+                case "replay": [["replay", "--all"]]
+                case "delete-user": [["delete-user", "--sub", sub]]
+                case "operator add/list/remove": [["operator", "add", "bob"], ["operator", "list"], ["operator", "remove", "bob"]]
+                default: []
+                }
+            }
+            for group in cells[1].range(of: #"\bor\b"#, options: .regularExpression) != nil ? roles.map({ [$0] }) : [roles] where !runs.isEmpty {
+                let login = "table_" + String(UInt32.random(in: 0...UInt32.max), radix: 16) + setup.suffix
+                _ = try TestDatabase.query(setup.admin, "CREATE ROLE \(login) LOGIN IN ROLE \(group.joined(separator: ", "))")
+                for arguments in runs {
+                    let result = try OperatorCommandTests.run(
+                        arguments, environment: shared.merging(["SIWA_DATABASE_URL": setup.admin + " dbname=\(setup.database) user=\(login)"]) { $1 })
+                    #expect(
+                        result.status == 0, "docs/configuration.md: `\(arguments.joined(separator: " "))` as a member of \(group): \(result.output)")
+                    tried += 1
+                }
+            }
+        }
+        #expect(tried >= 8, "the table's commands of a person: \(tried) run")
 
         // The dashboards' SQL (docs/dashboards.md, deploy/grafana/) as the dashboards' login.
         let dashboardUser = try #require(
