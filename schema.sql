@@ -43,12 +43,19 @@ DO $$
 DECLARE
     r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api', 'siwa_console'] LOOP
+    FOREACH r IN ARRAY ARRAY['siwa_receiver', 'siwa_worker', 'siwa_dashboard', 'siwa_api', 'siwa_console', 'siwa_operator'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = r) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', r);
             EXCEPTION WHEN duplicate_object OR unique_violation THEN
                 NULL;
+            WHEN insufficient_privilege THEN
+                -- siwa_operator came after the others: a deployment that made its roles itself,
+                -- before it existed, migrates without it (its grants below wait for it).
+                IF r <> 'siwa_operator' THEN
+                    RAISE;
+                END IF;
+                RAISE WARNING 'role siwa_operator is missing and this login may not create it: CREATE ROLE siwa_operator NOLOGIN, then migrate --force';
             END;
         END IF;
     END LOOP;
@@ -1821,6 +1828,34 @@ END
 $$;
 REVOKE ALL ON FUNCTION siwa.console_replay(text, text, text, text[], text) FROM PUBLIC;
 
+-- The console's operators, managed by `operator add|list|remove` with a person's login in
+-- siwa_operator, which no process's login holds: a leaked process login cannot mint a console
+-- credential. Only the token's hash is given and kept.
+CREATE OR REPLACE FUNCTION siwa.operator_add(name text, token_hash text) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    INSERT INTO siwa.console_operators (name, token_hash) VALUES (operator_add.name, operator_add.token_hash)
+    ON CONFLICT (name) DO NOTHING RETURNING id
+$$;
+REVOKE ALL ON FUNCTION siwa.operator_add(text, text) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION siwa.operator_list()
+RETURNS TABLE (name text, created_at timestamptz, last_sign_in_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT o.name, o.created_at, o.last_sign_in_at FROM siwa.console_operators o ORDER BY o.name
+$$;
+REVOKE ALL ON FUNCTION siwa.operator_list() FROM PUBLIC;
+
+-- Removes an operator; the foreign key ends their sessions. Counts those open within the idle limit.
+CREATE OR REPLACE FUNCTION siwa.operator_remove(name text, idle_seconds double precision)
+RETURNS TABLE (removed bigint, open_sessions bigint)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    WITH gone AS (DELETE FROM siwa.console_operators o WHERE o.name = operator_remove.name RETURNING o.id)
+    SELECT (SELECT count(*) FROM gone),
+           (SELECT count(*) FROM siwa.console_sessions s JOIN gone ON s.operator_id = gone.id
+            WHERE s.ended_at IS NULL AND s.last_seen_at >= now() - operator_remove.idle_seconds * interval '1 second')
+$$;
+REVOKE ALL ON FUNCTION siwa.operator_remove(text, double precision) FROM PUBLIC;
+
 -- ───── Maintained counts ─────
 
 -- Moves the changes into siwa.counts, in a READ COMMITTED transaction only (each statement then
@@ -2006,6 +2041,18 @@ REVOKE EXECUTE ON FUNCTION siwa.request_deletion(text, text) FROM siwa_console; 
 GRANT EXECUTE ON FUNCTION siwa.console_sign_in(text, text, text, text), siwa.console_session(text, boolean),
     siwa.console_sign_out(text, text), siwa.console_revealed_email(text, text, text),
     siwa.console_request_deletion(text, text, text, text), siwa.console_replay(text, text, text, text[], text) TO siwa_console;
+
+-- Operators (people, `operator add|list|remove`): the console's credentials through the owner's
+-- functions above, nothing else. A database whose owner may not create the role waits for it.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'siwa_operator') THEN
+        GRANT USAGE ON SCHEMA siwa TO siwa_operator;
+        GRANT EXECUTE ON FUNCTION siwa.operator_add(text, text), siwa.operator_list(),
+            siwa.operator_remove(text, double precision) TO siwa_operator;
+    END IF;
+END
+$$;
 
 -- Releases: every role that runs a process reads the schema's release (a start checks it is
 -- within the promise) and keeps its own heartbeat row; dashboards read both.

@@ -29,7 +29,7 @@ public enum UnknownVariables {
     /// they are not configuration, and scripts/check-docs counts each quoted name in Sources/ as
     /// a variable docs/configuration.md must list.
     public static let tooling =
-        ("SIWA_TEST_DATABASE_URL SIWA_REQUIRE_DATABASE SIWA_BROWSER_TEST SIWA_FUZZ_SECONDS SIWA_FUZZ_TARGET SIWA_IMAGE "
+        ("SIWA_TEST_DATABASE_URL SIWA_TEST_DATABASE_LOG SIWA_REQUIRE_DATABASE SIWA_BROWSER_TEST SIWA_FUZZ_SECONDS SIWA_FUZZ_TARGET SIWA_IMAGE "
         + "SIWA_IMAGE_BUILD SIWA_IMAGE_MAX_BYTES SIWA_IMAGE_SUITE SIWA_OPENAPI_RECORD SIWA_SHUTDOWN_CYCLES SIWA_TEST_IMAGE")
         .split(separator: " ").map(String.init)
 

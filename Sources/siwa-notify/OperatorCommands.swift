@@ -52,7 +52,7 @@ struct Replay: ParsableCommand {
                 print("requeued \(count) dead revocation\(count == 1 ? "" : "s")")
                 return
             } catch {
-                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error, privilege: "UPDATE"))")
             }
         }
         if providerCalls {
@@ -60,7 +60,7 @@ struct Replay: ParsableCommand {
                 let count = try OutboxAdmin.replayProviderCalls(target: type, conninfo: try operatorDatabase(config))
                 print("requeued \(count) dead provider call\(count == 1 ? "" : "s")")
             } catch {
-                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error, privilege: "UPDATE"))")
             }
             return
         }
@@ -69,7 +69,7 @@ struct Replay: ParsableCommand {
                 let count = try OutboxAdmin.replayForwards(type: type, conninfo: try operatorDatabase(config))
                 print("requeued \(count) dead forward\(count == 1 ? "" : "s")")
             } catch {
-                throw CLIError("replay failed: \(PermissionDenied.explained(error))")
+                throw CLIError("replay failed: \(PermissionDenied.explained(error, privilege: "UPDATE"))")
             }
             return
         }
@@ -78,7 +78,7 @@ struct Replay: ParsableCommand {
             let count = try OutboxAdmin.replay(selection, conninfo: try operatorDatabase(config))
             print("requeued \(count) dead event\(count == 1 ? "" : "s")")
         } catch {
-            throw CLIError("replay failed: \(PermissionDenied.explained(error))")
+            throw CLIError("replay failed: \(PermissionDenied.explained(error, privilege: "UPDATE"))")
         }
     }
 }
@@ -105,7 +105,8 @@ struct DeleteUser: ParsableCommand {
             let count = try OutboxAdmin.requestDeletion(sub: sub, clientID: aud, conninfo: try operatorDatabase(config))
             print(
                 "queued \(count) deletion\(count == 1 ? "" : "s")"
-                    + (config.appleAPI == nil ? " (in-app deletion is off here: a worker with SIWA_TEAM_ID etc. set applies it)" : ""))
+                    + (config.appleAPI == nil
+                        ? " (the worker deletes the user here; revoking their tokens at Apple needs SIWA_TEAM_ID etc. on the worker)" : ""))
         } catch {
             throw CLIError("\(command) failed: \(PermissionDenied.explained(error))")
         }

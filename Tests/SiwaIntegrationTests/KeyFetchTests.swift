@@ -55,6 +55,7 @@ struct KeyFetchTests {
             #expect(scanner.status == 401)
             #expect(scanner.code == "unknown_kid")
             #expect(server.requestCount == fetches + 1)
+            #expect(h.logs.lines.contains { $0.contains(#""kid":"made-up-by-a-scanner""#) }, "the kid quoted once: \(h.logs.lines)")
 
             // t0 + 0.3 s: Apple rotates; its first notification signed with the new key follows.
             Thread.sleep(until: t0.addingTimeInterval(0.3))

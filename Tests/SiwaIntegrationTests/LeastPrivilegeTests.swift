@@ -31,6 +31,10 @@ struct LeastPrivilegeTests {
         )
         let other = PostgresError(code: .queryFailed, sqlState: "23505", serverMessage: "duplicate key")
         #expect("\(PermissionDenied.explained(other))" == "\(other)", "other errors as they are")
+        // A replay names the privilege it needs: siwa_console reads siwa.events, only siwa_worker updates it.
+        let update = PostgresError(code: .queryFailed, sqlState: "42501", serverMessage: "permission denied for table events")
+        #expect("\(PermissionDenied.explained(update))".contains("a member of siwa_console or siwa_worker may"))
+        #expect("\(PermissionDenied.explained(update, privilege: "UPDATE"))".contains("(42501): a member of siwa_worker may"))
         // docs/configuration.md: `status` with a login in siwa_dashboard and siwa_console.
         let ops = "ops_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
         _ = try TestDatabase.query(url, "CREATE ROLE \(ops) LOGIN IN ROLE siwa_dashboard, siwa_console")

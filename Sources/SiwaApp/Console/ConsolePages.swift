@@ -311,7 +311,7 @@ enum ConsolePages {
         }
         out += ConsoleHTML.form(
             action: "/console/replay", csrf: csrf, fields: [("kind", kind), ("scope", "all")], button: "Replay all dead \(noun)", style: "secondary",
-            confirm: "Replay every dead \(noun)?")
+            confirm: "Replay all dead \(noun)?")
         return out + "</div>"
     }
 

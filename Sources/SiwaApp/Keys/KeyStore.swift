@@ -210,7 +210,10 @@ public final class KeyStore: Sendable {
         }
         guard let decision else { return .checked(.unknownKey) }
         if case .startFetch = decision.effect {
-            logger.info("unknown kid, fetching the key set", metadata: ["kid": "\(String(kid.prefix(64)).debugDescription)"])
+            // The sender's kid, escaped (no line break of theirs in a text log) but not quoted again:
+            // the JSON log quotes it itself.
+            let escaped = String(kid.prefix(64)).debugDescription.dropFirst().dropLast()
+            logger.info("unknown kid, fetching the key set", metadata: ["kid": "\(escaped)"])
         }
         perform(decision.effect)
         switch decision.answer {

@@ -4,7 +4,7 @@ import SiwaPostgres
 /// `doctor` compares the catalogs with it; `LeastPrivilegeTests` holds schema.sql and the table to it.
 public enum GrantMatrix {
     /// siwa's group roles (NOLOGIN, members of none of each other).
-    public static let roles = ["siwa_receiver", "siwa_worker", "siwa_api", "siwa_dashboard", "siwa_console"]
+    public static let roles = ["siwa_receiver", "siwa_worker", "siwa_api", "siwa_dashboard", "siwa_console", "siwa_operator"]
 
     /// Each role's privileges, the allow-list: `role PRIVILEGE object`; a column grant names its
     /// columns, `object(col,...)`; `PUBLIC` is everyone (nothing of siwa's); `MEMBER` a membership
@@ -76,6 +76,9 @@ public enum GrantMatrix {
         "siwa_worker UPDATE processes", "siwa_worker DELETE processes", "siwa_console SELECT processes",
         "siwa_console INSERT processes", "siwa_console UPDATE processes", "siwa_console DELETE processes",
         "siwa_dashboard SELECT processes",
+        // Operators (people): the console's credentials, through the owner's functions.
+        "siwa_operator USAGE schema siwa", "siwa_operator EXECUTE operator_add", "siwa_operator EXECUTE operator_list",
+        "siwa_operator EXECUTE operator_remove",
     ]
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read
