@@ -3,7 +3,7 @@
 public enum BuildInfo {
     /// The semantic version of the release. `scripts/release VERSION` stamps it (and opens the
     /// next `-dev` version after tagging): the one place it is written.
-    public static let version = "1.0.1-dev"
+    public static let version = "1.1.0-dev"
 
     /// The release before this one, the oldest whose processes run on this release's schema
     /// (docs/operations.md "Upgrading"): recorded with the schema it applies. `scripts/release`
