@@ -65,6 +65,19 @@ struct ReleaseScriptTests {
         return dir
     }
 
+    @Test("a schema changed since the last release makes the next one a minor release at least (a patch never changes it)")
+    func schemaChangeIsNotAPatch() throws {
+        let fixture = root.appendingPathComponent("Tests/SiwaIntegrationTests/Fixtures/schemas/schema-v\(Self.previous).sql")
+        let released = try String(contentsOf: fixture, encoding: .utf8)
+        let current = try String(contentsOf: root.appendingPathComponent("schema.sql"), encoding: .utf8)
+        let minor = { (v: String) in v.split(separator: ".").prefix(2).map { Int($0)! } }
+        if current != released {
+            #expect(
+                minor(Self.cut).lexicographicallyPrecedes(minor(Self.previous)) == false && minor(Self.cut) != minor(Self.previous),
+                "schema.sql changed since \(Self.previous): BuildInfo.version \(BuildInfo.version) must open a minor (or major) release")
+        }
+    }
+
     @Test("a dirty tree or a red test run: refused, nothing changed, no tag")
     func refusals() throws {
         let dir = try Self.clone()
