@@ -67,9 +67,9 @@ struct ReleaseScriptTests {
 
     @Test("a schema changed since the last release makes the next one a minor release at least (a patch never changes it)")
     func schemaChangeIsNotAPatch() throws {
-        let fixture = root.appendingPathComponent("Tests/SiwaIntegrationTests/Fixtures/schemas/schema-v\(Self.previous).sql")
+        let fixture = Self.root.appendingPathComponent("Tests/SiwaIntegrationTests/Fixtures/schemas/schema-v\(Self.previous).sql")
         let released = try String(contentsOf: fixture, encoding: .utf8)
-        let current = try String(contentsOf: root.appendingPathComponent("schema.sql"), encoding: .utf8)
+        let current = try String(contentsOf: Self.root.appendingPathComponent("schema.sql"), encoding: .utf8)
         let minor = { (v: String) in v.split(separator: ".").prefix(2).map { Int($0)! } }
         if current != released {
             #expect(
