@@ -315,7 +315,8 @@ public final class Application: Sendable {
             if let forwarding = configuration.forwarding {
                 targets.forwarding = try ForwardDelivery.load(forwarding, timeout: options.forwarding.timeout)
             }
-            targets.providers = try HostedProviderClients.make(configuration.hostedProviders, logger: logger)
+            targets.providers = try HostedProviderClients.make(
+                configuration.hostedProviders, logger: logger, clock: options.providers.wallClock)
             try HostedProviderClients.check(targets.providers, configuration: configuration.hostedProviders)
             targets.senders = try EmailSenderClients.make(configuration.emailSenders, logger: logger)
             try EmailSenderClients.check(targets.senders, configuration: configuration.emailSenders)

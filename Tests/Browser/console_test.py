@@ -25,10 +25,10 @@ import time
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 BINARY = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".build/debug/siwa-notify")
@@ -139,6 +139,18 @@ def console_errors(driver):
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
+def gone(element):
+    """True once `element` is no longer in the page. Chrome answers a look at an element of a
+    page being replaced with "stale element" or, mid-navigation, with "unhandled inspector error:
+    Node with given id does not belong to the document": both mean it went (selenium's
+    staleness_of takes only the first, and fails the test on the second)."""
+    try:
+        element.is_enabled()
+        return False
+    except WebDriverException:
+        return True
+
+
 def sign_in(driver, server, token, name=OPERATOR):
     driver.get(server.base + "/console")
     check(driver.current_url.endswith("/console/sign-in"), "signed out: /console leads to the sign-in form")
@@ -151,7 +163,7 @@ def sign_in(driver, server, token, name=OPERATOR):
     # The sign-in form's own page is "complete" until the answer replaces it: wait for that page
     # to go first, or the next page is asked for before the session cookie is set (the sign-in
     # form then comes back in its place).
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(button))
+    WebDriverWait(driver, 15).until(lambda _: gone(button))
     eventually(lambda: driver.execute_script("return document.readyState") == "complete", 15, "the page after sign-in")
 
 

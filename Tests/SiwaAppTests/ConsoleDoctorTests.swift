@@ -1,5 +1,7 @@
 import Foundation
 import SiwaCore
+import SiwaRuntime
+import Synchronization
 import Testing
 
 @testable import SiwaApp
@@ -24,7 +26,7 @@ struct ConsoleDoctorTests {
         #expect(ConsolePages.doctorCard(DoctorReport(process: "serve", findings: [report.findings[1]])).contains("Nothing found"))
     }
 
-    @Test("the watch answers at once and examines in the background; the report then stays until it is due again")
+    @Test("the watch answers at once and examines in the background")
     func watch() {
         var config = ServerConfiguration()
         config.jwksURL = "http://127.0.0.1:1/auth/keys"
@@ -38,6 +40,46 @@ struct ConsoleDoctorTests {
         }
         let codes = report?.findings.map(\.code) ?? []
         #expect(codes.contains("database-embedded") && codes.contains("jwks-unreachable"), "\(String(describing: report))")
-        #expect(watch.latest() == report)
+    }
+
+    /// The examinations a watch started, held until the test runs them.
+    final class Examinations: Sendable {
+        let started = Mutex<[@Sendable () -> Void]>([])
+        let done = Atomic<Int>(0)
+        var waiting: Int { started.withLock { $0.count } }
+
+        func runNext() {
+            let work = started.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+            work?()
+        }
+    }
+
+    @Test("a report stays until it is due on the watch's clock; then one examination, and none while it runs")
+    func staysUntilDue() {
+        let clock = ManualClock()
+        let examinations = Examinations()
+        let watch = DoctorWatch(
+            maxAge: .seconds(600), clock: clock,
+            background: { work in examinations.started.withLock { $0.append(work) } },
+            examine: {
+                let n = examinations.done.add(1, ordering: .relaxed).newValue
+                return DoctorReport(process: "serve", findings: [DoctorFinding("examination-\(n)", .info, "", fix: "")])
+            })
+        #expect(watch.latest() == nil)
+        #expect(watch.latest() == nil)
+        #expect(examinations.waiting == 1, "one examination, not one per look while it runs")
+        examinations.runNext()
+        let first = watch.latest()
+        #expect(first?.findings.map(\.code) == ["examination-1"])
+        clock.advance(by: .seconds(599))
+        #expect(watch.latest() == first)
+        #expect(examinations.waiting == 0, "examined again before it was due")
+        clock.advance(by: .seconds(1))
+        #expect(watch.latest() == first, "the report due again is shown while the next is examined")
+        #expect(watch.latest() == first)
+        #expect(examinations.waiting == 1, "one examination once due")
+        examinations.runNext()
+        #expect(watch.latest()?.findings.map(\.code) == ["examination-2"])
+        #expect(examinations.waiting == 0)
     }
 }

@@ -23,10 +23,17 @@ struct FirebaseClientTests {
     /// Unix seconds the client and the fake share; tests move it.
     final class Clock: Sendable {
         private let seconds = Atomic<Int64>(1_800_000_000)
+        /// The client's reads (`wall`), not the fake's.
+        let clientReads = Atomic<Int>(0)
         var now: Int64 { seconds.load(ordering: .relaxed) }
         func advance(_ by: Int64) { seconds.add(by, ordering: .relaxed) }
         var read: @Sendable () -> Int64 { { [self] in now } }
-        var wall: WallClock { WallClock { [self] in .seconds(now) } }
+        var wall: WallClock {
+            WallClock { [self] in
+                clientReads.add(1, ordering: .relaxed)
+                return .seconds(now)
+            }
+        }
     }
 
     static func keyFile(email: String = email, key: RSAPrivateKey = key, tokenURI: String) -> [UInt8] {
@@ -280,8 +287,12 @@ struct FirebaseClientTests {
         let s = try Setup()
         defer { s.fake.stop() }
         s.addUsers()
-        // A slow exchange: every thread asks for a token while the first is being obtained.
-        s.fake.change { $0.tokenDelay = .milliseconds(800) }
+        // The first exchange is held until every thread has looked for a cached token and found
+        // none: the exchanging thread reads the client's clock twice (the cache, the assertion's
+        // iat), each of the other seven once; a thread past that look either waits for the
+        // exchange in flight or makes its own.
+        let clock = s.clock
+        s.fake.change { $0.tokenHold = { clock.clientReads.load(ordering: .relaxed) >= 2 + 7 } }
         let outcomes = Mutex<[ProviderOutcome]>([])
         let group = DispatchGroup()
         for _ in 0..<8 {
@@ -295,6 +306,7 @@ struct FirebaseClientTests {
         #expect(group.wait(timeout: .now() + 30) == .success, "the applies did not end within 30 s")
         #expect(outcomes.withLock { $0 } == Array(repeating: .done([.signedOut], status: 200), count: 8))
         #expect(s.fake.snapshot.tokensIssued == 1)
+        #expect(s.fake.snapshot.tokenHoldsTimedOut == 0, "the threads never all looked for a token")
         try s.validate()
     }
 

@@ -216,5 +216,64 @@ struct LeastPrivilegeTests {
             listed == GrantMatrix.expected,
             "docs/security.md extra: \(listed.subtracting(GrantMatrix.expected).sorted()), lacks: \(GrantMatrix.expected.subtracting(listed).sorted())"
         )
+        // The same, read apart from the product's query: a grant to any other role fails here.
+        let independent = try Self.grantsReadApart(url)
+        #expect(
+            independent == GrantMatrix.expected,
+            "read apart, extra: \(independent.subtracting(GrantMatrix.expected).sorted()), missing: \(GrantMatrix.expected.subtracting(independent).sorted())"
+        )
+        // A role added beside siwa's, with a grant of its own: both reads see it.
+        let added = "siwa_added_" + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        _ = try TestDatabase.query(url, "CREATE ROLE \(added) NOLOGIN; GRANT SELECT ON siwa.accounts TO \(added)")
+        defer { _ = try? TestDatabase.query(url, "REVOKE ALL ON siwa.accounts FROM \(added); DROP ROLE \(added)") }
+        #expect(try GrantMatrix.read(conninfo: url).subtracting(GrantMatrix.expected) == ["\(added) SELECT accounts"], "doctor's read")
+        #expect(try Self.grantsReadApart(url).subtracting(GrantMatrix.expected) == ["\(added) SELECT accounts"], "the read apart")
+    }
+
+    /// Every grant on schema `siwa` and its objects to a role other than their owner, read from
+    /// information_schema and the privilege functions rather than the ACLs `GrantMatrix.read`
+    /// explodes, spelled as `GrantMatrix.expected`: tables, views and sequences, columns granted
+    /// without their table, functions, and the schema to every `siwa_*` role that cannot log in;
+    /// with the memberships between those roles and any attribute of a role holding a grant.
+    static func grantsReadApart(_ url: String) throws -> Set<String> {
+        let rows = try TestDatabase.query(
+            url,
+            """
+            WITH tables AS (
+                SELECT grantee, privilege_type, table_name FROM information_schema.role_table_grants
+                WHERE table_schema = 'siwa' AND grantee <> current_user
+                UNION
+                SELECT grantee, privilege_type, object_name FROM information_schema.usage_privileges
+                WHERE object_schema = 'siwa' AND object_type = 'SEQUENCE' AND grantee <> current_user
+            ), columns AS (
+                SELECT c.grantee, c.privilege_type, c.table_name || '(' || string_agg(c.column_name, ',' ORDER BY c.column_name) || ')' AS object
+                FROM information_schema.role_column_grants c
+                WHERE c.table_schema = 'siwa' AND c.grantee <> current_user
+                  AND NOT EXISTS (SELECT FROM tables t WHERE t.grantee = c.grantee AND t.privilege_type = c.privilege_type
+                                                         AND t.table_name = c.table_name)
+                GROUP BY c.grantee, c.privilege_type, c.table_name
+            ), granted AS (
+                SELECT grantee, privilege_type || ' ' || table_name AS what FROM tables
+                UNION ALL SELECT grantee, privilege_type || ' ' || object FROM columns
+                UNION ALL
+                SELECT grantee, privilege_type || ' ' || routine_name FROM information_schema.role_routine_grants
+                WHERE routine_schema = 'siwa' AND grantee <> current_user
+                UNION ALL
+                SELECT r.rolname, p.privilege || ' schema siwa' FROM pg_roles r, unnest(ARRAY['USAGE', 'CREATE']) p(privilege)
+                WHERE r.rolname LIKE 'siwa\\_%' AND NOT r.rolcanlogin AND has_schema_privilege(r.oid, 'siwa', p.privilege)
+            )
+            SELECT DISTINCT grantee || ' ' || what FROM granted
+            UNION ALL
+            SELECT m.rolname || ' MEMBER ' || g.rolname FROM pg_auth_members a
+                JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
+            WHERE g.rolname LIKE 'siwa\\_%' AND m.rolname LIKE 'siwa\\_%' AND NOT m.rolcanlogin
+            UNION ALL
+            SELECT rolname || ' ATTRIBUTE ' || concat_ws(',', CASE WHEN rolsuper THEN 'SUPERUSER' END,
+                CASE WHEN rolcanlogin THEN 'LOGIN' END, CASE WHEN rolbypassrls THEN 'BYPASSRLS' END,
+                CASE WHEN rolcreaterole THEN 'CREATEROLE' END, CASE WHEN rolcreatedb THEN 'CREATEDB' END)
+            FROM pg_roles WHERE rolname IN (SELECT grantee FROM granted)
+              AND (rolsuper OR rolcanlogin OR rolbypassrls OR rolcreaterole OR rolcreatedb)
+            """)
+        return Set(rows.rows.compactMap { $0[0] })
     }
 }

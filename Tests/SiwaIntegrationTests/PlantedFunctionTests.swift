@@ -137,7 +137,7 @@ struct PlantedFunctionTests {
             }, "every notification applied")
 
         // In-app deletion of the signed-in user: applied locally, its token revoked at Apple.
-        #expect(try OutboxAdmin.requestDeletion(sub: signedIn, clientID: nil, conninfo: conninfo) >= 0)
+        #expect(try OutboxAdmin.requestDeletion(sub: signedIn, clientID: nil, conninfo: conninfo) == 1, "one deletion queued")
         #expect(
             try eventually(timeout: 20) {
                 try Self.value(conninfo, "SELECT status FROM siwa.revocations WHERE apple_sub = $1", [signedIn]) == "done"

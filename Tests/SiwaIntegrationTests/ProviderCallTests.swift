@@ -2,6 +2,7 @@ import Foundation
 import SiwaApp
 import SiwaCore
 import SiwaPostgres
+import SiwaRuntime
 import Testing
 
 /// The hosted providers end to end: notifications through the real receiver and worker, each
@@ -28,9 +29,12 @@ struct ProviderCallTests {
     static let unknown = "001234.00000000000000000000000000000000.0004"
 
     /// A harness applying events to the fixture's provider, with quick retries.
-    static func harness(_ fixture: any ProviderFixture, policy: AccountDeletePolicy = .unlink) throws -> TestHarness {
+    static func harness(
+        _ fixture: any ProviderFixture, policy: AccountDeletePolicy = .unlink, wallClock: WallClock = .system
+    ) throws -> TestHarness {
         try TestHarness { config, options in
             fixture.configure(&config)
+            options.providers.wallClock = wallClock
             config.authLibraries.onAccountDelete = policy
             options.providers.pollInterval = .milliseconds(100)
             options.providers.schedule = ProviderCallSchedule(

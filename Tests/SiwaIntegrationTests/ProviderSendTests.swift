@@ -1,6 +1,7 @@
 import Foundation
 import SiwaCore
 import SiwaHTTP
+import SiwaRuntime
 import Synchronization
 import Testing
 
@@ -25,18 +26,35 @@ struct ProviderSendTests {
         fake.requests.filter { seen in seen.path.contains(sub) || seen.query.contains { $0.value.contains(sub) } }
     }
 
+    /// The real time moved on by `offset`, counting its reads: the provider sender's clock,
+    /// which the test moves past a rate-limit reset instead of waiting for it.
+    final class MovedWallClock: Sendable {
+        let offset = Atomic<Int64>(0)
+        let reads = Atomic<Int>(0)
+        /// Unix seconds on this clock, not counted as a read.
+        var seconds: Double { Date().timeIntervalSince1970 + Double(offset.load(ordering: .relaxed)) }
+        var clock: WallClock {
+            WallClock { [self] in
+                reads.add(1, ordering: .relaxed)
+                return WallClock.system.sinceEpoch + .seconds(offset.load(ordering: .relaxed))
+            }
+        }
+    }
+
     @Test("Auth0 says its window is spent (x-ratelimit-remaining 0): no call goes out before x-ratelimit-reset")
     func rateLimitPausesProvider() throws {
         let fixture = try Auth0Fixture()
         defer { fixture.stop() }
         try fixture.addAppleUser(sub: Self.apple)
         try fixture.addAppleUser(sub: Self.other)
-        let h = try ProviderCallTests.harness(fixture)
+        let time = MovedWallClock()
+        let h = try ProviderCallTests.harness(fixture, wallClock: time.clock)
         defer { h.stop() }
-        // Every answer until the reset says the window is spent, the successes too.
-        let reset = (Date().timeIntervalSince1970 + 5).rounded(.up)
+        // Every answer until the reset, an hour ahead on the sender's clock, says the window is
+        // spent, the successes too: no runner is slow enough to reach it before the test moves it.
+        let reset = (time.seconds + 3600).rounded(.up)
         fixture.tenant.fake.reshape { _, answer in
-            guard Date().timeIntervalSince1970 < reset else { return answer }
+            guard time.seconds < reset else { return answer }
             var spent = answer
             spent.headers += [
                 HTTPHeader("X-RateLimit-Limit", "10"), HTTPHeader("X-RateLimit-Remaining", "0"),
@@ -46,12 +64,17 @@ struct ProviderSendTests {
         }
         try post(h, "consent-revoked", sub: Self.apple, at: 1_750_000_000_000)
         #expect(try ProviderCallTests.settled(h, sub: Self.apple).map(\.state) == ["done"])
-        let queued = Date().timeIntervalSince1970
-        #expect(queued < reset - 1, "the first call took until the reset: nothing left to show")
         try post(h, "consent-revoked", sub: Self.other, at: 1_750_000_000_000)
+        #expect(try eventually(timeout: 20) { try ProviderCallTests.calls(h, sub: Self.other).map(\.state) == ["pending"] })
+        // The sender's claims read its clock each round: rounds ran with the call queued.
+        let reads = time.reads.load(ordering: .relaxed)
+        #expect(eventually(timeout: 20) { time.reads.load(ordering: .relaxed) >= reads + 5 }, "the sender claimed no more")
+        #expect(Self.requests(fixture.tenant.fake, naming: Self.other).isEmpty, "a call went out before the reset")
+        let moved = Date()
+        time.offset.add(3600, ordering: .relaxed)
         #expect(try ProviderCallTests.settled(h, sub: Self.other).map(\.state) == ["done"])
-        let first = Self.requests(fixture.tenant.fake, naming: Self.other).map(\.at.timeIntervalSince1970).min() ?? 0
-        #expect(first >= reset - 0.01, "a call went out \(reset - first) s before the reset")
+        let first = Self.requests(fixture.tenant.fake, naming: Self.other).map(\.at).min() ?? .distantPast
+        #expect(first >= moved, "a call went out before the sender's clock passed the reset")
     }
 
     @Test("a user's second call waits while the first is retried; another user's call goes meanwhile")

@@ -23,8 +23,9 @@ struct RefusedStartTests {
     }
 
     /// `siwa-notify serve` with `environment` on two configured loopback ports, tried for a
-    /// connection from before it runs until it has exited (60 s at most).
-    static func serve(_ environment: [String: String]) throws -> Outcome {
+    /// connection from before it runs until it has exited (60 s at most), or, with
+    /// `untilBothAnswer`, until both ports accepted one (the probe's positive control).
+    static func serve(_ environment: [String: String], untilBothAnswer: Bool = false) throws -> Outcome {
         let ports = [ServerProcess.freePort(), ServerProcess.freePort()]
         let base = [
             "SIWA_AUDIENCES": TestHarness.audience, "SIWA_JWKS_URL": "file:///nonexistent/siwa-jwks.json",
@@ -35,7 +36,7 @@ struct RefusedStartTests {
         // Every millisecond: a listener that is up for a few milliseconds is seen.
         let deadline = Date().addingTimeInterval(60)
         var exited = false
-        while !exited && Date() < deadline {
+        while !exited && Date() < deadline && !(untilBothAnswer && connected.count == ports.count) {
             exited = !server.process.isRunning
             for port in ports {
                 if let fd = try? RawHTTP(port: port).connect() {
@@ -57,6 +58,14 @@ struct RefusedStartTests {
         #expect(outcome.connected.isEmpty, "a refused start accepted connections on \(outcome.connected.sorted())", sourceLocation: sourceLocation)
         let listened = ["admin listener up", "receiving notifications"].filter { outcome.log.contains($0) }
         #expect(listened.isEmpty, "a refused start logged \(listened)", sourceLocation: sourceLocation)
+    }
+
+    @Test("the probe's control: a start that succeeds is seen on both ports")
+    func probeSeesAStart() throws {
+        // Without it, a probe that could not connect at all would pass every refusal below.
+        let outcome = try Self.serve(["SIWA_DATABASE_URL": try TestDatabase.create()], untilBothAnswer: true)
+        #expect(!outcome.exited, "\(outcome.log)")
+        #expect(outcome.connected.count == 2, "the probe saw \(outcome.connected.sorted()): \(outcome.log)")
     }
 
     @Test("a bad variable: one line naming it, no port opened")

@@ -45,12 +45,10 @@ struct CallLoopTests {
         #expect(table.recorded.withLock { $0 }.sorted() == (1...10).map { "answer \($0)" }.sorted())
     }
 
-    @Test("Stopped with a call out: claims nothing more, records the answer that comes within the grace, then ends")
-    func stopRecordsWithinTheGrace() {
-        let clock = ManualClock()
-        let table = Table()
+    /// A loop on `clock` whose one call (row 1) answers only once `release` is stopped, started
+    /// and idle, waiting for that answer.
+    static func loopWithACallOut(clock: ManualClock, table: Table, release: WakeSignal) -> CallLoop<Int, String> {
         table.due.withLock { $0 = [1] }
-        let release = WakeSignal()
         let loop = CallLoop<Int, String>(
             Self.settings(callsInFlight: 1, clock: clock), logger: Logger(label: "test"),
             connect: { FakeConnection() },
@@ -63,14 +61,52 @@ struct CallLoopTests {
         loop.start()
         // The call runs (it waits for `release`, off the manual clock) and the loop waits for its answer.
         #expect(clock.settle(after: 0), "the loop never waited")
+        return loop
+    }
+
+    /// Stops `loop` on a thread of its own, with a real deadline; `ended` is stopped when the
+    /// loop ended within it (a loop that does not end fails the test, not the machine).
+    static func stopper(_ loop: CallLoop<Int, String>, ended: WakeSignal) -> LoopThread {
+        LoopThread(name: "test-stopper") {
+            if loop.stop(until: Deadline(after: .seconds(30))) { ended.stop() }
+        }
+    }
+
+    @Test("Stopped with a call out: claims nothing more, records the answer that comes within the grace, then ends")
+    func stopRecordsWithinTheGrace() {
+        let clock = ManualClock()
+        let table = Table()
+        let release = WakeSignal()
+        let loop = Self.loopWithACallOut(clock: clock, table: table, release: release)
         let claims = table.claims.load(ordering: .relaxed)
         table.due.withLock { $0 = [2, 3] }
-        let stopper = LoopThread(name: "test-stopper") { loop.stop(deadline: .never) }
+        let ended = WakeSignal()
+        let stopper = Self.stopper(loop, ended: ended)
         #expect(CallRoundsTests.until { loop.wakeups.isStopped }, "the stop was not seen")
         release.stop()
-        #expect(stopper.join(until: Deadline(after: .seconds(30))), "the loop did not end once its call answered")
+        #expect(stopper.join(until: Deadline(after: .seconds(40))), "the stopper did not return")
+        #expect(ended.isStopped, "the loop did not end within its stop deadline once its call answered")
         #expect(table.recorded.withLock { $0 } == ["answer 1"])
         #expect(table.claims.load(ordering: .relaxed) == claims, "a stopping loop claimed again")
+    }
+
+    @Test("Stopped with a call that does not answer: the loop ends at the end of its grace, the answer unrecorded")
+    func stopEndsAtTheGrace() {
+        let clock = ManualClock()
+        let table = Table()
+        let release = WakeSignal()
+        defer { release.stop() }
+        let loop = Self.loopWithACallOut(clock: clock, table: table, release: release)
+        let waits = clock.blockedWaits
+        let ended = WakeSignal()
+        let stopper = Self.stopper(loop, ended: ended)
+        #expect(CallRoundsTests.until { loop.wakeups.isStopped }, "the stop was not seen")
+        #expect(clock.settle(after: waits), "the stopping loop never waited for its call")
+        // The grace (10 s on the loop's clock) runs out with the call still out.
+        clock.advance(by: .seconds(10))
+        #expect(stopper.join(until: Deadline(after: .seconds(40))), "the stopper did not return")
+        #expect(ended.isStopped, "the loop did not end at the end of its grace")
+        #expect(table.recorded.withLock { $0 }.isEmpty)
     }
 
     @Test("Run on the calling thread: retries queued by `record` are called again; it returns once nothing is left")

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SiwaCore
+import SiwaRuntime
 
 /// Builds the client of each hosted provider `SIWA_APPLY_TO` names, reading its credential files
 /// now (at start), and runs each one's start-up check. The one place a provider's client is made.
@@ -13,23 +14,26 @@ public enum HostedProviderClients {
     }
 
     /// The clients of `configuration.targets`, in that order.
-    public static func make(_ configuration: HostedProviderConfiguration, logger: Logger) throws(StartError) -> [any HostedProviderClient] {
+    /// `clock`: what Auth0's and Clerk's rate-limit resets are read against.
+    public static func make(
+        _ configuration: HostedProviderConfiguration, logger: Logger, clock: WallClock = .system
+    ) throws(StartError) -> [any HostedProviderClient] {
         var clients: [any HostedProviderClient] = []
         for provider in configuration.targets {
-            if let client = try make(provider, configuration, logger: logger) { clients.append(client) }
+            if let client = try make(provider, configuration, logger: logger, clock: clock) { clients.append(client) }
         }
         return clients
     }
 
     /// The client of one provider (nil: its settings are not configured).
     static func make(
-        _ provider: HostedProvider, _ configuration: HostedProviderConfiguration, logger: Logger
+        _ provider: HostedProvider, _ configuration: HostedProviderConfiguration, logger: Logger, clock: WallClock = .system
     ) throws(StartError) -> (any HostedProviderClient)? {
         switch provider {
         case .cognito: if let s = configuration.cognito { return try cognito(s, logger: logger) }
         case .firebase: if let s = configuration.firebase { return try firebase(s, logger: logger) }
-        case .auth0: if let s = configuration.auth0 { return try auth0(s, logger: logger) }
-        case .clerk: if let s = configuration.clerk { return try clerk(s, logger: logger) }
+        case .auth0: if let s = configuration.auth0 { return try auth0(s, logger: logger, clock: clock) }
+        case .clerk: if let s = configuration.clerk { return try clerk(s, logger: logger, clock: clock) }
         }
         return nil
     }
@@ -70,17 +74,22 @@ public enum HostedProviderClients {
         }
     }
 
-    static func auth0(_ settings: HostedProviderConfiguration.Auth0Settings, logger: Logger) throws(StartError) -> Auth0Client {
+    static func auth0(
+        _ settings: HostedProviderConfiguration.Auth0Settings, logger: Logger, clock: WallClock = .system
+    ) throws(StartError) -> Auth0Client {
         let secret = try secret(settings.clientSecretFile, variable: "SIWA_AUTH0_CLIENT_SECRET_FILE")
         return try built(["url": "SIWA_AUTH0_URL"], otherwise: "SIWA_AUTH0_DOMAIN") { () throws(ConfigurationError) in
-            try Auth0Client(domain: settings.domain, clientID: settings.clientID, clientSecret: secret, url: settings.url, logger: logger)
+            try Auth0Client(
+                domain: settings.domain, clientID: settings.clientID, clientSecret: secret, url: settings.url, logger: logger, clock: clock)
         }
     }
 
-    static func clerk(_ settings: HostedProviderConfiguration.ClerkSettings, logger: Logger) throws(StartError) -> ClerkClient {
+    static func clerk(
+        _ settings: HostedProviderConfiguration.ClerkSettings, logger: Logger, clock: WallClock = .system
+    ) throws(StartError) -> ClerkClient {
         let secret = try secret(settings.secretKeyFile, variable: "SIWA_CLERK_SECRET_KEY_FILE")
         return try built(["url": "SIWA_CLERK_URL"], otherwise: "SIWA_CLERK_SECRET_KEY_FILE") { () throws(ConfigurationError) in
-            try ClerkClient(secretKey: secret, url: settings.url, logger: logger)
+            try ClerkClient(secretKey: secret, url: settings.url, logger: logger, clock: clock)
         }
     }
 

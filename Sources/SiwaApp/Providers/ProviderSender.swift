@@ -23,6 +23,9 @@ public final class ProviderSender: Service {
         /// How long a stop waits for the calls in flight. Default 11 s.
         public var stopGrace: Duration = .seconds(11)
         public var schedule = ProviderCallSchedule()
+        /// What a provider's rate-limit reset (Unix seconds) is compared with: the same clock
+        /// its client was given, so a test moves the reset instead of waiting for it.
+        public var wallClock: WallClock = .system
         public init() {}
     }
 
@@ -57,12 +60,13 @@ public final class ProviderSender: Service {
         settings.batchSize = options.batchSize
         settings.budget = .halfOfWhatIsLeft
         let clientsByTarget = byTarget
+        let wallClock = options.wallClock
         loop = CallLoop(
             settings, logger: logger,
             connect: { try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify providers") },
             claim: { c, limit, rounds in
                 // A provider that asked not to be called (its rate limit) gets no call until then.
-                let now = WallClock.system.sinceEpoch
+                let now = wallClock.sinceEpoch
                 let open = targets.filter { (clientsByTarget[$0]?.pausedUntil() ?? .zero) <= now }
                 return try steps.cycle(&rounds, claimLimit: open.isEmpty ? 0 : limit, targets: open, on: c)
             },

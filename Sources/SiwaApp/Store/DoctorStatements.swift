@@ -30,7 +30,8 @@ enum DoctorStatements {
         })
 
     /// Every privilege on schema `siwa` and its objects held by PUBLIC, by one of siwa's roles
-    /// (`$1`) or by the login itself, read from the catalogs (ACLs, default ACLs where none is
+    /// (`$1`), by any other role named `siwa_*` (a role added beside them, or a login given a
+    /// grant of its own) or by the login itself, read from the catalogs (ACLs, default ACLs where none is
     /// set, column ACLs), with the memberships between siwa's roles and their attributes, spelled
     /// as `GrantMatrix.expected` is. An owner's own privileges are not listed.
     static let grants = Statement<[String], String>(
@@ -58,7 +59,7 @@ enum DoctorStatements {
         )
         SELECT CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE r.rolname::text END || ' ' || g.privilege_type || ' ' || g.name AS privilege
         FROM granted g LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.grantee
-        WHERE g.grantee = 0 OR r.rolname = ANY ($1::text[]) OR r.rolname = current_user
+        WHERE g.grantee = 0 OR r.rolname = ANY ($1::text[]) OR r.rolname LIKE 'siwa\\_%' OR r.rolname = current_user
         UNION ALL
         SELECT m.rolname::text || ' MEMBER ' || r.rolname::text
         FROM pg_catalog.pg_auth_members am JOIN pg_catalog.pg_roles r ON r.oid = am.roleid

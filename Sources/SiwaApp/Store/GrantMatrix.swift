@@ -81,8 +81,8 @@ public enum GrantMatrix {
         "siwa_operator EXECUTE operator_remove",
     ]
 
-    /// Every privilege on schema `siwa` and its objects held by PUBLIC or one of `roles`, read
-    /// from the catalogs as the login of `conninfo` (any login may read them).
+    /// Every privilege on schema `siwa` and its objects held by PUBLIC, one of `roles` or any
+    /// other `siwa_*` role, read from the catalogs as the login of `conninfo` (any login may read them).
     public static func read(conninfo: String) throws -> Set<String> {
         let c = try PostgresConnection(conninfo: conninfo, applicationName: "siwa-notify doctor")
         return try read(on: c)

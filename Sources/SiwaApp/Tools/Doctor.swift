@@ -190,26 +190,40 @@ public enum Doctor {
 public final class DoctorWatch: Sendable {
     private let examine: @Sendable () -> DoctorReport
     private let maxAge: Duration
+    private let clock: any MonotonicClock
+    private let background: @Sendable (@escaping @Sendable () -> Void) -> Void
     private let state = Mutex<(report: DoctorReport?, at: Deadline, running: Bool)>((nil, .never, false))
 
-    public init(_ configuration: ServerConfiguration, process: DoctorProcess, maxAge: Duration = .seconds(600)) {
-        examine = { Doctor.examine(configuration, process: process) }
+    public convenience init(_ configuration: ServerConfiguration, process: DoctorProcess, maxAge: Duration = .seconds(600)) {
+        self.init(maxAge: maxAge) { Doctor.examine(configuration, process: process) }
+    }
+
+    /// `clock` decides when a report is due; `background` runs an examination (a thread of its
+    /// own): a test counts the examinations on a manual clock.
+    init(
+        maxAge: Duration, clock: any MonotonicClock = SystemClock.shared,
+        background: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void = { _ = LoopThread(name: "siwa-doctor", $0) },
+        examine: @escaping @Sendable () -> DoctorReport
+    ) {
+        self.examine = examine
         self.maxAge = maxAge
+        self.clock = clock
+        self.background = background
     }
 
     /// The latest report (nil until the first is done); a fresh one starts in the background
     /// when it is due.
     public func latest() -> DoctorReport? {
-        let now = Deadline.now
+        let now = clock.now
         let (report, due) = state.withLock { s -> (DoctorReport?, Bool) in
             let due = !s.running && (s.report == nil || now >= s.at.adding(maxAge))
             if due { s.running = true }
             return (s.report, due)
         }
         if due {
-            _ = LoopThread(name: "siwa-doctor") { [self] in
+            background { [self] in
                 let fresh = examine()
-                state.withLock { $0 = (fresh, .now, false) }
+                state.withLock { $0 = (fresh, clock.now, false) }
             }
         }
         return report

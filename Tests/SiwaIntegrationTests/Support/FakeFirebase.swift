@@ -63,8 +63,11 @@ final class FakeFirebase: HTTPHandler {
         var permissionDenied = false
         /// Answered instead of the token endpoint's own answer.
         var tokenAnswer: HTTPResponse?
-        /// How long the token endpoint takes to answer.
-        var tokenDelay: Duration = .zero
+        /// The token endpoint answers once this is true (looked at every millisecond, 30 s at
+        /// most): a test holds an exchange until what it races with is known to be there.
+        var tokenHold: (@Sendable () -> Bool)?
+        /// Token answers sent at the end of the 30 s instead of on their condition.
+        var tokenHoldsTimedOut = 0
         /// Answered to every API request while set (the service down).
         var outage: HTTPResponse?
         /// The identities `deleteProvider` removed, in order.
@@ -180,9 +183,18 @@ final class FakeFirebase: HTTPHandler {
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
         if request.head.path == "/token" {
             let answer = token(request)
-            let delay = state.withLock { $0.tokenDelay }
-            guard delay > .zero else { return responder.respond(answer) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay.inSeconds) { responder.respond(answer) }
+            guard let hold = state.withLock({ $0.tokenHold }) else { return responder.respond(answer) }
+            Thread.detachNewThread { [self] in
+                let giveUp = Date().addingTimeInterval(30)
+                while !hold() {
+                    if Date() >= giveUp {
+                        state.withLock { $0.tokenHoldsTimedOut += 1 }
+                        break
+                    }
+                    usleep(1000)
+                }
+                responder.respond(answer)
+            }
             return
         }
         responder.respond(api(request))
