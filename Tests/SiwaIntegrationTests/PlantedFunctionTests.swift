@@ -1,5 +1,5 @@
 import Foundation
-import SiwaApp
+@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaPostgres
@@ -188,6 +188,61 @@ struct PlantedFunctionTests {
         _ = try reader.execute("SELECT siwa.subject_hash('001.x')")
 
         #expect(try Self.hits(conninfo) == 0, "a planted shadow ran: the server log names the statement (\"planted … ran\")")
+    }
+
+    /// How many of the statements bound a planted operator on `session`: it ran (a hit), or the
+    /// literal was read as the planted operand's type (`'source'` is no jsonb: 22P02). Each runs
+    /// on a fresh due event, in a transaction rolled back.
+    static func planted(_ statements: [String], _ session: PostgresConnection, _ conninfo: String) throws -> Int {
+        var bound = 0
+        for sql in statements {
+            _ = try TestDatabase.query(
+                guarded(conninfo),
+                """
+                INSERT INTO siwa.events (jti, aud, sub, type, event_time, status, next_attempt_at, claims)
+                VALUES ('unpinned-' || pg_catalog.gen_random_uuid(), 'com.example.a', '001.unpinned', 'consent-revoked',
+                        pg_catalog.now() - interval '1 minute', 'pending', pg_catalog.now() - interval '1 minute', '{"source": "apple"}')
+                """)
+            let before = try hits(conninfo)
+            try session.execute("BEGIN")
+            var failure: PostgresError?
+            do {
+                let result = try session.execute(sql, sql.contains("$1") ? WorkerStatements.claim.bind(10) : [])
+                #expect(result.rows.count >= 1, "\(sql.prefix(40))")
+            } catch {
+                failure = error
+            }
+            try session.execute("ROLLBACK")
+            if let failure {
+                guard failure.sqlState == "22P02", failure.serverMessage.contains("type json") else { throw failure }
+                bound += 1
+            } else if try hits(conninfo) > before {
+                bound += 1
+            }
+        }
+        return bound
+    }
+
+    /// The pin is the first defence; the statements' exact types are the second, for a session
+    /// whose pin is lost (a pooler resetting it, a path that forgot it): on the default
+    /// search_path, an operand left `unknown` or `integer` would bind a planted exact match. The same
+    /// statements without their casts are the positive control.
+    @Test("without the pin, the claim's and the event times' exact types still bind pg_catalog's operators")
+    func exactTypesHoldUnpinned() throws {
+        let conninfo = try TestDatabase.create()
+        try Self.plant(conninfo)
+        let claim = WorkerStatements.claim.sql, millis = "SELECT \(SQLEncoding.millis("pg_catalog.now()"))"
+        let uncast = [
+            claim.replacingOccurrences(of: "'source'::text", with: "'source'"),
+            millis.replacingOccurrences(of: "::numeric * 1000::numeric", with: " * 1000"),
+        ]
+        #expect(uncast[0] != claim && uncast[1] != millis, "the casts are where this test looks for them")
+        let session = try PostgresConnection(conninfo: conninfo, pinsSearchPath: false)
+        // PostgreSQL's default: pg_catalog is searched first, so only a planted operator that fits
+        // better than the built-in one can bind.
+        try session.execute("SET search_path = \"$user\", public")
+        #expect(try Self.planted(uncast, session, conninfo) == 2, "the positive control: without their casts both statements bind a planted operator")
+        #expect(try Self.planted([claim, millis], session, conninfo) == 0, "a planted operator bound: the server log names the statement (\"planted … ran\")")
     }
 
     @Test("transfer export and import: nothing planted runs")
