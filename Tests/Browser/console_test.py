@@ -205,6 +205,8 @@ def evil_site(target):
 <button id="go" type="submit">win a prize</button></form></body></html>""".encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = 5  # a connection Chrome opened ahead and never used is dropped, not waited on
+
         def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -214,7 +216,10 @@ def evil_site(target):
         def log_message(self, *args):
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    # Threaded: with one thread, a spare connection Chrome keeps idle held serve_forever, and
+    # shutdown() with it, until Chrome dropped the socket a minute later.
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
