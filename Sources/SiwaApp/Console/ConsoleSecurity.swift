@@ -14,9 +14,6 @@ enum ConsoleSecurity {
     /// A fresh session token: 32 random bytes, hex.
     static func newSessionToken() -> String { Hex.encode(SecureRandom.bytes(32)) }
 
-    /// What the database keeps of a session token: its SHA-256 (the token itself is never stored).
-    static func storedHash(ofSession token: String) -> String { SHA256.hexDigest("console-session:" + token) }
-
     /// The session's CSRF token, derived from the session token (so nothing else is stored, and
     /// only the holder of the cookie can know it).
     static func csrfToken(forSession token: String) -> String {
