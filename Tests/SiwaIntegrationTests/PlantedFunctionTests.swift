@@ -1,10 +1,11 @@
 import Foundation
-@testable import SiwaApp
 import SiwaCore
 import SiwaCrypto
 import SiwaPostgres
 import SiwaTestSupport
 import Testing
+
+@testable import SiwaApp
 
 /// No login can make siwa-notify run code it planted (CONTRACT §6). A role that may create in a
 /// writable `public` (PostgreSQL 14 and earlier by default) plants a shadow of every built-in
@@ -242,7 +243,9 @@ struct PlantedFunctionTests {
         // better than the built-in one can bind.
         try session.execute("SET search_path = \"$user\", public")
         #expect(try Self.planted(uncast, session, conninfo) == 2, "the positive control: without their casts both statements bind a planted operator")
-        #expect(try Self.planted([claim, millis], session, conninfo) == 0, "a planted operator bound: the server log names the statement (\"planted … ran\")")
+        #expect(
+            try Self.planted([claim, millis], session, conninfo) == 0,
+            "a planted operator bound: the server log names the statement (\"planted … ran\")")
     }
 
     @Test("transfer export and import: nothing planted runs")
